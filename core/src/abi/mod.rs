@@ -1,0 +1,1 @@
+//! `#[repr(C)]` structs shared with kernels and C callers.

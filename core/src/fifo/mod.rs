@@ -1,0 +1,1 @@
+//! The step/credit FIFO protocol (NCCL SIMPLE).

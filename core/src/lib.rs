@@ -1,0 +1,31 @@
+//! weft-core: the part of weft that never learns an operating system exists.
+//!
+//! Layers, in the order data flows through them:
+//!
+//! - [`wire`]: byte formats that cross a process or host boundary (the mesh handle, connect
+//!   infos, bootstrap messages). Each is a checked view over bytes plus a plain `Repr` with
+//!   `parse` / `emit`; explicit endianness, a magic and a version on every format.
+//! - [`net`]: IPv4/IPv6 subnet math and the choice of (local NIC, peer address) pairs.
+//! - [`fifo`]: the step/credit protocol that a sender and a receiver run over a ring of slots.
+//! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
+//! - [`abi`]: `#[repr(C)]` structs shared with CUDA kernels and C callers.
+//!
+//! Contract: no `unsafe`, no allocation unless the `alloc` feature is on, and no panic on any
+//! input. Arithmetic on sizes from outside is checked; slices are read with `get`.
+#![no_std]
+#![deny(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::panic, clippy::unwrap_used, clippy::expect_used)
+)]
+
+#[cfg(any(feature = "alloc", test))]
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod abi;
+pub mod fifo;
+pub mod net;
+pub mod sched;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! Subnet math and NIC selection.

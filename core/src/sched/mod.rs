@@ -1,0 +1,1 @@
+//! Chunk and slice scheduling, ring programs.

@@ -1,0 +1,1 @@
+//! CUDA C++ sources of the collective kernels, embedded as text.

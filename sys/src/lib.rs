@@ -1,0 +1,1 @@
+//! Raw FFI to libcuda, libnvrtc and libibverbs, resolved at run time.

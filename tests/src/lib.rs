@@ -1,0 +1,1 @@
+//! Shared helpers for weft cross-crate tests.
