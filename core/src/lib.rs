@@ -8,6 +8,8 @@
 //! - [`net`]: IPv4/IPv6 subnet math and the choice of (local NIC, peer address) pairs.
 //! - [`fifo`]: the step/credit protocol that a sender and a receiver run over a ring of slots.
 //! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
+//! - [`topo`] and [`search`] (feature `alloc`): the topology graph, NCCL's topology XML, and
+//!   the ring / tree / NVLS channel search.
 //! - [`abi`]: `#[repr(C)]` structs shared with CUDA kernels and C callers.
 //!
 //! Contract: no `unsafe`, no allocation unless the `alloc` feature is on, and no panic on any
@@ -16,7 +18,13 @@
 #![deny(unsafe_code)]
 #![cfg_attr(
     not(test),
-    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::panic, clippy::unwrap_used, clippy::expect_used)
+    deny(
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects,
+        clippy::panic,
+        clippy::unwrap_used,
+        clippy::expect_used
+    )
 )]
 
 #[cfg(any(feature = "alloc", test))]
@@ -28,4 +36,8 @@ pub mod abi;
 pub mod fifo;
 pub mod net;
 pub mod sched;
+#[cfg(feature = "alloc")]
+pub mod search;
+#[cfg(feature = "alloc")]
+pub mod topo;
 pub mod wire;

@@ -1,0 +1,1 @@
+//! Ring, tree and NVLS channel search over a topology.

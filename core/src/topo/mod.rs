@@ -1,0 +1,1 @@
+//! Topology graph: nodes, links, paths; NCCL topology XML.

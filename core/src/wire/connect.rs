@@ -1,0 +1,1 @@
+//! Connect infos of the P2P, SHM, NET and IB transports.

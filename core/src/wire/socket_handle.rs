@@ -1,0 +1,1 @@
+//! The socket NET backend listen handle.

@@ -1,0 +1,1 @@
+//! The `Net` trait and its backends.
