@@ -37,7 +37,7 @@ impl fmt::Display for FifoError {
             FifoError::BadGeometry { field, value } => write!(
                 f,
                 "bad FIFO geometry: {field} = {value} (slots: a power of two up to 8; step_per_slice: \
-                 a power of two up to slots; slice_per_chunk: a power of two)"
+                 a power of two up to slots; slice_per_chunk: a power of two up to 2^24)"
             ),
             FifoError::HeadAhead { head, posted } => write!(
                 f,

@@ -86,6 +86,20 @@ impl FifoGeometry {
         usize::try_from(step & slots.wrapping_sub(1)).unwrap_or(0)
     }
 
+    /// NCCL's send rule for a sender whose next slice starts at `step`, given the receiver's
+    /// published `head`: `head + slots >= step + step_per_slice`, on wrapping differences.
+    pub fn can_send(&self, head: u64, step: u64) -> bool {
+        // slots - step_per_slice: at least 0 (validated), at most 7.
+        let window = i64::from(self.slots).saturating_sub(i64::from(self.step_per_slice));
+        steps_ahead(step, head) <= window
+    }
+
+    /// NCCL's receive rule for a receiver whose next slice starts at `step`, given the
+    /// sender's published `tail`: `tail >= step + step_per_slice`, on wrapping differences.
+    pub fn can_recv(&self, tail: u64, step: u64) -> bool {
+        steps_ahead(tail, step) >= i64::from(self.step_per_slice)
+    }
+
     /// `step` rounded up to the next chunk boundary, as a connection's step is when a
     /// kernel loads it (NCCL: `roundUp(step, SlicePerChunk*StepPerSlice)`), so that every
     /// chunk starts on a slice boundary. Wraps past `u64::MAX` to 0, which is a boundary.

@@ -55,8 +55,7 @@ impl StepReceiver {
 
     /// NCCL's rule: `tail >= step + step_per_slice`, on wrapping differences.
     pub fn can_recv(&self, tail: u64) -> bool {
-        let sps = i64::try_from(self.geometry.step_per_slice()).unwrap_or(i64::MAX);
-        steps_ahead(tail, self.acquired) >= sps
+        self.geometry.can_recv(tail, self.acquired)
     }
 
     /// The next slice if the sender's `tail` covers it, `None` to wait.

@@ -57,17 +57,7 @@ impl StepSender {
 
     /// NCCL's rule: `head + slots >= step + step_per_slice`, on wrapping differences.
     pub fn can_send(&self, head: u64) -> bool {
-        let window = self.window();
-        steps_ahead(self.acquired, head) <= window
-    }
-
-    /// How far `step` may run ahead of `head`: `slots - step_per_slice` (at most 7).
-    fn window(&self) -> i64 {
-        let slots = self.geometry.slots();
-        let sps = self.geometry.step_per_slice();
-        i64::try_from(slots)
-            .unwrap_or(0)
-            .saturating_sub(i64::try_from(sps).unwrap_or(i64::MAX))
+        self.geometry.can_send(head, self.acquired)
     }
 
     /// The next slice if the receiver's `head` leaves room for it, `None` to wait. A head

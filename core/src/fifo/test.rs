@@ -236,6 +236,8 @@ proptest! {
         prop_assert_eq!(receiver.next_step(), wrap(step));
         prop_assert_eq!(sender.can_send(wrap(head)), head + slots >= step + sps);
         prop_assert_eq!(receiver.can_recv(wrap(tail)), tail >= step + sps);
+        prop_assert_eq!(g.can_send(wrap(head), wrap(step)), head + slots >= step + sps);
+        prop_assert_eq!(g.can_recv(wrap(tail), wrap(step)), tail >= step + sps);
         prop_assert_eq!(steps_ahead(wrap(tail), wrap(step)) as i128, tail - step);
         prop_assert_eq!(g.slot_of(wrap(step)) as i128, step.rem_euclid(slots));
     }
