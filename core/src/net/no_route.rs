@@ -20,6 +20,9 @@ pub enum NoRouteReason {
     AllLocalNicsDown,
     /// The up local NICs and the peer use different address families only.
     NoCommonFamily,
+    /// The peer advertises an address that a local up NIC also has: a duplicate IP, or a
+    /// handle that describes this host.
+    DuplicateAddress,
     /// Pairs share a subnet only through link-local addresses, which cannot name a link.
     OnlyLinkLocal,
     /// No up local NIC shares a subnet with any peer address.
@@ -34,6 +37,9 @@ impl NoRouteReason {
             NoRouteReason::AllLocalNicsDown => "every local NIC is down",
             NoRouteReason::NoCommonFamily => {
                 "the local NICs and the peer have no address family in common (IPv4 pairs only with IPv4)"
+            }
+            NoRouteReason::DuplicateAddress => {
+                "the peer advertises an address that a local NIC also has"
             }
             NoRouteReason::OnlyLinkLocal => {
                 "the only shared subnets are link-local (169.254/16, fe80::/10), which exist on every link"
@@ -53,6 +59,9 @@ impl NoRouteReason {
             NoRouteReason::AllLocalNicsDown => "check cabling and `ip link`",
             NoRouteReason::NoCommonFamily => {
                 "set NCCL_SOCKET_FAMILY or give both hosts addresses of one family"
+            }
+            NoRouteReason::DuplicateAddress => {
+                "look for a duplicate IP on the link, or a handle exchanged with the wrong rank"
             }
             NoRouteReason::OnlyLinkLocal | NoRouteReason::NoSharedSubnet => {
                 "check NCCL_SOCKET_IFNAME / cabling, and that both ends of each link have addresses in one subnet"

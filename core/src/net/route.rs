@@ -115,6 +115,9 @@ fn diagnose(local: &[LocalNic], peer: &[PeerAddr]) -> NoRouteReason {
     if !same_family {
         return NoRouteReason::NoCommonFamily;
     }
+    if up().any(|l| peer.iter().any(|p| p.addr == l.addr)) {
+        return NoRouteReason::DuplicateAddress;
+    }
     let link_local_only = up().any(|l| {
         peer.iter()
             .any(|p| shared_subnet(l.addr, l.prefix_len, p.addr, p.prefix_len).is_some())

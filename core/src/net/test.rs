@@ -136,6 +136,8 @@ fn no_route_reasons() {
         ..p4
     };
     assert_eq!(reason(&[ll], &[pll]), NoRouteReason::OnlyLinkLocal);
+    let same = peer(0, "10.0.1.1", 24, 1);
+    assert_eq!(reason(&[up], &[same]), NoRouteReason::DuplicateAddress);
     let apipa = nic(0, "169.254.1.1", 16, 1, true);
     let papipa = peer(0, "169.254.9.9", 16, 1);
     assert_eq!(reason(&[apipa], &[papipa]), NoRouteReason::OnlyLinkLocal);
