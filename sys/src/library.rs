@@ -201,10 +201,21 @@ impl OpenedLibrary {
                         info,
                     });
                 }
-                Err(err) => tried.push(Attempt {
-                    path: path.to_owned(),
-                    dlerror: dlerror_text(&err),
-                }),
+                Err(err) => {
+                    // glibc's message starts with the path again; say it once.
+                    let text = dlerror_text(&err);
+                    let dlerror = match text
+                        .strip_prefix(path)
+                        .and_then(|rest| rest.strip_prefix(": "))
+                    {
+                        Some(rest) => rest.to_owned(),
+                        None => text,
+                    };
+                    tried.push(Attempt {
+                        path: path.to_owned(),
+                        dlerror,
+                    });
+                }
             }
         }
         if tried.iter().all(|attempt| is_absent(&attempt.dlerror)) {
