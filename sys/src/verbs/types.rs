@@ -941,3 +941,41 @@ impl fmt::Debug for ibv_async_event_element {
         f.write_str("ibv_async_event_element { .. }")
     }
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn a_gid_reads_back_its_bytes_and_prints_as_ipv6_groups() {
+        // ::ffff:10.1.2.3, the RoCE v2 GID of an IPv4 address.
+        let raw = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3];
+        let gid = ibv_gid::from_bytes(raw);
+        assert_eq!(gid.bytes(), raw);
+        // SAFETY: both members are plain integers over the same 16 bytes.
+        let global = unsafe { gid.global };
+        assert_eq!(u64::from_be(global.subnet_prefix), 0);
+        assert_eq!(u64::from_be(global.interface_id), 0x0000_ffff_0a01_0203);
+        assert_eq!(
+            format!("{gid:?}"),
+            "ibv_gid(0000:0000:0000:0000:0000:ffff:0a01:0203)"
+        );
+        assert_ne!(gid, ibv_gid::from_bytes([0; 16]));
+    }
+
+    #[test]
+    fn zeroed_work_requests_have_null_pointers_and_zero_fields() {
+        let wr = ibv_send_wr::zeroed();
+        // SAFETY: `rdma` is two integers; any bit pattern is valid for it.
+        let rdma = unsafe { wr.wr.rdma };
+        assert_eq!(rdma, ibv_send_wr_rdma::default());
+        assert_eq!(
+            (wr.wr_id, wr.num_sge, wr.send_flags, wr.imm_data),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(wr.opcode, ibv_wr_opcode::IBV_WR_RDMA_WRITE);
+        assert!(wr.sg_list.is_null());
+        assert!(wr.next.is_null());
+        assert_eq!(ibv_qp_attr::zeroed().qp_state, ibv_qp_state::IBV_QPS_RESET);
+    }
+}
