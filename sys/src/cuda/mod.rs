@@ -1,6 +1,6 @@
 //! The CUDA driver API (libcuda), resolved at run time.
 //!
-//! [`CudaDriver`] is a table of the ~70 driver entry points weft uses. Symbols are looked up
+//! [`CudaDriver`] is a table of the 72 driver entry points weft uses. Symbols are looked up
 //! by the versioned names that `cuda.h` maps its macros to (`cuMemAlloc` is exported as
 //! `cuMemAlloc_v2`); the table's fields carry the unversioned names. The virtual memory
 //! (`cuMem*`) and multicast (`cuMulticast*`) calls are optional: a driver too old for them
