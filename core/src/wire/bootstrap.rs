@@ -59,10 +59,11 @@ fn prefix<T: FromBytes + KnownLayout + Immutable + Unaligned>(
 /// Writes `raw` at the front of `buf`, returning the number of bytes written.
 fn write_prefix<T: IntoBytes + Immutable>(raw: &T, buf: &mut [u8]) -> Result<usize, ParseError> {
     let needed = core::mem::size_of::<T>();
-    raw.write_to_prefix(buf).map_err(|_| ParseError::Truncated {
-        needed,
-        got: buf.len(),
-    })?;
+    raw.write_to_prefix(buf)
+        .map_err(|_| ParseError::Truncated {
+            needed,
+            got: buf.len(),
+        })?;
     Ok(needed)
 }
 
@@ -989,10 +990,8 @@ mod test {
 
     fn addr_strategy() -> impl Strategy<Value = SocketAddr> {
         prop_oneof![
-            (any::<[u8; 4]>(), 1u16..).prop_map(|(ip, port)| SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(ip),
-                port
-            ))),
+            (any::<[u8; 4]>(), 1u16..)
+                .prop_map(|(ip, port)| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port))),
             (any::<[u8; 16]>(), 1u16.., any::<u32>()).prop_map(|(ip, port, scope)| {
                 SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))
             }),
@@ -1108,7 +1107,10 @@ mod test {
             length: 5,
         };
         let bytes = h.to_bytes().unwrap();
-        assert_eq!(&bytes, b"WFTB\x00\x01\x00\x04\x00\x00\x00\x02\x00\x00\x00\x4d\x00\x00\x00\x05");
+        assert_eq!(
+            &bytes,
+            b"WFTB\x00\x01\x00\x04\x00\x00\x00\x02\x00\x00\x00\x4d\x00\x00\x00\x05"
+        );
         for len in 0..HEADER_LEN {
             assert_eq!(
                 HeaderView::new_checked(&bytes[..len]).unwrap_err(),
