@@ -14,6 +14,8 @@ use weft_core::wire::bootstrap::{
 
 /// How often a blocked read looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
+/// How long past its deadline a read may go on while bytes keep arriving.
+const HARD_STOP: Duration = Duration::from_millis(500);
 
 /// Why reading a frame did not produce one.
 #[derive(Debug)]
@@ -44,32 +46,42 @@ fn read_exact(
             return Err(ReadFail::Stopped);
         }
         // Without a deadline the read blocks until data, EOF, or the owner shuts the socket
-        // down (that is how a bootstrap being dropped wakes its reader threads).
-        let slice = match deadline {
-            Some(at) => {
-                let left = at.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(ReadFail::Timeout);
-                }
-                Some(left.min(POLL))
-            }
-            None => None,
-        };
+        // down (that is how a bootstrap being dropped wakes its reader threads). With one,
+        // a passed deadline still allows a last short read: bytes already here (the rest of
+        // a frame whose header we have) are taken, not left to desynchronise the stream.
+        let slice = deadline.map(|at| {
+            at.saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), POLL)
+        });
         stream.set_read_timeout(slice).map_err(ReadFail::Io)?;
         let Some(rest) = buf.get_mut(filled..) else {
             break;
         };
-        match stream.read(rest) {
+        let progressed = match stream.read(rest) {
             Ok(0) => return Err(ReadFail::Closed),
-            Ok(n) => filled += n,
+            Ok(n) => {
+                filled += n;
+                true
+            }
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
-                ) => {}
+                ) =>
+            {
+                false
+            }
             Err(e) => return Err(ReadFail::Io(e)),
+        };
+        // Past the deadline: stop once the bytes stop coming, and a little later in any
+        // case (a peer trickling bytes must not hold us forever).
+        if let Some(at) = deadline {
+            let now = Instant::now();
+            if now >= at && (!progressed || now >= at + HARD_STOP) && filled < buf.len() {
+                return Err(ReadFail::Timeout);
+            }
         }
     }
     Ok(())

@@ -58,15 +58,18 @@ impl Shared {
         self.inbox.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records an abort, raises the stop flag and wakes every waiter.
-    pub fn abort(&self, note: AbortNote) {
+    /// Records an abort, raises the stop flag and wakes every waiter. `how` says which
+    /// directions of every stream to shut: `Read` wakes our own blocked reads while peers'
+    /// writes still succeed (they learn why from the abort frame going round the ring);
+    /// `Both` also makes peers fail at once, naming this rank.
+    pub fn abort(&self, note: AbortNote, how: Shutdown) {
         let mut inbox = self.lock();
         if inbox.abort.is_none() {
             inbox.abort = Some(note);
         }
         self.stop.store(true, Ordering::Release);
         for s in &inbox.streams {
-            let _ = s.shutdown(Shutdown::Both);
+            let _ = s.shutdown(how);
         }
         drop(inbox);
         self.arrived.notify_all();
@@ -152,18 +155,24 @@ fn serve_data(shared: &Shared, mut stream: TcpStream, sender: usize) {
             }
             Ok((h, body)) if h.kind == FrameKind::Abort => {
                 match AbortRepr::parse(&body) {
-                    Ok(a) => shared.abort(AbortNote {
-                        by: Some(sender),
-                        culprit: a.culprit.map(|c| c as usize),
-                        reason: a.reason,
-                        text: a.text.to_string(),
-                    }),
-                    Err(e) => shared.abort(AbortNote {
-                        by: Some(sender),
-                        culprit: Some(sender),
-                        reason: AbortReason::PeerFailed,
-                        text: format!("unreadable abort message: {e}"),
-                    }),
+                    Ok(a) => shared.abort(
+                        AbortNote {
+                            by: Some(sender),
+                            culprit: a.culprit.map(|c| c as usize),
+                            reason: a.reason,
+                            text: a.text.to_string(),
+                        },
+                        Shutdown::Read,
+                    ),
+                    Err(e) => shared.abort(
+                        AbortNote {
+                            by: Some(sender),
+                            culprit: Some(sender),
+                            reason: AbortReason::PeerFailed,
+                            text: format!("unreadable abort message: {e}"),
+                        },
+                        Shutdown::Read,
+                    ),
                 }
                 return;
             }

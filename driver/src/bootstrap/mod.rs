@@ -143,12 +143,15 @@ pub struct AbortHandle {
 
 impl AbortHandle {
     pub fn abort(&self, text: &str) {
-        self.shared.abort(AbortNote {
-            by: None,
-            culprit: None,
-            reason: AbortReason::User,
-            text: text.to_string(),
-        });
+        self.shared.abort(
+            AbortNote {
+                by: None,
+                culprit: None,
+                reason: AbortReason::User,
+                text: text.to_string(),
+            },
+            Shutdown::Both,
+        );
     }
 }
 
@@ -413,7 +416,7 @@ impl Bootstrap {
             let send_idx = (self.rank + n - step) % n;
             let recv_idx = (self.rank + n - step - 1) % n;
             let outgoing = std::mem::take(blocks.get_mut(send_idx).unwrap_or(&mut Vec::new()));
-            let result = self.ring_exchange(&outgoing, "all_gather");
+            let result = self.ring_exchange(&outgoing, step == 0, "all_gather");
             if let Some(slot) = blocks.get_mut(send_idx) {
                 *slot = outgoing;
             }
@@ -492,12 +495,16 @@ impl Bootstrap {
         }
         self.failed
             .get_or_insert_with(|| format!("aborted: {text}"));
-        self.shared.abort(AbortNote {
-            by: None,
-            culprit: None,
-            reason: AbortReason::User,
-            text: text.to_string(),
-        });
+        // Only our reads are shut: the abort frame, not a broken pipe, tells peers why.
+        self.shared.abort(
+            AbortNote {
+                by: None,
+                culprit: None,
+                reason: AbortReason::User,
+                text: text.to_string(),
+            },
+            Shutdown::Read,
+        );
     }
 
     fn check_usable(&self) -> Result<(), BootstrapError> {
@@ -563,6 +570,7 @@ impl Bootstrap {
     fn ring_exchange(
         &mut self,
         outgoing: &[u8],
+        first_step: bool,
         what: &'static str,
     ) -> Result<Vec<u8>, BootstrapError> {
         let seq = self.ring_seq;
@@ -576,20 +584,41 @@ impl Bootstrap {
         let shared = &self.shared;
         let ring_next = &mut self.ring_next;
         let ring_prev = &mut self.ring_prev;
+        // The deadline starts before the send, so that it never starts later than the
+        // previous rank's (the fairness the timeout grace below relies on).
+        let deadline = Instant::now() + timeout;
         let (sent, received) = thread::scope(|s| {
             let sender = s
                 .spawn(move || write_frame(ring_next, FrameKind::Data, me, seq, outgoing, timeout));
-            let received = read_frame(
-                ring_prev,
-                Some(Instant::now() + timeout),
-                &shared.stop,
-                MAX_BODY_LEN,
-            );
+            let received = read_frame(ring_prev, Some(deadline), &shared.stop, MAX_BODY_LEN);
             let sent = sender
                 .join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("ring send thread panicked")));
             (sent, received)
         });
+        let received = match received {
+            // Every rank of a stuck ring times out at about the same moment, each blaming
+            // its previous rank. In the first step every rank sends without waiting for
+            // anything, so silence there convicts the previous rank: report at once. Later
+            // steps forward what the previous rank received, so silence may be someone
+            // else's: give the abort from the rank next to the culprit a moment to arrive,
+            // so that all ranks name the same one.
+            Err(ReadFail::Timeout) if !first_step => {
+                let grace = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+                match read_frame(
+                    ring_prev,
+                    Some(Instant::now() + grace),
+                    &shared.stop,
+                    MAX_BODY_LEN,
+                ) {
+                    Ok((h, body)) if h.kind == FrameKind::Abort => {
+                        return Err(abort_error(Some(prev_peer), &body));
+                    }
+                    _ => Err(ReadFail::Timeout),
+                }
+            }
+            other => other,
+        };
         let (header, body) =
             received.map_err(|e| read_error(shared, prev_peer, what, timeout, e))?;
         match header.kind {
