@@ -9,7 +9,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use weft::bootstrap::{Bootstrap, BootstrapError, BootstrapOptions, BootstrapRoot, UniqueId};
+use weft::bootstrap::{
+    AbortReason, Bootstrap, BootstrapError, BootstrapOptions, BootstrapRoot, UniqueId,
+};
 use weft_core::wire::bootstrap::{FrameKind, HELLO_LEN, HeaderRepr, HelloRepr, Purpose};
 
 /// A small seeded generator: reproducible random data without a dependency.
@@ -405,6 +407,48 @@ fn abort_handle_wakes_a_blocked_recv() {
         matches!(err, BootstrapError::Aborted { .. }) && err.to_string().contains("shutting down"),
         "{err:?}"
     );
+}
+
+#[test]
+fn duplicate_rank_and_disagreeing_sizes_are_reported() {
+    let (_, results) = run_ranks(3, &[0, 1, 1], &opts(5_000), |_, b| b.map(drop).unwrap_err());
+    for err in &results {
+        assert!(
+            matches!(
+                err,
+                BootstrapError::Aborted {
+                    reason: AbortReason::Inconsistent,
+                    culprit: Some(1),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("rank 1 checked in twice"), "{err}");
+    }
+
+    let opts = opts(5_000);
+    let (id, root) = BootstrapRoot::start(&opts).unwrap();
+    let handles: Vec<_> = [(0, 2), (1, 3)]
+        .into_iter()
+        .map(|(rank, nranks)| {
+            let opts = opts.clone();
+            thread::spawn(move || {
+                Bootstrap::init(&id, rank, nranks, &opts)
+                    .map(drop)
+                    .unwrap_err()
+            })
+        })
+        .collect();
+    for h in handles {
+        let err = h.join().unwrap();
+        assert!(
+            err.to_string()
+                .contains("ranks but the first rank to check in said"),
+            "{err}"
+        );
+    }
+    assert!(root.wait().is_err());
 }
 
 #[test]

@@ -16,9 +16,15 @@
 //! every error names the rank and address at fault. When a ring operation fails, the rank
 //! passes an abort naming the culprit to its next rank, so the whole ring fails fast with
 //! the same diagnosis instead of each rank timing out on its neighbour.
+//!
+//! The secret keeps out strays (another job, an old id, a port scanner); it is sent in the
+//! clear, so it is no defence against someone who can read the network (NCCL has none).
+//! Ranks listen on the address from which they reach the root, so the root's interface
+//! (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`, see [`interface`]) decides the network.
 
 mod error;
 mod frame;
+pub mod identity;
 mod inbox;
 pub mod interface;
 mod root;
@@ -406,6 +412,7 @@ impl Bootstrap {
     /// `nranks - 1` steps, each forwarding one block to the next rank. Collective: every
     /// rank must call it, in the same order as the other ring operations.
     pub fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        check_len(mine)?;
         self.check_usable()?;
         let n = self.nranks;
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
@@ -442,6 +449,7 @@ impl Bootstrap {
     /// Returns once the bytes are handed to the kernel (not when the peer received them).
     pub fn send(&mut self, peer: usize, tag: u32, data: &[u8]) -> Result<(), BootstrapError> {
         self.check_tag(peer, tag)?;
+        check_len(data)?;
         self.send_frame(peer, tag, data)
     }
 
@@ -789,10 +797,22 @@ impl Drop for AcceptGuard {
         }
         self.flag.store(true, Ordering::Release);
         wake_accept_loop(self.addr);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Not joined: should the wake-up connection fail, drop must still not hang. The
+        // thread exits on the next connection or with the process.
+        drop(self.thread.take());
     }
+}
+
+/// Bootstrap messages are bounded (the receiver allocates what the header declares).
+fn check_len(data: &[u8]) -> Result<(), BootstrapError> {
+    if data.len() > MAX_BODY_LEN as usize {
+        return Err(BootstrapError::InvalidArgument(format!(
+            "{} bytes exceed the {MAX_BODY_LEN}-byte limit of one bootstrap message; \
+             bootstrap is for metadata, move bulk data over a transport",
+            data.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The error for a wait that ended because the stop flag went up.
@@ -888,5 +908,41 @@ fn wait_ring_prev(
             .wait_timeout(inbox, left)
             .map(|(guard, _)| guard)
             .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_from_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let o = BootstrapOptions::from_lookup(env(&[
+            ("WEFT_BOOTSTRAP_TIMEOUT", "2.5"),
+            ("WEFT_BOOTSTRAP_PORT", "29500"),
+            ("NCCL_SOCKET_IFNAME", "eth"),
+        ]));
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        assert_eq!(o.root_port, 29500);
+        assert_eq!(o.interface.as_deref(), Some("eth"));
+        let o = BootstrapOptions::from_lookup(env(&[
+            ("WEFT_BOOTSTRAP_TIMEOUT", "-1"),
+            ("WEFT_SOCKET_IFNAME", "=ib0"),
+            ("NCCL_SOCKET_IFNAME", "eth"),
+        ]));
+        assert_eq!(o.timeout, Duration::from_secs(30));
+        assert_eq!(o.interface.as_deref(), Some("=ib0"));
+        assert_eq!(
+            BootstrapOptions::from_lookup(|_| None),
+            BootstrapOptions::default()
+        );
     }
 }

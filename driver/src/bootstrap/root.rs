@@ -274,7 +274,8 @@ impl BootstrapRoot {
                 let result = coordinate(addr, &rx, timeout, idle);
                 stop.store(true, Ordering::Release);
                 wake_accept_loop(addr);
-                let _ = accept.join();
+                // Not joined (see AcceptGuard): a failed wake-up must not hang the root.
+                drop(accept);
                 if let Err(e) = &result {
                     log::warn!("{e}");
                 }
