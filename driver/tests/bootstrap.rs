@@ -552,3 +552,25 @@ fn ranks_as_processes() {
     );
     root.wait().unwrap();
 }
+
+#[test]
+fn handles_move_between_threads() {
+    fn send_and_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send::<Bootstrap>();
+    send_and_sync::<UniqueId>();
+    send_and_sync::<weft::bootstrap::AbortHandle>();
+    send_and_sync::<BootstrapError>();
+    // And a bootstrap made on one thread works on another.
+    let (_, results) = run_ranks(2, &[0, 1], &opts(10_000), |rank, b| {
+        let b = b.unwrap();
+        thread::spawn(move || {
+            let mut b = b;
+            b.all_gather(&[rank as u8; 3]).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(results[0], vec![vec![0u8; 3], vec![1u8; 3]]);
+    assert_eq!(results[1], results[0]);
+}
