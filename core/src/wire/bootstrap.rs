@@ -2,7 +2,7 @@
 //! TCP during rendezvous and afterwards, and the per-rank `PeerInfo` that a communicator
 //! all-gathers.
 //!
-//! Every frame on a bootstrap socket is a [`Header`] (magic, version, kind, sender rank, tag,
+//! Every frame on a bootstrap socket is a [`HeaderRepr`] (magic, version, kind, sender rank, tag,
 //! body length) followed by `length` body bytes. Bodies:
 //!
 //! | kind          | body                                 | direction                     |

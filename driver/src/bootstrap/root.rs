@@ -6,6 +6,7 @@
 //! accepted connection gets its own short-lived thread with a handshake deadline, so a port
 //! scanner, a silent client or garbage only costs that thread, and ranks carry on.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,6 +25,8 @@ use super::{BootstrapError, BootstrapOptions};
 /// Connections still proving themselves at once; more are closed right away (a flood of
 /// silent clients must not exhaust threads).
 pub(crate) const MAX_PENDING_HANDSHAKES: usize = 128;
+/// Missing ranks named in one error (a job of 100k ranks that never started needs no list).
+const MAX_LISTED_MISSING: usize = 64;
 
 /// A rank that proved the secret and told us where it listens.
 struct CheckIn {
@@ -314,7 +317,8 @@ fn coordinate(
     let started = Instant::now();
     let mut deadline = started + idle;
     let mut first_at: Option<Instant> = None;
-    let mut slots: Vec<Option<CheckIn>> = Vec::new();
+    // A map, not a Vec sized by the first rank's nranks: that number comes off the wire.
+    let mut slots: BTreeMap<usize, CheckIn> = BTreeMap::new();
     let mut nranks = 0usize;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -325,7 +329,8 @@ fn coordinate(
                     Vec::new()
                 } else {
                     (0..nranks)
-                        .filter(|&r| slots.get(r).is_none_or(Option::is_none))
+                        .filter(|r| !slots.contains_key(r))
+                        .take(MAX_LISTED_MISSING)
                         .collect()
                 };
                 let waited = first_at.map_or(started.elapsed(), |t| t.elapsed());
@@ -335,7 +340,7 @@ fn coordinate(
                     waited,
                 };
                 let text = err.to_string();
-                for c in slots.iter_mut().flatten() {
+                for c in slots.values_mut() {
                     send_abort(
                         &mut c.stream,
                         ROOT_SENDER,
@@ -351,7 +356,6 @@ fn coordinate(
             first_at = Some(Instant::now());
             deadline = Instant::now() + timeout;
             nranks = check_in.nranks;
-            slots = (0..nranks).map(|_| None).collect();
         }
         let inconsistent = if check_in.nranks != nranks {
             Some(format!(
@@ -363,7 +367,7 @@ fn coordinate(
                 "rank {} is out of range for {nranks} ranks",
                 check_in.rank
             ))
-        } else if slots.get(check_in.rank).is_some_and(Option::is_some) {
+        } else if slots.contains_key(&check_in.rank) {
             Some(format!(
                 "rank {} checked in twice (two processes were given the same rank)",
                 check_in.rank
@@ -372,7 +376,7 @@ fn coordinate(
             None
         };
         if let Some(text) = inconsistent {
-            let mut all: Vec<CheckIn> = slots.drain(..).flatten().collect();
+            let mut all: Vec<CheckIn> = std::mem::take(&mut slots).into_values().collect();
             all.push(check_in);
             let culprit = all.last().map(|c| c.rank);
             for c in &mut all {
@@ -397,16 +401,15 @@ fn coordinate(
             check_in.listen
         );
         let rank = check_in.rank;
-        if let Some(slot) = slots.get_mut(rank) {
-            *slot = Some(check_in);
-        }
-        if slots.iter().all(Option::is_some) {
+        slots.insert(rank, check_in);
+        if slots.len() == nranks {
             break;
         }
     }
     // Everyone is in: tell each rank where the next one listens.
-    let listens: Vec<SocketAddr> = slots.iter().flatten().map(|c| c.listen).collect();
-    for (rank, c) in slots.iter_mut().flatten().enumerate() {
+    // All ranks 0..nranks are present (each was checked to be in range and new).
+    let listens: Vec<SocketAddr> = slots.values().map(|c| c.listen).collect();
+    for (&rank, c) in slots.iter_mut() {
         let next = (rank + 1) % nranks;
         let Some(&next_addr) = listens.get(next) else {
             continue;
