@@ -503,3 +503,36 @@ fn bad_inputs_are_errors() {
         }
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
+
+    /// Random shapes beyond the sweep: up to 12 ranks, 6 channels, any chunk, random rings.
+    #[test]
+    fn random_shapes(
+        kind in 0u8..5,
+        nranks in 1usize..=12,
+        root_pick: u32,
+        count in 0usize..1500,
+        chunk in 1usize..400,
+        nchannels in 1u32..=6,
+        seed in 1u64..,
+        float: bool,
+    ) {
+        let root = root_pick % nranks as u32;
+        let collective = match kind {
+            0 => Collective::AllReduce,
+            1 => Collective::ReduceScatter,
+            2 => Collective::AllGather,
+            3 => Collective::Broadcast { root },
+            _ => Collective::Reduce { root },
+        };
+        let case = Case { collective, nranks, count, nchannels, chunk };
+        let mut rng = XorShift(seed);
+        if float {
+            check::<f32>(&case, &mut rng);
+        } else {
+            check::<i64>(&case, &mut rng);
+        }
+    }
+}

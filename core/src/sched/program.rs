@@ -413,3 +413,117 @@ impl Iterator for RingProgram<'_> {
 impl ExactSizeIterator for RingProgram<'_> {}
 
 impl core::iter::FusedIterator for RingProgram<'_> {}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::vec::Vec;
+
+    fn collective(kind: u8, root: u32) -> Collective {
+        match kind % 5 {
+            0 => Collective::AllReduce,
+            1 => Collective::ReduceScatter,
+            2 => Collective::AllGather,
+            3 => Collective::Broadcast { root },
+            _ => Collective::Reduce { root },
+        }
+    }
+
+    #[test]
+    fn all_reduce_steps_follow_nccl() {
+        // 3 ranks on ring [0 1 2], 1 channel, 10 f32 per block: rank 1 (position 1).
+        let ring = [0, 1, 2];
+        let spec = ProgramSpec {
+            collective: Collective::AllReduce,
+            count: 30,
+            elem_size: 4,
+            chunk_elems: 10,
+            nchannels: 1,
+        };
+        let p = RingProgram::new(&spec, Ring::new(&ring).unwrap(), 1, 0).unwrap();
+        assert_eq!((p.prev(), p.next(), p.len()), (0, 2, 5));
+        let got: Vec<(Primitive, usize, usize, bool)> = p
+            .map(|s| (s.prim, s.input_offset, s.len, s.post_op))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Primitive::Send, 0, 10, false),
+                (Primitive::RecvReduceSend, 20, 10, false),
+                (Primitive::RecvReduceCopySend, 10, 10, true),
+                (Primitive::RecvCopySend, 0, 10, false),
+                (Primitive::Recv, 20, 10, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn last_all_reduce_loop_is_aligned() {
+        // 2 loops of 4 ranks x 8 elements, then 13 left: blocks of ceil(13/4) = 4 floats,
+        // already 16 bytes; with bytes (align 16) the blocks are capped at the chunk (8).
+        let ring = [0, 1, 2, 3];
+        for (elem_size, block) in [(4usize, 4usize), (1, 8)] {
+            let spec = ProgramSpec {
+                collective: Collective::AllReduce,
+                count: 2 * 32 + 13,
+                elem_size,
+                chunk_elems: 8,
+                nchannels: 1,
+            };
+            let p = RingProgram::new(&spec, Ring::new(&ring).unwrap(), 0, 0).unwrap();
+            let last: Vec<RingStep> = p.skip(2 * 7).collect();
+            let mut blocks: Vec<(usize, usize)> =
+                last.iter().map(|s| (s.input_offset, s.len)).collect();
+            blocks.sort();
+            blocks.dedup();
+            let mut expected: Vec<(usize, usize)> = (0..4)
+                .map(|b| {
+                    let start = (64 + b * block).min(77);
+                    (start, block.min(77 - start))
+                })
+                .collect();
+            // Empty blocks past the end all sit at the end.
+            expected.dedup();
+            assert_eq!(blocks, expected, "elem_size {elem_size}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any input gives an error or a program whose every range is inside the buffers.
+        #[test]
+        fn no_panic_and_in_bounds(
+            kind: u8,
+            nranks in 1usize..40,
+            root: u32,
+            rank: u32,
+            count in proptest::prop_oneof![0usize..5000, proptest::num::usize::ANY],
+            elem_size in 0usize..40,
+            chunk_elems in proptest::prop_oneof![0usize..300, proptest::num::usize::ANY],
+            nchannels in 0u32..70,
+            channel in 0u32..70,
+        ) {
+            let ring: Vec<u32> = (0..nranks as u32).rev().collect();
+            let ring = Ring::new(&ring).unwrap();
+            let collective = collective(kind, root % (nranks as u32 + 1));
+            let spec = ProgramSpec { collective, count, elem_size, chunk_elems, nchannels };
+            let Ok(p) = RingProgram::new(&spec, ring, rank % (nranks as u32 + 1), channel) else {
+                return Ok(());
+            };
+            let input_len = collective.input_len(count, nranks).unwrap();
+            let output_len = collective.output_len(count, nranks).unwrap();
+            let len = p.len();
+            let mut seen = 0usize;
+            for step in p.clone().take(2000) {
+                if step.prim.reads_input() {
+                    proptest::prop_assert!(step.input_offset.checked_add(step.len).unwrap() <= input_len);
+                }
+                if step.prim.writes_output() {
+                    proptest::prop_assert!(step.output_offset.checked_add(step.len).unwrap() <= output_len);
+                }
+                seen += 1;
+            }
+            proptest::prop_assert_eq!(seen, len.min(2000));
+            let _ = (p.send_count(), p.recv_count());
+        }
+    }
+}
