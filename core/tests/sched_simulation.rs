@@ -166,8 +166,7 @@ fn run_channel<T: Scalar>(
     case: &Case,
     ring: &[u32],
     channel: u32,
-    inputs: &[Vec<Lanes<T>>],
-    outputs: &mut [Vec<Lanes<T>>],
+    memory: &mut [RankMemory<T>],
     writes: &mut [Vec<u32>],
 ) {
     let n = case.nranks;
@@ -223,20 +222,21 @@ fn run_channel<T: Scalar>(
                 );
                 m.data
             });
+            let mem = &mut memory[r];
             let input = step.prim.reads_input().then(|| {
                 assert!(step.input_offset + step.len <= input_len, "{step:?}");
-                &inputs[r][step.input_offset..step.input_offset + step.len]
+                mem.data[mem.input_base + step.input_offset..][..step.len].to_vec()
             });
             let mut data: Vec<Lanes<T>> = match (received, input) {
                 (Some(recv), Some(input)) => {
                     assert!(step.prim.reduces());
                     recv.iter()
-                        .zip(input)
+                        .zip(&input)
                         .map(|(a, b)| reduce(*a, *b))
                         .collect()
                 }
                 (Some(recv), None) => recv,
-                (None, Some(input)) => input.to_vec(),
+                (None, Some(input)) => input,
                 (None, None) => panic!("{step:?} has no source"),
             };
             if step.post_op {
@@ -244,7 +244,7 @@ fn run_channel<T: Scalar>(
             }
             if step.prim.writes_output() {
                 assert!(step.output_offset + step.len <= output_len, "{step:?}");
-                outputs[r][step.output_offset..][..step.len].copy_from_slice(&data);
+                mem.data[mem.output_base + step.output_offset..][..step.len].copy_from_slice(&data);
                 writes[r][step.output_offset..][..step.len]
                     .iter_mut()
                     .for_each(|w| *w += 1);
@@ -267,7 +267,63 @@ fn run_channel<T: Scalar>(
     assert!(fifo.iter().all(VecDeque::is_empty), "messages left over");
 }
 
-fn check<T: Scalar>(case: &Case, rng: &mut XorShift) {
+/// A rank's memory: input and output apart, or aliased the way NCCL's in-place calls alias
+/// them (ReduceScatter's output is the rank's block of its input, AllGather's input the rank's
+/// block of its output, the others one buffer).
+struct RankMemory<T> {
+    data: Vec<Lanes<T>>,
+    input_base: usize,
+    output_base: usize,
+}
+
+impl<T: Scalar> RankMemory<T> {
+    fn new(
+        case: &Case,
+        rank: usize,
+        input: &[Lanes<T>],
+        in_place: bool,
+        rng: &mut XorShift,
+    ) -> Self {
+        let n = case.nranks;
+        let output_len = case.collective.output_len(case.count, n).unwrap();
+        let garbage = |rng: &mut XorShift| -> Vec<Lanes<T>> {
+            (0..output_len).map(|_| random_lanes(rng)).collect()
+        };
+        let own_block = rank * case.count;
+        match (in_place, case.collective) {
+            (false, _) => RankMemory {
+                data: input.iter().copied().chain(garbage(rng)).collect(),
+                input_base: 0,
+                output_base: input.len(),
+            },
+            (true, Collective::ReduceScatter) => RankMemory {
+                data: input.to_vec(),
+                input_base: 0,
+                output_base: own_block,
+            },
+            (true, Collective::AllGather) => {
+                let mut data = garbage(rng);
+                data[own_block..][..case.count].copy_from_slice(input);
+                RankMemory {
+                    data,
+                    input_base: own_block,
+                    output_base: 0,
+                }
+            }
+            (true, _) => RankMemory {
+                data: input.to_vec(),
+                input_base: 0,
+                output_base: 0,
+            },
+        }
+    }
+
+    fn output(&self, len: usize) -> Vec<Lanes<T>> {
+        self.data[self.output_base..][..len].to_vec()
+    }
+}
+
+fn check<T: Scalar>(case: &Case, in_place: bool, rng: &mut XorShift) {
     let n = case.nranks;
     let count = case.count;
     let input_len = case.collective.input_len(count, n).unwrap();
@@ -275,10 +331,12 @@ fn check<T: Scalar>(case: &Case, rng: &mut XorShift) {
     let inputs: Vec<Vec<Lanes<T>>> = (0..n)
         .map(|_| (0..input_len).map(|_| random_lanes(rng)).collect())
         .collect();
-    let initial: Vec<Vec<Lanes<T>>> = (0..n)
-        .map(|_| (0..output_len).map(|_| random_lanes(rng)).collect())
+    let mut memory: Vec<RankMemory<T>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(r, input)| RankMemory::new(case, r, input, in_place, rng))
         .collect();
-    let mut outputs = initial.clone();
+    let initial: Vec<Vec<Lanes<T>>> = memory.iter().map(|m| m.output(output_len)).collect();
     let mut writes = vec![vec![0u32; output_len]; n];
 
     // Channel parts tile the count.
@@ -293,7 +351,7 @@ fn check<T: Scalar>(case: &Case, rng: &mut XorShift) {
         } else {
             rng.permutation(n)
         };
-        run_channel(case, &ring, c, &inputs, &mut outputs, &mut writes);
+        run_channel(case, &ring, c, &mut memory, &mut writes);
     }
     assert_eq!(next, count);
 
@@ -316,10 +374,13 @@ fn check<T: Scalar>(case: &Case, rng: &mut XorShift) {
             Collective::Reduce { root } if root as usize == r => (0..count).map(reduced).collect(),
             Collective::Reduce { .. } => initial[r].clone(),
         };
-        for (i, (got, want)) in outputs[r].iter().zip(&expected).enumerate() {
+        let output = memory[r].output(output_len);
+        assert_eq!(output.len(), expected.len());
+        for (i, (got, want)) in output.iter().zip(&expected).enumerate() {
             assert_eq!(
                 got, want,
-                "{:?} n={n} count={count} channels={} chunk={}: rank {r} element {i}",
+                "{:?} n={n} count={count} channels={} chunk={} in_place={in_place}: \
+                 rank {r} element {i}",
                 case.collective, case.nchannels, case.chunk
             );
         }
@@ -349,6 +410,7 @@ fn collectives(n: usize) -> Vec<Collective> {
 /// Every rank count 1..=9, channel count 1..=4, collective and root, for each `(count, chunk)`.
 fn sweep<T: Scalar>(seed: u64, cases: &[(usize, usize)]) {
     let mut rng = XorShift(seed);
+    let mut in_place = false;
     for nranks in 1..=9 {
         for &(count, chunk) in cases {
             // The cost is per element (n^2 * count of them); the large counts try one channel
@@ -364,7 +426,9 @@ fn sweep<T: Scalar>(seed: u64, cases: &[(usize, usize)]) {
                             nchannels,
                             chunk,
                         };
-                        check::<T>(&case, &mut rng);
+                        // Alternate out-of-place and in-place calls.
+                        in_place = !in_place;
+                        check::<T>(&case, in_place, &mut rng);
                     }
                 }
             }
@@ -432,7 +496,7 @@ fn nccl_chunk_sizes_with_a_small_buffer() {
                     nchannels: 2,
                     chunk,
                 };
-                check::<f32>(&case, &mut rng);
+                check::<f32>(&case, count % 2 == 0, &mut rng);
             }
         }
     }
@@ -518,6 +582,7 @@ proptest::proptest! {
         nchannels in 1u32..=6,
         seed in 1u64..,
         float: bool,
+        in_place: bool,
     ) {
         let root = root_pick % nranks as u32;
         let collective = match kind {
@@ -530,9 +595,9 @@ proptest::proptest! {
         let case = Case { collective, nranks, count, nchannels, chunk };
         let mut rng = XorShift(seed);
         if float {
-            check::<f32>(&case, &mut rng);
+            check::<f32>(&case, in_place, &mut rng);
         } else {
-            check::<i64>(&case, &mut rng);
+            check::<i64>(&case, in_place, &mut rng);
         }
     }
 }

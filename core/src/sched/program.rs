@@ -489,6 +489,8 @@ mod test {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
         /// Any input gives an error or a program whose every range is inside the buffers.
         #[test]
         fn no_panic_and_in_bounds(
@@ -506,7 +508,10 @@ mod test {
             let ring = Ring::new(&ring).unwrap();
             let collective = collective(kind, root % (nranks as u32 + 1));
             let spec = ProgramSpec { collective, count, elem_size, chunk_elems, nchannels };
-            let Ok(p) = RingProgram::new(&spec, ring, rank % (nranks as u32 + 1), channel) else {
+            // Mostly valid ranks and channels, so that most cases build a program.
+            let rank = rank % (nranks as u32 + 1);
+            let channel = channel % (nchannels + 1);
+            let Ok(p) = RingProgram::new(&spec, ring, rank, channel) else {
                 return Ok(());
             };
             let input_len = collective.input_len(count, nranks).unwrap();
