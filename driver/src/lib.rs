@@ -6,4 +6,5 @@
 
 pub mod bootstrap;
 pub mod capi;
+pub mod conn;
 pub mod net;
