@@ -794,3 +794,31 @@ impl State {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_layout_is_big_endian_and_roundtrips() {
+        let f = Frame {
+            kind: KIND_RTS,
+            index: 7,
+            count: 8,
+            tag: 0x0102_0304,
+            size: 0x0a0b_0c0d_0e0f_1011,
+        };
+        let b = f.encode();
+        assert_eq!(
+            b,
+            [
+                2, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
+            ]
+        );
+        let d = Frame::decode(&b);
+        assert_eq!(
+            (d.kind, d.index, d.count, d.tag, d.size),
+            (f.kind, f.index, f.count, f.tag, f.size)
+        );
+    }
+}

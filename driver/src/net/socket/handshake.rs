@@ -96,10 +96,19 @@ pub(super) fn random_u64() -> u64 {
     h.finish()
 }
 
+/// Every connection socket: nonblocking, no Nagle delay (the control socket carries small
+/// frames that must leave at once), and dead-peer detection.
 fn nonblocking_nodelay(s: &TcpStream, peer: SocketAddr) -> Result<(), NetError> {
     s.set_nonblocking(true)
         .and_then(|()| s.set_nodelay(true))
-        .map_err(|e| NetError::io("configure a socket (nonblocking, TCP_NODELAY)", &e).peer(peer))
+        .and_then(|()| sys::detect_dead_peer(s.as_raw_fd()))
+        .map_err(|e| {
+            NetError::io(
+                "configure a socket (nonblocking, TCP_NODELAY, keepalive)",
+                &e,
+            )
+            .peer(peer)
+        })
 }
 
 // ---------------------------------------------------------------------------------------

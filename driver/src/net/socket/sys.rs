@@ -152,3 +152,49 @@ pub fn would_block(err: &io::Error) -> bool {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
     )
 }
+
+/// Seconds of silence before the kernel probes a connection, the probe interval and count,
+/// and the most seconds sent data may stay unacknowledged. A peer host that vanished without
+/// a reset (power loss, cable, partition) thus turns into a socket error within about a
+/// minute instead of a hang; a live but idle peer answers the probes from its kernel.
+const KEEPALIVE_IDLE_S: libc::c_int = 30;
+const KEEPALIVE_INTERVAL_S: libc::c_int = 5;
+const KEEPALIVE_PROBES: libc::c_int = 6;
+const USER_TIMEOUT_MS: libc::c_uint = 60_000;
+
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and we pass its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Enables keepalive probes and TCP_USER_TIMEOUT on a connected socket (see the constants).
+pub fn detect_dead_peer(fd: RawFd) -> io::Result<()> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S)?;
+    set_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        KEEPALIVE_INTERVAL_S,
+    )?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_PROBES)?;
+    set_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        USER_TIMEOUT_MS as libc::c_int,
+    )
+}
