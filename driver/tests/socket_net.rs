@@ -612,3 +612,78 @@ fn two_connections_from_one_listen_comm() {
     assert!(got == want);
     let _ = mr(&net, &senders[0], &mut [0u8; 4]);
 }
+
+fn net_with_timeout(timeout: Duration) -> SocketNet {
+    SocketNet::new(SocketConfig {
+        ifname: Some("=lo".into()),
+        threads: 2,
+        sockets_per_thread: 1,
+        connect_timeout: timeout,
+        ..SocketConfig::default()
+    })
+    .unwrap()
+}
+
+/// Polls connect alone until it fails; the whole attempt must end within `limit`.
+fn connect_error(net: &SocketNet, handle: &NetHandle, limit: Duration) -> weft::net::NetError {
+    let mut state = None;
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < limit,
+            "connect neither failed nor finished"
+        );
+        match net.connect(0, handle, &mut state) {
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(Some(_)) => panic!("connected to nobody"),
+            Err(e) => return e,
+        }
+    }
+}
+
+#[test]
+fn connect_to_a_closed_listener_fails_with_its_address() {
+    let net = net_with_timeout(Duration::from_secs(2));
+    let (handle, listen) = net.listen(0).unwrap();
+    net.close_listen(listen).unwrap();
+    let e = connect_error(&net, &handle, Duration::from_secs(10));
+    assert_eq!(
+        e.kind(),
+        NetErrorKind::Io(std::io::ErrorKind::ConnectionRefused),
+        "{e}"
+    );
+    assert!(e.to_string().contains("127.0.0.1:"), "{e}");
+    assert!(e.to_string().contains("listener alive"), "{e}");
+}
+
+#[test]
+fn connect_times_out_when_nobody_accepts() {
+    let net = net_with_timeout(Duration::from_secs(1));
+    // The kernel completes the TCP connects (backlog), but accept is never called.
+    let (handle, _listen) = net.listen(0).unwrap();
+    let start = Instant::now();
+    let e = connect_error(&net, &handle, Duration::from_secs(10));
+    assert_eq!(e.kind(), NetErrorKind::Timeout, "{e}");
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    assert!(e.to_string().contains("calling accept"), "{e}");
+}
+
+#[test]
+fn ipv6_loopback_when_available() {
+    let Ok(net) = SocketNet::new(SocketConfig {
+        ifname: Some("=lo".into()),
+        family: Some(weft::net::socket::interface::Family::V6),
+        ..SocketConfig::default()
+    }) else {
+        // No ::1 on this host (IPv6 disabled): nothing to check.
+        return;
+    };
+    let (h, _l) = net.listen(0).unwrap();
+    assert_eq!(h.0[6], 6);
+    let (mut send, mut recv) = pair(&net);
+    let data = XorShift(6).bytes(3_000_001);
+    let (s, r, got) = transfer(&net, &mut send, &mut recv, &data, data.len() + 1, 8);
+    assert_eq!(s.unwrap().sizes(), &[data.len()]);
+    assert_eq!(r.unwrap().sizes(), &[data.len()]);
+    assert!(got[..data.len()] == data[..]);
+}

@@ -35,8 +35,11 @@ const HELLO_LEN: usize = 32;
 const ANSWER_LEN: usize = 8;
 /// Sockets that connect but never complete their hello are dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a refused connect is retried (the listener's backlog may be full for a moment).
+/// Pause between tries of a refused connect.
 const REFUSED_RETRY: Duration = Duration::from_millis(10);
+/// How long refused connects are retried. A handle exists only once its listener is up, so a
+/// lasting refusal means the listener is gone: say so quickly rather than at the deadline.
+const REFUSED_FOR: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Hello {
@@ -343,6 +346,7 @@ pub struct SocketConnecting {
     answer: [u8; ANSWER_LEN],
     answer_got: usize,
     deadline: Instant,
+    refused_deadline: Instant,
 }
 
 impl SocketConnecting {
@@ -362,12 +366,23 @@ impl SocketConnecting {
             answer: [0; ANSWER_LEN],
             answer_got: 0,
             deadline: Instant::now() + timeout,
+            refused_deadline: Instant::now() + (timeout / 2).min(REFUSED_FOR),
         };
         // Start the TCP connects right away so that they progress while the caller polls.
         for i in 0..count {
             this.advance_socket(i)?;
         }
         Ok(this)
+    }
+
+    /// Whether a failed TCP connect is worth another try.
+    fn retryable(&self, e: &std::io::Error) -> bool {
+        let now = Instant::now();
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => now < self.refused_deadline,
+            std::io::ErrorKind::TimedOut => now < self.deadline,
+            _ => false,
+        }
     }
 
     /// Moves socket `i` one stage forward if it can.
@@ -390,6 +405,9 @@ impl SocketConnecting {
                 } else {
                     match sys::start_connect(&addr) {
                         Ok(s) => SocketStage::Connecting(s),
+                        Err(e) if self.retryable(&e) => {
+                            SocketStage::RetryAt(Instant::now() + REFUSED_RETRY)
+                        }
                         Err(e) => {
                             return Err(NetError::io(format!("connect to {addr}"), &e)
                                 .peer(addr)
@@ -404,12 +422,7 @@ impl SocketConnecting {
                     SocketStage::Hello(s, 0)
                 }
                 Ok(false) => SocketStage::Connecting(s),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut
-                    ) && Instant::now() < self.deadline =>
-                {
+                Err(e) if self.retryable(&e) => {
                     SocketStage::RetryAt(Instant::now() + REFUSED_RETRY)
                 }
                 Err(e) => {
