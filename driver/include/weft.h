@@ -194,34 +194,6 @@ typedef struct weft_abi_layout {
   size_t dev_comm_channels_offset;
 } weft_abi_layout;
 
-// One direction of one connection (NCCL's `ncclConnInfo`, laid out for weft).
-//
-// All padding is explicit (the `IntoBytes` derive refuses implicit padding), so the C
-// header generated from this struct has the same layout on every compiler.
-typedef struct weft_conn_info {
-  // Address of the FIFO buffer of each protocol, indexed by `Protocol` (0: absent).
-  // Local for the receiver, the peer's for the sender.
-  uint64_t buffs[WEFT_NUM_PROTOCOLS];
-  // Size in bytes of each protocol's buffer (`STEPS` slots each).
-  uint32_t buff_sizes[WEFT_NUM_PROTOCOLS];
-  // Bytes per slot of the SIMPLE buffer.
-  uint32_t step_size;
-  // Address of the `u64` head counter: steps consumed by the receiver (credits).
-  uint64_t head;
-  // Address of the `u64` tail counter: steps posted by the sender.
-  uint64_t tail;
-  // Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
-  uint64_t sizes_fifo;
-  // Address where direct connections exchange user-buffer pointers (0: none).
-  uint64_t ptr_exchange;
-  // The next step this side will post (sender) or wait for (receiver).
-  uint64_t step;
-  // `CONN_*` bits.
-  uint32_t flags;
-  // Number of slots in each protocol's buffer (NCCL's `NCCL_STEPS`).
-  uint32_t steps;
-} weft_conn_info;
-
 // One collective call as the channels that run it see it.
 typedef struct weft_coll_work {
   // Address of the input buffer.
@@ -257,6 +229,34 @@ typedef struct weft_coll_work {
   // Must be zero: room for a later field without changing the size.
   uint32_t reserved;
 } weft_coll_work;
+
+// One direction of one connection (NCCL's `ncclConnInfo`, laid out for weft).
+//
+// All padding is explicit (the `IntoBytes` derive refuses implicit padding), so the C
+// header generated from this struct has the same layout on every compiler.
+typedef struct weft_conn_info {
+  // Address of the FIFO buffer of each protocol, indexed by `Protocol` (0: absent).
+  // Local for the receiver, the peer's for the sender.
+  uint64_t buffs[WEFT_NUM_PROTOCOLS];
+  // Size in bytes of each protocol's buffer (`STEPS` slots each).
+  uint32_t buff_sizes[WEFT_NUM_PROTOCOLS];
+  // Bytes per slot of the SIMPLE buffer.
+  uint32_t step_size;
+  // Address of the `u64` head counter: steps consumed by the receiver (credits).
+  uint64_t head;
+  // Address of the `u64` tail counter: steps posted by the sender.
+  uint64_t tail;
+  // Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
+  uint64_t sizes_fifo;
+  // Address where direct connections exchange user-buffer pointers (0: none).
+  uint64_t ptr_exchange;
+  // The next step this side will post (sender) or wait for (receiver).
+  uint64_t step;
+  // `CONN_*` bits.
+  uint32_t flags;
+  // Number of slots in each protocol's buffer (NCCL's `NCCL_STEPS`).
+  uint32_t steps;
+} weft_conn_info;
 
 // What one kernel launch receives: where the communicator's device state is, and the work.
 typedef struct weft_kernel_args {
@@ -327,6 +327,8 @@ typedef struct weft_dev_comm {
   uint64_t channels;
 } weft_dev_comm;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -381,6 +383,24 @@ weft_status weft_redop_name(uint32_t op, const char **name);
 // `name` is NULL or a NUL-terminated string; `op` is NULL or points to a writable
 // `uint32_t`.
 weft_status weft_redop_from_name(const char *name, uint32_t *op);
+
+// Checks a work item as a kernel would before trusting it: known collective, data type,
+// operator, algorithm and protocol numbers; a channel range inside `WEFT_MAX_CHANNELS`; a
+// root below `nranks` for Broadcast and Reduce; a chunk that is a non-zero multiple of the
+// element size; chunk steps a multiple of slice steps; `reserved` zero; a byte count that
+// fits 64 bits. `WEFT_ERR_BAD_FIELD` names the first field at fault.
+//
+// # Safety
+// `work` is NULL or points to a readable `weft_coll_work`.
+weft_status weft_coll_work_validate(const struct weft_coll_work *work, uint32_t nranks);
+
+// Checks a connection description: only known `WEFT_CONN_*` flags, `WEFT_STEPS` slots,
+// non-zero head and tail addresses, and SIMPLE slots that fit the SIMPLE buffer.
+// `WEFT_ERR_BAD_FIELD` names the first field at fault.
+//
+// # Safety
+// `conn` is NULL or points to a readable `weft_conn_info`.
+weft_status weft_conn_info_validate(const struct weft_conn_info *conn);
 
 // Static text of a status code. Never NULL; the string lives as long as the program.
 // Unknown codes give "unknown weft status code".

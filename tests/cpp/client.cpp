@@ -198,6 +198,58 @@ void test_last_error_semantics() {
     EXPECT(weft_dtype_size(0, &size), WEFT_OK, "");
 }
 
+void test_validate() {
+    weft_coll_work w;
+    std::memset(&w, 0, sizeof w);
+    w.send_buff = 0x7000000;
+    w.recv_buff = 0x7100000;
+    w.count = 1000003;
+    w.chunk_size = 131072 * 3;
+    w.coll = WEFT_COLL_KIND_ALL_REDUCE;
+    w.dtype = WEFT_DATA_TYPE_BFLOAT16;
+    w.redop = WEFT_RED_OP_MAX;
+    w.algorithm = WEFT_ALGORITHM_RING;
+    w.protocol = WEFT_PROTOCOL_SIMPLE;
+    w.channel_lo = 5;
+    w.channel_count = 11;
+    w.slice_steps = 2;
+    w.chunk_steps = 4;
+    EXPECT(weft_coll_work_validate(&w, 7), WEFT_OK, "");
+    weft_coll_work bad = w;
+    bad.dtype = 10;
+    EXPECT(weft_coll_work_validate(&bad, 7), WEFT_ERR_BAD_FIELD,
+           "weft_coll_work_validate: data type: invalid value 10");
+    bad = w;
+    bad.channel_lo = 60;
+    bad.channel_count = 5;
+    EXPECT(weft_coll_work_validate(&bad, 7), WEFT_ERR_BAD_FIELD, "work channel_count: invalid value 5");
+    bad = w;
+    bad.coll = WEFT_COLL_KIND_BROADCAST;
+    bad.root = 7;
+    EXPECT(weft_coll_work_validate(&bad, 7), WEFT_ERR_BAD_FIELD, "work root: invalid value 7");
+    bad.root = 6;
+    EXPECT(weft_coll_work_validate(&bad, 7), WEFT_OK, "");
+    EXPECT(weft_coll_work_validate(nullptr, 7), WEFT_ERR_NULL_ARG, "argument `work` is NULL");
+
+    weft_conn_info c;
+    std::memset(&c, 0, sizeof c);
+    c.buffs[WEFT_PROTOCOL_SIMPLE] = 0x7f0000100000ull;
+    c.buff_sizes[WEFT_PROTOCOL_SIMPLE] = 8 * 524288;
+    c.step_size = 524288;
+    c.head = 0x7f0000000040ull;
+    c.tail = 0x7f0000000080ull;
+    c.flags = WEFT_CONN_DIRECT_READ | WEFT_CONN_PROXY_DRIVEN;
+    c.steps = WEFT_STEPS;
+    EXPECT(weft_conn_info_validate(&c), WEFT_OK, "");
+    weft_conn_info badc = c;
+    badc.flags |= 1u << 20;
+    EXPECT(weft_conn_info_validate(&badc), WEFT_ERR_BAD_FIELD, "conn flags: invalid value 1048576");
+    badc = c;
+    badc.step_size = 524289;
+    EXPECT(weft_conn_info_validate(&badc), WEFT_ERR_BAD_FIELD, "conn step_size");
+    EXPECT(weft_conn_info_validate(nullptr), WEFT_ERR_NULL_ARG, "argument `conn` is NULL");
+}
+
 }  // namespace
 
 int main() {
@@ -206,6 +258,7 @@ int main() {
     test_data_types();
     test_red_ops();
     test_last_error_semantics();
+    test_validate();
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 && passed > 0 ? 0 : 1;
 }

@@ -7,7 +7,7 @@ use weft_core::abi::{
     RingInfo, TreeInfo,
 };
 
-use super::boundary::{arg_cstr, arg_mut, boundary};
+use super::boundary::{arg_cstr, arg_mut, arg_ref, boundary};
 use super::status::{CallError, weft_status};
 
 // The constants of `weft_core::abi`, under their C names. cbindgen reads only literals, so
@@ -255,6 +255,41 @@ pub unsafe extern "C" fn weft_redop_from_name(name: *const c_char, op: *mut u32)
             CallError::bad_arg("name", format!("{name:?}"), "one of sum prod max min avg")
         })?;
         *op = found as u32;
+        Ok(())
+    })
+}
+
+/// Checks a work item as a kernel would before trusting it: known collective, data type,
+/// operator, algorithm and protocol numbers; a channel range inside `WEFT_MAX_CHANNELS`; a
+/// root below `nranks` for Broadcast and Reduce; a chunk that is a non-zero multiple of the
+/// element size; chunk steps a multiple of slice steps; `reserved` zero; a byte count that
+/// fits 64 bits. `WEFT_ERR_BAD_FIELD` names the first field at fault.
+///
+/// # Safety
+/// `work` is NULL or points to a readable `weft_coll_work`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_coll_work_validate(
+    work: *const CollWork,
+    nranks: u32,
+) -> weft_status {
+    boundary!("weft_coll_work_validate", {
+        let work = arg_ref!(work, "work");
+        work.validate(nranks)?;
+        Ok(())
+    })
+}
+
+/// Checks a connection description: only known `WEFT_CONN_*` flags, `WEFT_STEPS` slots,
+/// non-zero head and tail addresses, and SIMPLE slots that fit the SIMPLE buffer.
+/// `WEFT_ERR_BAD_FIELD` names the first field at fault.
+///
+/// # Safety
+/// `conn` is NULL or points to a readable `weft_conn_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_conn_info_validate(conn: *const ConnInfo) -> weft_status {
+    boundary!("weft_conn_info_validate", {
+        let conn = arg_ref!(conn, "conn");
+        conn.validate()?;
         Ok(())
     })
 }

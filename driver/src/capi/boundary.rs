@@ -122,7 +122,6 @@ pub(crate) use boundary;
 /// `arg_ref!(ptr, "name")`: `&T` from a `*const T` argument, or returns `WEFT_ERR_NULL_ARG`
 /// naming the argument. Only inside a `boundary!` status body of an `unsafe extern "C" fn`
 /// whose `# Safety` section says a non-null pointer must be valid for reads.
-#[allow(unused_macros)] // until the mesh handle functions land
 macro_rules! arg_ref {
     ($ptr:expr, $name:literal) => {{
         let ptr = $ptr;
@@ -135,7 +134,6 @@ macro_rules! arg_ref {
         unsafe { &*ptr }
     }};
 }
-#[allow(unused_imports)]
 pub(crate) use arg_ref;
 
 /// `arg_mut!(ptr, "name")`: `&mut T` from a `*mut T` out-argument, or `WEFT_ERR_NULL_ARG`.
