@@ -1,0 +1,193 @@
+//! The CPU executor: runs `weft_core::sched` ring programs over host FIFO connections.
+//!
+//! A collective call becomes one [`ProgramSpec`]; each channel that has elements to move
+//! runs its rank's [`RingProgram`](weft_core::sched::RingProgram) ([`ring::run_channel`]) on
+//! its own thread: the caller's thread for the first channel, persistent workers
+//! ([`pool::WorkerPool`]) for the others. Point-to-point groups run one job per peer the
+//! same way ([`p2p`]). Every wait is a FIFO wait ([`crate::conn`]): it ends on data, on the
+//! communicator's abort flag, on a dead or closed peer, or at its deadline.
+//!
+//! When any job fails, the executor raises the abort flag (so this rank's other channels
+//! stop), then marks every connection aborted for the peers (so their waits end within
+//! microseconds instead of at the deadline), and the communicator refuses further calls.
+
+pub mod buffers;
+pub mod combine;
+pub mod error;
+pub mod p2p;
+pub mod pool;
+pub mod ring;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use weft_core::abi::{DataType, RedOp};
+use weft_core::sched::{ChunkSizing, Collective, ProgramSpec, align_elems, channel_part};
+
+pub use buffers::RawBuffers;
+pub use error::ExecError;
+pub use pool::{Job, WorkerPool};
+pub use ring::{RingCall, RingConns};
+
+use crate::conn::AbortFlag;
+
+/// One channel of a communicator: its ring and, with two or more ranks, its connections.
+#[derive(Debug, Clone)]
+pub struct ExecChannel {
+    pub ring: Arc<[u32]>,
+    pub conns: Option<Arc<Mutex<RingConns>>>,
+}
+
+/// Runs collectives for one rank over its channels.
+#[derive(Debug)]
+pub struct Executor {
+    rank: u32,
+    nranks: usize,
+    channels: Vec<ExecChannel>,
+    /// Bytes of one connection's whole FIFO (slots x step bytes): what chunks are cut from.
+    buffer_bytes: usize,
+    abort: AbortFlag,
+    pool: WorkerPool,
+}
+
+/// Locks a connection even if a panicking job poisoned the mutex: the FIFO state is
+/// counters in shared memory, which a panic cannot leave half-updated in a way that matters
+/// more than the panic itself (already reported as an error).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Executor {
+    pub fn new(
+        rank: u32,
+        nranks: usize,
+        channels: Vec<ExecChannel>,
+        buffer_bytes: usize,
+        abort: AbortFlag,
+    ) -> Self {
+        Executor {
+            rank,
+            nranks,
+            channels,
+            buffer_bytes,
+            abort,
+            pool: WorkerPool::new(format!("weft-r{rank}")),
+        }
+    }
+
+    pub fn nchannels(&self) -> usize {
+        self.channels.len()
+    }
+
+    pub fn channels(&self) -> &[ExecChannel] {
+        &self.channels
+    }
+
+    pub fn abort_flag(&self) -> &AbortFlag {
+        &self.abort
+    }
+
+    /// The spec every rank computes for this call (the same on all of them).
+    pub fn spec(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<(ProgramSpec, ChunkSizing), ExecError> {
+        let esize = dtype.size_of_elem();
+        let max = u32::try_from(self.channels.len()).unwrap_or(u32::MAX);
+        let spec = ProgramSpec::new(
+            collective,
+            count,
+            esize,
+            self.nranks,
+            max,
+            self.buffer_bytes,
+        )?;
+        let sizing = ChunkSizing::new(collective, self.buffer_bytes, esize)?;
+        Ok((spec, sizing))
+    }
+
+    /// Runs `collective` on `buffers` (see [`Collective`] for what `count` means).
+    pub fn collective(
+        &mut self,
+        collective: Collective,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        buffers: RawBuffers,
+    ) -> Result<(), ExecError> {
+        let (spec, sizing) = self.spec(collective, count, dtype)?;
+        let call = RingCall {
+            spec,
+            sizing,
+            dtype,
+            op,
+            buffers,
+        };
+        let align = align_elems(dtype.size_of_elem())?;
+        let mut jobs: Vec<Job> = Vec::new();
+        for c in 0..spec.nchannels {
+            if channel_part(count, align, spec.nchannels, c)?.len == 0 {
+                continue;
+            }
+            let channel =
+                self.channels
+                    .get(c as usize)
+                    .cloned()
+                    .ok_or(ExecError::InvalidArgument(format!(
+                        "channel {c} does not exist ({} channels)",
+                        self.channels.len()
+                    )))?;
+            let (rank, abort) = (self.rank, self.abort.clone());
+            jobs.push(Box::new(move || {
+                let mut guard = channel.conns.as_deref().map(lock);
+                let result = ring::run_channel(&call, &channel.ring, rank, c, guard.as_deref_mut());
+                if result.is_err() {
+                    abort.abort();
+                }
+                result
+            }));
+        }
+        self.run(jobs)
+    }
+
+    /// Runs `jobs` (at least one) in parallel and reduces their results to the first root
+    /// cause; on failure, every connection is marked aborted for the peers.
+    pub fn run(&mut self, jobs: Vec<Job>) -> Result<(), ExecError> {
+        if self.abort.is_aborted() {
+            return Err(ExecError::InvalidArgument(
+                "the communicator was aborted by an earlier error".to_string(),
+            ));
+        }
+        let results = self.pool.run(jobs);
+        let mut first: Option<ExecError> = None;
+        for err in results.into_iter().filter_map(Result::err) {
+            match &first {
+                Some(f) if !f.is_secondary() || err.is_secondary() => {}
+                _ => first = Some(err),
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(err) => {
+                self.abort.abort();
+                self.abort_connections();
+                Err(err)
+            }
+        }
+    }
+
+    /// Marks every ring connection aborted in shared memory, so that the peers' waits end.
+    pub fn abort_connections(&self) {
+        for channel in &self.channels {
+            if let Some(conns) = &channel.conns {
+                let conns = lock(conns);
+                conns.send.abort();
+                conns.recv.abort();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,237 @@
+//! The executor on in-process rings: one thread per rank, heap FIFOs between them. Every
+//! collective, type and operator, odd counts, in place and out of place, several channels;
+//! every element checked against `verify`'s reference.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use weft_core::abi::{DataType, RedOp};
+use weft_core::sched::Collective;
+
+use super::*;
+use crate::conn::{ConnId, Direction, FifoLayout, FifoRegion, WaitPolicy, Waiter};
+use crate::verify::{Expect, TestData};
+
+/// Builds `nranks` executors with `nchannels` rings 0..n, FIFOs of `step_bytes` per slot.
+fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor> {
+    let layout = FifoLayout::new(8, step_bytes).unwrap();
+    let aborts: Vec<AbortFlag> = (0..nranks).map(|_| AbortFlag::new()).collect();
+    let waiter = |r: usize| Waiter {
+        policy: WaitPolicy::default().with_timeout(Duration::from_secs(20)),
+        abort: aborts[r].clone(),
+        peer_pid: None,
+    };
+    let ring: Arc<[u32]> = (0..nranks as u32).collect();
+    let mut channels: Vec<Vec<ExecChannel>> = vec![Vec::new(); nranks];
+    for c in 0..nchannels {
+        // Connection r -> r+1: rank r sends on it, rank r+1 receives.
+        let mut sends = Vec::new();
+        let mut recvs: Vec<Option<crate::conn::FifoRecvEnd>> = (0..nranks).map(|_| None).collect();
+        for r in 0..nranks {
+            let next = (r + 1) % nranks;
+            let region = FifoRegion::local(layout).unwrap();
+            let id = ConnId {
+                transport: "local",
+                rank: r as u32,
+                peer: next as u32,
+                channel: c as u32,
+                dir: Direction::Send,
+            };
+            sends.push(region.send_end(id, waiter(r)));
+            let rid = ConnId {
+                rank: next as u32,
+                peer: r as u32,
+                ..id
+            };
+            recvs[next] = Some(region.recv_end(rid, waiter(next)));
+        }
+        for (r, (send, recv)) in sends.into_iter().zip(recvs).enumerate() {
+            let conns = (nranks > 1).then(|| {
+                Arc::new(Mutex::new(RingConns {
+                    send,
+                    recv: recv.unwrap(),
+                }))
+            });
+            channels[r].push(ExecChannel {
+                ring: Arc::clone(&ring),
+                conns,
+            });
+        }
+    }
+    channels
+        .into_iter()
+        .enumerate()
+        .map(|(r, ch)| Executor::new(r as u32, nranks, ch, 8 * step_bytes, aborts[r].clone()))
+        .collect()
+}
+
+fn expect_of(c: Collective) -> Expect {
+    match c {
+        Collective::AllReduce => Expect::AllReduce,
+        Collective::ReduceScatter => Expect::ReduceScatter,
+        Collective::AllGather => Expect::AllGather,
+        Collective::Broadcast { root } => Expect::Broadcast {
+            root: root as usize,
+        },
+        Collective::Reduce { root } => Expect::Reduce {
+            root: root as usize,
+        },
+    }
+}
+
+/// Runs `collective` on every rank (threads) and returns each rank's wrong-element count.
+fn run_case(
+    execs: &mut [Executor],
+    collective: Collective,
+    data: TestData,
+    count: usize,
+    in_place: bool,
+) -> Vec<usize> {
+    let nranks = execs.len();
+    let esize = data.dtype.size_of_elem();
+    let in_len = collective.input_len(count, nranks).unwrap();
+    let out_len = collective.output_len(count, nranks).unwrap();
+    thread::scope(|s| {
+        let handles: Vec<_> = execs
+            .iter_mut()
+            .enumerate()
+            .map(|(rank, exec)| {
+                s.spawn(move || {
+                    let mut out = vec![0xa5u8; out_len * esize];
+                    let mut input = vec![0u8; in_len * esize];
+                    data.fill(rank, 0, &mut input);
+                    let result = if in_place {
+                        // NCCL's in-place layouts: all-gather's input is the rank's block of
+                        // the output, reduce-scatter's output the rank's block of the input.
+                        let (buf, in_off, out_off) = match collective {
+                            Collective::AllGather => {
+                                let at = rank * count * esize;
+                                out[at..at + input.len()].copy_from_slice(&input);
+                                (&mut out, at, 0)
+                            }
+                            Collective::ReduceScatter => (&mut input, 0, rank * count * esize),
+                            _ => {
+                                out.copy_from_slice(&input);
+                                (&mut out, 0, 0)
+                            }
+                        };
+                        let base = buf.as_mut_ptr();
+                        // SAFETY: both ranges lie inside `buf`, which outlives the call.
+                        let raw = unsafe {
+                            RawBuffers::new(
+                                base.wrapping_add(in_off),
+                                in_len * esize,
+                                base.wrapping_add(out_off),
+                                out_len * esize,
+                            )
+                        };
+                        let r = exec.collective(collective, count, data.dtype, data.op, raw);
+                        if collective == Collective::ReduceScatter {
+                            let at = rank * count * esize;
+                            out.copy_from_slice(&input[at..at + out_len * esize]);
+                        }
+                        r
+                    } else {
+                        // SAFETY: two separate vectors that outlive the call.
+                        let raw = unsafe {
+                            RawBuffers::new(
+                                input.as_ptr(),
+                                input.len(),
+                                out.as_mut_ptr(),
+                                out.len(),
+                            )
+                        };
+                        exec.collective(collective, count, data.dtype, data.op, raw)
+                    };
+                    result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                    data.count_wrong(expect_of(collective), rank, count, &out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+const TYPES: [DataType; 10] = [
+    DataType::Int8,
+    DataType::Uint8,
+    DataType::Int32,
+    DataType::Uint32,
+    DataType::Int64,
+    DataType::Uint64,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Float32,
+    DataType::Float64,
+];
+const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
+
+fn collectives(nranks: u32) -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast {
+            root: nranks.saturating_sub(1) / 2,
+        },
+        Collective::Reduce {
+            root: nranks.saturating_sub(1),
+        },
+    ]
+}
+
+#[test]
+fn every_collective_type_and_op_small_counts() {
+    // Small FIFO slots (4 KiB) so that modest counts span many slices, chunks and loops.
+    for (nranks, nchannels) in [(1, 1), (2, 2), (3, 1), (4, 3)] {
+        let mut execs = executors(nranks, nchannels, 4096);
+        let mut seed = 1;
+        for collective in collectives(nranks as u32) {
+            for dtype in TYPES {
+                for op in OPS {
+                    if !collective.reduces() && op != RedOp::Sum {
+                        continue;
+                    }
+                    for (count, in_place) in [(1, false), (37, true), (1001, false), (4099, true)] {
+                        seed += 1;
+                        let data = TestData {
+                            dtype,
+                            op,
+                            seed,
+                            nranks,
+                        };
+                        let wrong = run_case(&mut execs, collective, data, count, in_place);
+                        assert!(
+                            wrong.iter().all(|&w| w == 0),
+                            "{collective:?} {dtype:?} {op:?} count {count} in_place {in_place} \
+                             on {nranks} ranks x {nchannels} channels: wrong {wrong:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn large_counts_on_many_channels() {
+    for (nranks, nchannels) in [(2, 4), (5, 2)] {
+        let mut execs = executors(nranks, nchannels, 64 * 1024);
+        for (k, collective) in collectives(nranks as u32).into_iter().enumerate() {
+            let data = TestData {
+                dtype: DataType::Float32,
+                op: RedOp::Sum,
+                seed: 99 + k as u64,
+                nranks,
+            };
+            for (count, in_place) in [(1_000_003, false), (777_777, true)] {
+                let wrong = run_case(&mut execs, collective, data, count, in_place);
+                assert!(
+                    wrong.iter().all(|&w| w == 0),
+                    "{collective:?} count {count} in_place {in_place} on {nranks}x{nchannels}: {wrong:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Seeded test data and the exact expected result of every collective, element by element.
+//!
+//! Every element a rank contributes is a pure function of (seed, rank, index), so any rank
+//! can compute what every other rank put in, and so the expected output, without holding
+//! the other ranks' buffers. Values are chosen so that results are exact in any reduction
+//! order: integers wrap (associative and commutative); floating values are multiples of
+//! 1/4 in [1/4, 4] (sums of up to 64 ranks are exact even in bfloat16's 8 bits) and, for
+//! products, powers of two in [1/2, 2]. Only `Avg` rounds (one division), so floating
+//! results are compared with a tolerance of a few units in the last place.
+
+use weft_core::abi::{DataType, RedOp};
+
+use crate::exec::combine::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+
+/// What a checked call computes, seen from one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// `out[i] = op over ranks of in(r, i)`.
+    AllReduce,
+    /// `out[i] = op over ranks of in(r, rank * count + i)`.
+    ReduceScatter,
+    /// `out[j * count + i] = in(j, i)`.
+    AllGather,
+    /// `out[i] = in(root, i)`.
+    Broadcast { root: usize },
+    /// On the root, `out[i] = op over ranks of in(r, i)`; elsewhere nothing is checked.
+    Reduce { root: usize },
+    /// `out[i] = in(from, i)`.
+    Recv { from: usize },
+}
+
+/// The data of one test: type, operator, seed and number of ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestData {
+    pub dtype: DataType,
+    pub op: RedOp,
+    pub seed: u64,
+    pub nranks: usize,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A value of a type, widened: integers as wrapping `i128`-free raw bits, floats as `f64`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+impl TestData {
+    fn esize(&self) -> usize {
+        self.dtype.size_of_elem()
+    }
+
+    fn is_float(&self) -> bool {
+        matches!(
+            self.dtype,
+            DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64
+        )
+    }
+
+    fn random(&self, rank: usize, index: usize) -> u64 {
+        splitmix(
+            self.seed
+                ^ splitmix((rank as u64).wrapping_mul(0x1000_0000_01b3))
+                ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )
+    }
+
+    /// What `rank` puts at `index` of its input.
+    fn input(&self, rank: usize, index: usize) -> Value {
+        let r = self.random(rank, index);
+        if !self.is_float() {
+            return Value::Int(r);
+        }
+        let v = if self.op == RedOp::Prod {
+            // 1/2, 1 or 2, with a random sign: products stay exact powers of two.
+            let magnitude = [0.5, 1.0, 2.0][(r % 3) as usize];
+            if (r >> 8) & 1 == 1 {
+                -magnitude
+            } else {
+                magnitude
+            }
+        } else {
+            ((r % 16) as f64 + 1.0) / 4.0
+        };
+        Value::Float(v)
+    }
+
+    fn encode(&self, v: Value, out: &mut [u8]) {
+        match (self.dtype, v) {
+            (DataType::Float16, Value::Float(f)) => {
+                out.copy_from_slice(&f32_to_f16(f as f32).to_ne_bytes())
+            }
+            (DataType::Bfloat16, Value::Float(f)) => {
+                out.copy_from_slice(&f32_to_bf16(f as f32).to_ne_bytes())
+            }
+            (DataType::Float32, Value::Float(f)) => out.copy_from_slice(&(f as f32).to_ne_bytes()),
+            (DataType::Float64, Value::Float(f)) => out.copy_from_slice(&f.to_ne_bytes()),
+            (_, Value::Int(bits)) => {
+                let n = out.len();
+                out.copy_from_slice(&bits.to_le_bytes()[..n]);
+                if cfg!(target_endian = "big") {
+                    out.reverse();
+                }
+            }
+            (_, Value::Float(_)) => out.fill(0),
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Value {
+        let mut le = [0u8; 8];
+        let n = bytes.len().min(8);
+        le[..n].copy_from_slice(&bytes[..n]);
+        if cfg!(target_endian = "big") {
+            le[..n].reverse();
+        }
+        let raw = u64::from_le_bytes(le);
+        match self.dtype {
+            DataType::Float16 => Value::Float(f64::from(f16_to_f32(raw as u16))),
+            DataType::Bfloat16 => Value::Float(f64::from(bf16_to_f32(raw as u16))),
+            DataType::Float32 => Value::Float(f64::from(f32::from_bits(raw as u32))),
+            DataType::Float64 => Value::Float(f64::from_bits(raw)),
+            _ => Value::Int(raw),
+        }
+    }
+
+    /// Sign-extends or masks integer bits to the element type, as a wrapping operation in
+    /// that type would leave them.
+    fn normalize(&self, bits: u64) -> u64 {
+        match self.dtype {
+            DataType::Int8 => bits as i8 as i64 as u64,
+            DataType::Uint8 => bits & 0xff,
+            DataType::Int32 => bits as i32 as i64 as u64,
+            DataType::Uint32 => bits & 0xffff_ffff,
+            _ => bits,
+        }
+    }
+
+    fn signed(&self) -> bool {
+        matches!(
+            self.dtype,
+            DataType::Int8 | DataType::Int32 | DataType::Int64
+        )
+    }
+
+    fn combine(&self, a: Value, b: Value) -> Value {
+        match (a, b) {
+            (Value::Int(x), Value::Int(y)) => {
+                let (x, y) = (self.normalize(x), self.normalize(y));
+                let r = match self.op {
+                    RedOp::Sum | RedOp::Avg => x.wrapping_add(y),
+                    RedOp::Prod => x.wrapping_mul(y),
+                    RedOp::Max if self.signed() => (x as i64).max(y as i64) as u64,
+                    RedOp::Min if self.signed() => (x as i64).min(y as i64) as u64,
+                    RedOp::Max => x.max(y),
+                    RedOp::Min => x.min(y),
+                };
+                Value::Int(self.normalize(r))
+            }
+            (Value::Float(x), Value::Float(y)) => Value::Float(match self.op {
+                RedOp::Sum | RedOp::Avg => x + y,
+                RedOp::Prod => x * y,
+                RedOp::Max => x.max(y),
+                RedOp::Min => x.min(y),
+            }),
+            _ => a,
+        }
+    }
+
+    fn finish(&self, v: Value) -> Value {
+        if self.op != RedOp::Avg {
+            return v;
+        }
+        let n = self.nranks.max(1) as u64;
+        match v {
+            Value::Int(x) => {
+                let x = self.normalize(x);
+                Value::Int(self.normalize(if self.signed() {
+                    ((x as i64) / (n as i64)) as u64
+                } else {
+                    x / n
+                }))
+            }
+            Value::Float(x) => Value::Float(x / n as f64),
+        }
+    }
+
+    fn reduced(&self, index: impl Fn(usize) -> usize) -> Value {
+        let mut acc = self.input(0, index(0));
+        for r in 1..self.nranks {
+            acc = self.combine(acc, self.input(r, index(r)));
+        }
+        self.finish(acc)
+    }
+
+    /// Fills `buf` with what `rank` contributes at element indices `first..`.
+    pub fn fill(&self, rank: usize, first: usize, buf: &mut [u8]) {
+        let esize = self.esize();
+        for (k, chunk) in buf.chunks_exact_mut(esize).enumerate() {
+            self.encode(self.input(rank, first + k), chunk);
+        }
+    }
+
+    /// The expected output element `i` of `rank` for `expect` (`count` as in NCCL's API);
+    /// `None` where nothing is defined (non-root ranks of a reduce).
+    fn expected(&self, expect: Expect, rank: usize, count: usize, i: usize) -> Option<Value> {
+        Some(match expect {
+            Expect::AllReduce => self.reduced(|_| i),
+            Expect::ReduceScatter => self.reduced(|_| rank * count + i),
+            Expect::AllGather => self.input(i / count.max(1), i % count.max(1)),
+            Expect::Broadcast { root } => self.input(root, i),
+            Expect::Reduce { root } if root == rank => self.reduced(|_| i),
+            Expect::Reduce { .. } => return None,
+            Expect::Recv { from } => self.input(from, i),
+        })
+    }
+
+    /// Relative tolerance for a floating result: exact data leaves only `Avg`'s division
+    /// and the final rounding to the type (a few units in the last place).
+    fn tolerance(&self) -> f64 {
+        let eps = match self.dtype {
+            DataType::Float16 => 2f64.powi(-10),
+            DataType::Bfloat16 => 2f64.powi(-7),
+            DataType::Float32 => 2f64.powi(-23),
+            _ => 2f64.powi(-52),
+        };
+        4.0 * eps
+    }
+
+    /// Counts the elements of `out` (the whole output buffer of `rank`) that differ from
+    /// the expected result; the first few mismatches go to the log.
+    pub fn count_wrong(&self, expect: Expect, rank: usize, count: usize, out: &[u8]) -> usize {
+        let esize = self.esize();
+        let tol = self.tolerance();
+        let mut wrong = 0usize;
+        for (i, chunk) in out.chunks_exact(esize).enumerate() {
+            let Some(want) = self.expected(expect, rank, count, i) else {
+                continue;
+            };
+            // Round the expectation to the type first: that is what a correct result holds.
+            let mut enc = [0u8; 8];
+            self.encode(want, &mut enc[..esize]);
+            let want = self.decode(&enc[..esize]);
+            let got = self.decode(chunk);
+            let ok = match (want, got) {
+                (Value::Float(w), Value::Float(g)) => {
+                    w == g || (w - g).abs() <= tol * w.abs().max(f64::MIN_POSITIVE)
+                }
+                (w, g) => w == g,
+            };
+            if !ok {
+                if wrong < 5 {
+                    log::warn!(
+                        "rank {rank}: element {i} of {:?} is {got:?}, expected {want:?}",
+                        expect
+                    );
+                }
+                wrong += 1;
+            }
+        }
+        wrong
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn reference_of_a_known_sum() {
+        let d = TestData {
+            dtype: DataType::Int32,
+            op: RedOp::Sum,
+            seed: 7,
+            nranks: 3,
+        };
+        let mut bufs = vec![vec![0u8; 4 * 5]; 3];
+        for (r, b) in bufs.iter_mut().enumerate() {
+            d.fill(r, 0, b);
+        }
+        let mut out = vec![0u8; 20];
+        for i in 0..5 {
+            let s: i32 = (0..3)
+                .map(|r| i32::from_ne_bytes(bufs[r][4 * i..4 * i + 4].try_into().unwrap()))
+                .fold(0i32, |a, b| a.wrapping_add(b));
+            out[4 * i..4 * i + 4].copy_from_slice(&s.to_ne_bytes());
+        }
+        assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 0);
+        out[7] ^= 1;
+        assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 1);
+    }
+
+    #[test]
+    fn float_data_is_exact_in_every_type() {
+        for dtype in [DataType::Float16, DataType::Bfloat16, DataType::Float32] {
+            let d = TestData {
+                dtype,
+                op: RedOp::Sum,
+                seed: 1,
+                nranks: 8,
+            };
+            let mut b = vec![0u8; dtype.size_of_elem() * 100];
+            d.fill(3, 0, &mut b);
+            for (i, c) in b.chunks_exact(dtype.size_of_elem()).enumerate() {
+                assert_eq!(d.decode(c), d.input(3, i), "{dtype:?} {i}");
+            }
+        }
+    }
+}
