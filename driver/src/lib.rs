@@ -3,7 +3,9 @@
 //! - [`bootstrap`]: unique id, root rendezvous, the ring of TCP sockets, all-gather, barrier.
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
+//! - [`exec`]: executors; [`exec::reduce`] holds the CPU executor's reduction kernels.
 
 pub mod bootstrap;
 pub mod capi;
+pub mod exec;
 pub mod net;
