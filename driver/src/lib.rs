@@ -4,7 +4,8 @@
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`conn`]: host FIFO connections (shared header, slots, waits with deadlines).
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
-//! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel.
+//! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
+//!   [`exec::reduce`] holds its reduction kernels.
 //! - [`verify`]: seeded test data and the exact expected result of each collective.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 

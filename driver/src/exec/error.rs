@@ -4,6 +4,7 @@ use std::fmt;
 
 use weft_core::sched::SchedError;
 
+use super::reduce::ReduceError;
 use crate::conn::{ConnError, ConnId};
 
 /// A failed collective or point-to-point operation, as seen by one rank.
@@ -29,6 +30,8 @@ pub enum ExecError {
     },
     /// Another argument that no rank could run (send to an unknown peer, ...).
     InvalidArgument(String),
+    /// The reduction kernels refused the operands (a weft bug: the executor sizes them).
+    Reduce(ReduceError),
     /// A worker thread panicked: a bug in weft. The text is the panic message.
     Panic(String),
 }
@@ -36,6 +39,12 @@ pub enum ExecError {
 impl From<ConnError> for ExecError {
     fn from(e: ConnError) -> Self {
         ExecError::Conn(e)
+    }
+}
+
+impl From<ReduceError> for ExecError {
+    fn from(e: ReduceError) -> Self {
+        ExecError::Reduce(e)
     }
 }
 
@@ -84,6 +93,7 @@ impl fmt::Display for ExecError {
                 "{what} buffer holds {given} bytes but the call needs {needed}"
             ),
             ExecError::InvalidArgument(msg) => write!(f, "{msg}"),
+            ExecError::Reduce(e) => write!(f, "reduction: {e}"),
             ExecError::Panic(msg) => write!(
                 f,
                 "an executor thread panicked (a weft bug; please report it): {msg}"

@@ -12,16 +12,17 @@
 //! microseconds instead of at the deadline), and the communicator refuses further calls.
 
 pub mod buffers;
-pub mod combine;
 pub mod error;
 pub mod p2p;
 pub mod pool;
+pub mod reduce;
 pub mod ring;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_core::abi::{DataType, RedOp};
-use weft_core::sched::{ChunkSizing, Collective, ProgramSpec, align_elems, channel_part};
+use weft_core::fifo::NCCL_STEPS;
+use weft_core::sched::{Collective, ProgramSpec, align_elems, channel_part};
 
 pub use buffers::RawBuffers;
 pub use error::ExecError;
@@ -43,8 +44,8 @@ pub struct Executor {
     rank: u32,
     nranks: usize,
     channels: Vec<ExecChannel>,
-    /// Bytes of one connection's whole FIFO (slots x step bytes): what chunks are cut from.
-    buffer_bytes: usize,
+    /// Bytes of one FIFO step of every connection: the largest slice.
+    step_bytes: usize,
     abort: AbortFlag,
     pool: WorkerPool,
 }
@@ -61,14 +62,14 @@ impl Executor {
         rank: u32,
         nranks: usize,
         channels: Vec<ExecChannel>,
-        buffer_bytes: usize,
+        step_bytes: usize,
         abort: AbortFlag,
     ) -> Self {
         Executor {
             rank,
             nranks,
             channels,
-            buffer_bytes,
+            step_bytes,
             abort,
             pool: WorkerPool::new(format!("weft-r{rank}")),
         }
@@ -86,25 +87,25 @@ impl Executor {
         &self.abort
     }
 
-    /// The spec every rank computes for this call (the same on all of them).
+    /// The spec every rank computes for this call (the same on all of them): chunks cut
+    /// from a FIFO of `NCCL_STEPS` steps, as NCCL does.
     pub fn spec(
         &self,
         collective: Collective,
         count: usize,
         dtype: DataType,
-    ) -> Result<(ProgramSpec, ChunkSizing), ExecError> {
+    ) -> Result<ProgramSpec, ExecError> {
         let esize = dtype.size_of_elem();
         let max = u32::try_from(self.channels.len()).unwrap_or(u32::MAX);
-        let spec = ProgramSpec::new(
+        let buffer = self.step_bytes.saturating_mul(NCCL_STEPS);
+        Ok(ProgramSpec::new(
             collective,
             count,
             esize,
             self.nranks,
             max,
-            self.buffer_bytes,
-        )?;
-        let sizing = ChunkSizing::new(collective, self.buffer_bytes, esize)?;
-        Ok((spec, sizing))
+            buffer,
+        )?)
     }
 
     /// Runs `collective` on `buffers` (see [`Collective`] for what `count` means).
@@ -116,12 +117,12 @@ impl Executor {
         op: RedOp,
         buffers: RawBuffers,
     ) -> Result<(), ExecError> {
-        let (spec, sizing) = self.spec(collective, count, dtype)?;
+        let spec = self.spec(collective, count, dtype)?;
         let call = RingCall {
             spec,
-            sizing,
             dtype,
-            op,
+            reduction: ring::reduction(dtype, op, self.nranks)?,
+            slice_elems: self.step_bytes / dtype.size_of_elem(),
             buffers,
         };
         let align = align_elems(dtype.size_of_elem())?;

@@ -1,18 +1,26 @@
 //! One rank's share of a collective on one channel: its ring program, run over the
 //! channel's two FIFO connections (send to the next rank, receive from the previous).
 //!
-//! Each step of the program is cut into slices ([`ChunkSizing::slices`]); a slice is one FIFO
-//! post. Empty slices are skipped: the sender's and the receiver's steps have the same
-//! lengths (both follow the same schedule), so both skip the same ones and stay matched,
-//! and a tiny call costs one post per hop instead of one per slice.
+//! Each step of the program is cut into slices of at most one FIFO step (every transport
+//! moves one message per step: the NET proxy requires it, and SHM gains nothing from larger
+//! slices), balanced so that a step of `1.5` slots becomes two of `0.75`. Both ends of a
+//! connection follow the same schedule, so the sender's slices and the receiver's expected
+//! slices match one for one, and a step with no elements posts nothing on either side: a
+//! tiny call costs one post per hop.
+//!
+//! Reductions follow NCCL ([`Reduction`]): a rank's own input enters through
+//! `copy_input` / `reduce_input` (float `Avg` pre-multiplies it by `1/nranks`), partial
+//! results meet with `reduce`, and the step that completes a result calls `finish`
+//! (integer `Avg` divides).
 
-use weft_core::abi::{DataType, RedOp};
-use weft_core::fifo::FifoGeometry;
-use weft_core::sched::{ChunkSizing, Primitive, ProgramSpec, Ring, RingProgram};
+use std::ops::Range;
+
+use weft_core::abi::DataType;
+use weft_core::sched::{Primitive, ProgramSpec, Ring, RingProgram};
 
 use super::buffers::{Overlap, RawBuffers};
-use super::combine;
 use super::error::ExecError;
+use super::reduce::Reduction;
 use crate::conn::{ConnId, FifoRecvEnd, FifoSendEnd, RecvSlot};
 
 /// A channel's connections on the ring: to the next rank and from the previous one.
@@ -26,19 +34,22 @@ pub struct RingConns {
 #[derive(Debug, Clone, Copy)]
 pub struct RingCall {
     pub spec: ProgramSpec,
-    pub sizing: ChunkSizing,
     pub dtype: DataType,
-    pub op: RedOp,
+    /// The reduction (for collectives that reduce; ignored by the others).
+    pub reduction: Reduction,
+    /// Elements one slice holds at most: the connections' step size.
+    pub slice_elems: usize,
     pub buffers: RawBuffers,
 }
 
-impl RingCall {
-    /// The FIFO geometry of this collective: NCCL's slice and chunk steps.
-    pub fn geometry(&self) -> Result<FifoGeometry, ExecError> {
-        FifoGeometry::simple(self.sizing.slice_steps(), self.sizing.slices_per_chunk()).map_err(
-            |e| ExecError::InvalidArgument(format!("FIFO geometry for this collective: {e}")),
-        )
-    }
+/// `(offset, len)` of the slices of a step of `len` elements, at most `max` each.
+fn slices(len: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let n = len.div_ceil(max.max(1)).max(1);
+    let each = len.div_ceil(n);
+    (0..n).map(move |k| {
+        let start = k.saturating_mul(each).min(len);
+        (start, each.min(len.saturating_sub(start)))
+    })
 }
 
 /// Runs `rank`'s program for `channel` of `call` on `ring`. `conns` is `None` only on a ring
@@ -48,40 +59,18 @@ pub fn run_channel(
     ring: &[u32],
     rank: u32,
     channel: u32,
-    conns: Option<&mut RingConns>,
+    mut conns: Option<&mut RingConns>,
 ) -> Result<(), ExecError> {
     let ring = Ring::new(ring)?;
-    let nranks = ring.nranks();
     let program = RingProgram::new(&call.spec, ring, rank, channel)?;
-    if program.len() == 0 {
-        return Ok(());
-    }
+    let reduces = call.spec.collective.reduces();
     let esize = call.dtype.size_of_elem();
-    let reduce_op = call.op;
-    let divide = call.op == RedOp::Avg;
-    let buf = &call.buffers;
-    let mut conns = match conns {
-        Some(c) => {
-            let geometry = call.geometry()?;
-            c.send.reload(geometry)?;
-            c.recv.reload(geometry)?;
-            Some(c)
-        }
-        None if nranks == 1 => None,
-        None => {
-            return Err(ExecError::InvalidArgument(format!(
-                "channel {channel} has no connections on a ring of {nranks} ranks"
-            )));
-        }
-    };
+    let mut scratch = Vec::new();
     for step in program {
         if step.len == 0 {
             continue;
         }
-        for (offset, len) in call.sizing.slices(step.len) {
-            if len == 0 {
-                continue;
-            }
+        for (offset, len) in slices(step.len, call.slice_elems) {
             let bytes = len.saturating_mul(esize);
             let at_in = step
                 .input_offset
@@ -91,25 +80,25 @@ pub fn run_channel(
                 .output_offset
                 .saturating_add(offset)
                 .saturating_mul(esize);
-            let input = at_in..at_in.saturating_add(bytes);
-            let output = at_out..at_out.saturating_add(bytes);
+            let mut slice = Slice {
+                call,
+                input: at_in..at_in.saturating_add(bytes),
+                output: at_out..at_out.saturating_add(bytes),
+                finish: step.post_op && reduces,
+                scratch: &mut scratch,
+            };
             if step.prim == Primitive::Copy {
-                buf.copy_within(input, output.clone())?;
-                if step.post_op && divide {
-                    // SAFETY: no other slice of this range is alive (one thread per range).
-                    let out = unsafe { buf.output(output)? };
-                    combine::post_div(call.dtype, out, nranks);
-                }
+                slice.copy(reduces)?;
                 continue;
             }
             let Some(c) = conns.as_deref_mut() else {
                 return Err(ExecError::InvalidArgument(format!(
-                    "{} step on a ring of one rank",
-                    step.prim.name()
+                    "{} step with no connections on channel {channel} (a ring of {} ranks)",
+                    step.prim.name(),
+                    ring.nranks()
                 )));
             };
-            let post = step.post_op && divide;
-            run_slice(call, c, step.prim, reduce_op, post, nranks, input, output)?;
+            slice.run(c, step.prim)?;
         }
     }
     Ok(())
@@ -128,126 +117,187 @@ fn expect_len(slot: &RecvSlot<'_>, conn: ConnId, bytes: usize) -> Result<(), Exe
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_slice(
-    call: &RingCall,
-    c: &mut RingConns,
-    prim: Primitive,
-    op: RedOp,
-    post: bool,
-    nranks: usize,
-    input: std::ops::Range<usize>,
-    output: std::ops::Range<usize>,
-) -> Result<(), ExecError> {
-    let buf = &call.buffers;
-    let dtype = call.dtype;
-    let bytes = input.len();
-    let recv_conn = c.recv.conn();
-    let capacity = c.send.slice_bytes();
-    let oversize = || ExecError::BadBuffer {
-        what: "FIFO slice",
-        needed: bytes,
-        given: capacity,
-    };
-    match prim {
-        Primitive::Send => {
-            let mut slot = c.send.acquire()?;
-            // SAFETY: only an input slice is alive here.
-            let src = unsafe { buf.input(input)? };
-            slot.buf()
-                .get_mut(..bytes)
-                .ok_or_else(oversize)?
-                .copy_from_slice(src);
-            slot.post(bytes)?;
+/// One slice of one step: byte ranges of the user's buffers and what to do with them.
+struct Slice<'a> {
+    call: &'a RingCall,
+    input: Range<usize>,
+    output: Range<usize>,
+    /// Apply the reduction's `finish` to the result (the step completes it).
+    finish: bool,
+    /// Staging for an in-place reduction whose input is about to be overwritten.
+    scratch: &'a mut Vec<u8>,
+}
+
+impl Slice<'_> {
+    fn bytes(&self) -> usize {
+        self.input.len()
+    }
+
+    /// A ring of one rank: the output is the input (through the reduction's pre- and
+    /// post-ops when it reduces, which for one rank leave the values as they are).
+    fn copy(&mut self, reduces: bool) -> Result<(), ExecError> {
+        let buf = &self.call.buffers;
+        let red = &self.call.reduction;
+        if reduces && red.has_pre_op() {
+            self.stage_input()?;
+            // SAFETY: only this output slice is alive (the input was staged).
+            let dst = unsafe { buf.output(self.output.clone())? };
+            red.copy_input(dst, self.scratch)?;
+        } else {
+            buf.copy_within(self.input.clone(), self.output.clone())?;
         }
-        Primitive::CopySend => {
-            let mut slot = c.send.acquire()?;
-            {
-                // SAFETY: only an input slice is alive in this block.
-                let src = unsafe { buf.input(input.clone())? };
-                slot.buf()
+        if self.finish {
+            // SAFETY: only this output slice is alive.
+            red.finish(unsafe { buf.output(self.output.clone())? })?;
+        }
+        Ok(())
+    }
+
+    /// Copies the input range into `scratch`.
+    fn stage_input(&mut self) -> Result<(), ExecError> {
+        // SAFETY: only this input slice is alive.
+        let src = unsafe { self.call.buffers.input(self.input.clone())? };
+        self.scratch.clear();
+        self.scratch.extend_from_slice(src);
+        Ok(())
+    }
+
+    fn run(&mut self, c: &mut RingConns, prim: Primitive) -> Result<(), ExecError> {
+        let buf = &self.call.buffers;
+        let red = &self.call.reduction;
+        let bytes = self.bytes();
+        let recv_conn = c.recv.conn();
+        let capacity = c.send.slice_bytes();
+        let oversize = || ExecError::BadBuffer {
+            what: "FIFO slice",
+            needed: bytes,
+            given: capacity,
+        };
+        match prim {
+            Primitive::Send => {
+                // Only reducing collectives send their input unreduced: it enters the
+                // reduction here.
+                let mut slot = c.send.acquire()?;
+                let dst = slot.buf().get_mut(..bytes).ok_or_else(oversize)?;
+                // SAFETY: only this input slice is alive.
+                let src = unsafe { buf.input(self.input.clone())? };
+                red.copy_input(dst, src)?;
+                slot.post(bytes)?;
+            }
+            Primitive::CopySend => {
+                // All-gather and broadcast: a plain copy.
+                let mut slot = c.send.acquire()?;
+                {
+                    let dst = slot.buf().get_mut(..bytes).ok_or_else(oversize)?;
+                    // SAFETY: only this input slice is alive in this block.
+                    let src = unsafe { buf.input(self.input.clone())? };
+                    dst.copy_from_slice(src);
+                }
+                slot.post(bytes)?;
+                // In place (the input is the output block), the copy is skipped as in NCCL.
+                buf.copy_within(self.input.clone(), self.output.clone())?;
+            }
+            Primitive::Recv => {
+                let slot = c.recv.acquire()?;
+                expect_len(&slot, recv_conn, bytes)?;
+                // SAFETY: only this output slice is alive.
+                unsafe { buf.output(self.output.clone())? }.copy_from_slice(slot.data());
+                slot.release()?;
+            }
+            Primitive::RecvCopySend => {
+                let rslot = c.recv.acquire()?;
+                expect_len(&rslot, recv_conn, bytes)?;
+                let mut sslot = c.send.acquire()?;
+                sslot
+                    .buf()
                     .get_mut(..bytes)
                     .ok_or_else(oversize)?
-                    .copy_from_slice(src);
+                    .copy_from_slice(rslot.data());
+                // Post before the local copy: the next rank can go on meanwhile.
+                sslot.post(bytes)?;
+                // SAFETY: only this output slice is alive.
+                unsafe { buf.output(self.output.clone())? }.copy_from_slice(rslot.data());
+                rslot.release()?;
             }
-            slot.post(bytes)?;
-            // In place (the input is the output block), the copy is skipped as in NCCL.
-            buf.copy_within(input, output)?;
-        }
-        Primitive::Recv => {
-            let slot = c.recv.acquire()?;
-            expect_len(&slot, recv_conn, bytes)?;
-            // SAFETY: only this output slice is alive.
-            unsafe { buf.output(output)? }.copy_from_slice(slot.data());
-            slot.release()?;
-        }
-        Primitive::RecvCopySend => {
-            let rslot = c.recv.acquire()?;
-            expect_len(&rslot, recv_conn, bytes)?;
-            let mut sslot = c.send.acquire()?;
-            sslot
-                .buf()
-                .get_mut(..bytes)
-                .ok_or_else(oversize)?
-                .copy_from_slice(rslot.data());
-            sslot.post(bytes)?;
-            // SAFETY: only this output slice is alive.
-            unsafe { buf.output(output)? }.copy_from_slice(rslot.data());
-            rslot.release()?;
-        }
-        Primitive::RecvReduceSend | Primitive::RecvReduceCopySend => {
-            let rslot = c.recv.acquire()?;
-            expect_len(&rslot, recv_conn, bytes)?;
-            let mut sslot = c.send.acquire()?;
-            {
-                let dst = sslot.buf().get_mut(..bytes).ok_or_else(oversize)?;
-                // SAFETY: only an input slice is alive in this block.
-                let src = unsafe { buf.input(input)? };
-                combine::reduce(dtype, op, dst, rslot.data(), src);
-                if post {
-                    combine::post_div(dtype, dst, nranks);
-                }
-                if prim == Primitive::RecvReduceCopySend {
-                    // The input slice is dead (its last use is above), so the output may
-                    // alias it (in-place all-reduce).
-                    // SAFETY: only this output slice is alive.
-                    unsafe { buf.output(output)? }.copy_from_slice(dst);
-                }
-            }
-            sslot.post(bytes)?;
-            rslot.release()?;
-        }
-        Primitive::RecvReduceCopy => {
-            let rslot = c.recv.acquire()?;
-            expect_len(&rslot, recv_conn, bytes)?;
-            match buf.overlap(&input, &output) {
-                Overlap::Disjoint => {
-                    // SAFETY: the two ranges are disjoint, so the slices do not alias.
-                    let src = unsafe { buf.input(input)? };
-                    // SAFETY: as above.
-                    let dst = unsafe { buf.output(output)? };
-                    combine::reduce(dtype, op, dst, rslot.data(), src);
-                    if post {
-                        combine::post_div(dtype, dst, nranks);
+            Primitive::RecvReduceSend | Primitive::RecvReduceCopySend => {
+                let rslot = c.recv.acquire()?;
+                expect_len(&rslot, recv_conn, bytes)?;
+                let mut sslot = c.send.acquire()?;
+                {
+                    let dst = sslot.buf().get_mut(..bytes).ok_or_else(oversize)?;
+                    // SAFETY: only this input slice is alive; it dies before the output
+                    // slice below is made (they alias in an in-place all-reduce).
+                    let src = unsafe { buf.input(self.input.clone())? };
+                    red.reduce_input(dst, src, rslot.data())?;
+                    if self.finish {
+                        red.finish(dst)?;
+                    }
+                    if prim == Primitive::RecvReduceCopySend {
+                        // SAFETY: only this output slice is alive (see above).
+                        unsafe { buf.output(self.output.clone())? }.copy_from_slice(dst);
                     }
                 }
-                Overlap::Same | Overlap::Partial => {
-                    buf.copy_within(input, output.clone())?;
-                    // SAFETY: only this output slice is alive.
-                    let dst = unsafe { buf.output(output)? };
-                    combine::reduce_in_place(dtype, op, dst, rslot.data());
-                    if post {
-                        combine::post_div(dtype, dst, nranks);
-                    }
-                }
+                sslot.post(bytes)?;
+                rslot.release()?;
             }
-            rslot.release()?;
+            Primitive::RecvReduceCopy => {
+                let rslot = c.recv.acquire()?;
+                expect_len(&rslot, recv_conn, bytes)?;
+                let overlap = buf.overlap(&self.input, &self.output);
+                if overlap != Overlap::Disjoint {
+                    // The output overwrites the input it is computed from: stage the input.
+                    self.stage_input()?;
+                }
+                // SAFETY: the input slice, if any, is of a range disjoint from the output.
+                let dst = unsafe { buf.output(self.output.clone())? };
+                if overlap == Overlap::Disjoint {
+                    // SAFETY: disjoint from `dst` (checked above).
+                    let src = unsafe { buf.input(self.input.clone())? };
+                    red.reduce_input(dst, src, rslot.data())?;
+                } else {
+                    red.reduce_input(dst, self.scratch, rslot.data())?;
+                }
+                if self.finish {
+                    red.finish(dst)?;
+                }
+                rslot.release()?;
+            }
+            Primitive::Copy => {
+                return Err(ExecError::InvalidArgument(
+                    "copy step on a ring of several ranks".to_string(),
+                ));
+            }
         }
-        Primitive::Copy => {
-            return Err(ExecError::InvalidArgument(
-                "copy step on a ring of several ranks".to_string(),
-            ));
+        Ok(())
+    }
+}
+
+/// A [`Reduction`] for a call (`nranks` >= 1), from the ABI's type and operator numbers.
+pub fn reduction(
+    dtype: DataType,
+    op: weft_core::abi::RedOp,
+    nranks: usize,
+) -> Result<Reduction, ExecError> {
+    let n = u32::try_from(nranks).unwrap_or(u32::MAX);
+    Ok(Reduction::from_nccl(u32::from(dtype), u32::from(op), n)?)
+}
+
+#[cfg(test)]
+mod test {
+    use super::slices;
+
+    #[test]
+    fn slices_are_balanced_and_cover_the_step() {
+        let all = |len, max| slices(len, max).collect::<Vec<_>>();
+        assert_eq!(all(10, 100), [(0, 10)]);
+        assert_eq!(all(150, 100), [(0, 75), (75, 75)]);
+        assert_eq!(all(201, 100), [(0, 67), (67, 67), (134, 67)]);
+        for len in 1..500 {
+            for max in [1, 7, 64, 100] {
+                let s = all(len, max);
+                assert_eq!(s.iter().map(|p| p.1).sum::<usize>(), len);
+                assert!(s.iter().all(|p| p.1 <= max && p.1 > 0), "{len} {max} {s:?}");
+            }
         }
     }
-    Ok(())
 }

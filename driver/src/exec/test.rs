@@ -62,7 +62,7 @@ fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor
     channels
         .into_iter()
         .enumerate()
-        .map(|(r, ch)| Executor::new(r as u32, nranks, ch, 8 * step_bytes, aborts[r].clone()))
+        .map(|(r, ch)| Executor::new(r as u32, nranks, ch, step_bytes, aborts[r].clone()))
         .collect()
 }
 
