@@ -4,6 +4,8 @@
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`conn`]: host FIFO connections (shared header, slots, waits with deadlines).
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
+//! - [`transport`]: how connections are built; [`transport::net`] over a `Net` backend.
+//! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 
 pub mod bootstrap;
@@ -11,3 +13,5 @@ pub mod capi;
 pub mod conn;
 pub mod launcher;
 pub mod net;
+pub mod proxy;
+pub mod transport;
