@@ -10,11 +10,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use weft_core::fifo::Slice;
+use weft_core::fifo::{FifoError, Slice};
 
 use super::fifo_side::{FifoDrain, FifoFill};
 use crate::conn::layout::DATA_OFFSET;
-use crate::conn::{ConnId, FifoRegion};
+use crate::conn::{ConnError, ConnId, FifoRegion};
 use crate::net::{CommRef, Net, NetError, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
 
 /// The tag of every message: one stream per comm, matched in order.
@@ -43,6 +43,21 @@ fn ring_span(region: &FifoRegion) -> (*mut u8, usize) {
         region.memory().base().as_ptr().wrapping_add(DATA_OFFSET),
         len,
     )
+}
+
+/// A FIFO protocol error as a failure cause, with the usual reason spelled out.
+fn fifo_failure(err: &ConnError) -> Failure {
+    match err {
+        ConnError::Protocol {
+            err: FifoError::SizeMissing { .. },
+            ..
+        }
+        | ConnError::Oversize { .. } => format!(
+            "{err}: the NET proxy moves one step per slice, so the executor must keep the \
+             connection's default geometry (FifoGeometry::new(slots, 1, 1)) and post every step"
+        ),
+        other => other.to_string(),
+    }
 }
 
 fn describe(conn: ConnId, what: &str, err: &NetError) -> Failure {
@@ -188,7 +203,7 @@ impl<N: Net> SendLink<N> {
                 while inflight.len() < slots {
                     let next = match pending.take() {
                         Some(p) => p,
-                        None => match self.drain.next_posted().map_err(|e| e.to_string())? {
+                        None => match self.drain.next_posted().map_err(|e| fifo_failure(&e))? {
                             Some(p) => p,
                             None => break,
                         },
@@ -370,7 +385,7 @@ impl<N: Net> RecvLink<N> {
                 while inflight.len() < slots {
                     let next = match pending.take() {
                         Some(p) => p,
-                        None => match self.fill.next_free().map_err(|e| e.to_string())? {
+                        None => match self.fill.next_free().map_err(|e| fifo_failure(&e))? {
                             Some(p) => p,
                             None => break,
                         },
