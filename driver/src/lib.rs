@@ -4,6 +4,8 @@
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`conn`]: host FIFO connections (shared header, slots, waits with deadlines).
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
+//! - [`transport`]: how connections are built; [`transport::net`] over a `Net` backend.
+//! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.
 //! - [`verify`]: seeded test data and the exact expected result of each collective.
@@ -15,4 +17,6 @@ pub mod conn;
 pub mod exec;
 pub mod launcher;
 pub mod net;
+pub mod proxy;
+pub mod transport;
 pub mod verify;

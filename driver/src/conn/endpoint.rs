@@ -116,9 +116,12 @@ impl Side {
             // Acquire before polling: see the module documentation (closed/aborted bits).
             let seen = state.flags.load(Ordering::Acquire);
             if seen & peer_aborted != 0 {
-                return Err(ConnError::Aborted {
-                    conn,
-                    by: AbortSource::Peer,
+                return Err(match self.region.failure() {
+                    Some(cause) => ConnError::Failed { conn, cause },
+                    None => ConnError::Aborted {
+                        conn,
+                        by: AbortSource::Peer,
+                    },
                 });
             }
             if let Some(value) = poll()? {

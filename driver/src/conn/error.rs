@@ -82,6 +82,12 @@ pub enum ConnError {
         bytes: u64,
         capacity: usize,
     },
+    /// The party at the other end (a NET proxy) failed the connection with this cause, which
+    /// names the remote peer and what went wrong (network error, connect deadline).
+    Failed {
+        conn: ConnId,
+        cause: std::sync::Arc<str>,
+    },
     /// The connection's memory does not hold a valid FIFO (bad magic, version or layout).
     BadMemory {
         conn: ConnId,
@@ -96,6 +102,7 @@ impl ConnError {
         match *self {
             ConnError::Timeout { conn, .. }
             | ConnError::Aborted { conn, .. }
+            | ConnError::Failed { conn, .. }
             | ConnError::PeerClosed { conn, .. }
             | ConnError::PeerDead { conn, .. }
             | ConnError::Protocol { conn, .. }
@@ -153,6 +160,7 @@ impl fmt::Display for ConnError {
                  log (OOM killer: dmesg)",
                 conn.peer
             ),
+            ConnError::Failed { conn, cause } => write!(f, "{conn}: {cause}"),
             ConnError::Protocol { conn, err } => write!(f, "{conn}: protocol error: {err}"),
             ConnError::Oversize {
                 conn,

@@ -1,7 +1,7 @@
 //! One connection's memory with a validated layout: what both ends are built on.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice};
 
@@ -18,6 +18,9 @@ use super::memory::{FifoMemory, HeapMemory};
 pub struct FifoRegion {
     mem: Arc<dyn FifoMemory>,
     layout: FifoLayout,
+    /// Why a party in this process failed the connection (a NET proxy's network error), shared
+    /// by the clones of this process only: the peer's waits report it instead of a bare abort.
+    failure: Arc<OnceLock<Arc<str>>>,
 }
 
 impl FifoRegion {
@@ -36,7 +39,11 @@ impl FifoRegion {
     /// The creator calls this before the memory is shared; the peer then calls `attach`.
     pub fn init(mem: Arc<dyn FifoMemory>, layout: FifoLayout) -> Result<Self, LayoutError> {
         Self::check_memory(&*mem, &layout)?;
-        let region = FifoRegion { mem, layout };
+        let region = FifoRegion {
+            mem,
+            layout,
+            failure: Arc::default(),
+        };
         let header = region.header();
         let ident = &header.ident.0;
         // Relaxed: published by the magic's Release store below.
@@ -94,7 +101,11 @@ impl FifoRegion {
         if layout.total_bytes() > mem.len() {
             return Err(bad("memory length", total, as_u64(layout.total_bytes())));
         }
-        Ok(FifoRegion { mem, layout })
+        Ok(FifoRegion {
+            mem,
+            layout,
+            failure: Arc::default(),
+        })
     }
 
     fn check_memory(mem: &dyn FifoMemory, layout: &FifoLayout) -> Result<(), LayoutError> {
@@ -121,6 +132,18 @@ impl FifoRegion {
 
     pub fn memory(&self) -> &Arc<dyn FifoMemory> {
         &self.mem
+    }
+
+    /// Records why the connection failed (the first cause wins). The caller then raises its
+    /// end's abort bit; waits in this process that see it report
+    /// [`ConnError::Failed`] with this cause instead of a bare abort.
+    pub fn record_failure(&self, cause: &str) {
+        let _ = self.failure.set(Arc::from(cause));
+    }
+
+    /// The cause recorded by [`FifoRegion::record_failure`], if any.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        self.failure.get().cloned()
     }
 
     /// The sending end. One per connection: two senders on one region break the protocol.
