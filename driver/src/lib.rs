@@ -6,6 +6,7 @@
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`transport`]: how connections are built; [`transport::net`] over a `Net` backend.
 //! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
+//! - [`comm`]: the communicator: init (bootstrap, peers, rings, connections) and collectives.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.
 //! - [`verify`]: seeded test data and the exact expected result of each collective.
@@ -13,6 +14,7 @@
 
 pub mod bootstrap;
 pub mod capi;
+pub mod comm;
 pub mod conn;
 pub mod exec;
 pub mod launcher;

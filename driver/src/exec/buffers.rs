@@ -60,6 +60,16 @@ impl RawBuffers {
         }
     }
 
+    /// Readable bytes at the input.
+    pub fn input_len(&self) -> usize {
+        self.input_len
+    }
+
+    /// Writable bytes at the output.
+    pub fn output_len(&self) -> usize {
+        self.output_len
+    }
+
     fn check(range: &Range<usize>, len: usize, what: &'static str) -> Result<(), ExecError> {
         if range.start <= range.end && range.end <= len {
             Ok(())

@@ -1,0 +1,124 @@
+//! Why creating or using a communicator failed, with the rank at fault and what to try.
+
+use std::fmt;
+
+use crate::bootstrap::BootstrapError;
+use crate::exec::ExecError;
+
+/// A communicator failure. `Display` names this rank, the peer at fault and what to try.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CommError {
+    /// An argument no rank could use (rank >= nranks, buffer of the wrong length, ...).
+    InvalidArgument(String),
+    /// Rendezvous or an exchange over the bootstrap network failed.
+    Bootstrap(BootstrapError),
+    /// Two ranks of one host claim the same device (NCCL: "Duplicate GPU detected").
+    DuplicateDevice {
+        rank: usize,
+        other: usize,
+        device: i32,
+    },
+    /// Ranks were started with different settings that must be equal (channel count,
+    /// transport, FIFO size): `what` differs between this rank and `rank`.
+    Inconsistent {
+        what: &'static str,
+        rank: usize,
+        mine: u64,
+        theirs: u64,
+    },
+    /// A transport could not build the connection to `peer` on `channel`.
+    Transport {
+        transport: &'static str,
+        peer: usize,
+        channel: u32,
+        detail: String,
+    },
+    /// A collective or point-to-point operation failed on this rank.
+    Exec(ExecError),
+    /// A peer process on this host is gone: the operation failed because of it.
+    PeerDied {
+        rank: usize,
+        pid: u32,
+        cause: ExecError,
+    },
+    /// An earlier error left the communicator unusable (its peers have given up too).
+    Failed(String),
+}
+
+impl From<BootstrapError> for CommError {
+    fn from(e: BootstrapError) -> Self {
+        CommError::Bootstrap(e)
+    }
+}
+
+impl From<ExecError> for CommError {
+    fn from(e: ExecError) -> Self {
+        CommError::Exec(e)
+    }
+}
+
+impl CommError {
+    /// The rank this error blames, when there is one.
+    pub fn culprit(&self) -> Option<usize> {
+        match self {
+            CommError::Bootstrap(e) => e.culprit(),
+            CommError::DuplicateDevice { other, .. } => Some(*other),
+            CommError::Inconsistent { rank, .. } => Some(*rank),
+            CommError::Transport { peer, .. } => Some(*peer),
+            CommError::PeerDied { rank, .. } => Some(*rank),
+            CommError::Exec(ExecError::Conn(e)) => Some(e.conn().peer as usize),
+            CommError::Exec(ExecError::SizeMismatch { conn, .. }) => Some(conn.peer as usize),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CommError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommError::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            CommError::Bootstrap(e) => write!(f, "{e}"),
+            CommError::DuplicateDevice {
+                rank,
+                other,
+                device,
+            } => write!(
+                f,
+                "ranks {other} and {rank} both use device {device} of the same host (NCCL: \
+                 Duplicate GPU detected): give each rank its own device, e.g. from LOCAL_RANK"
+            ),
+            CommError::Inconsistent {
+                what,
+                rank,
+                mine,
+                theirs,
+            } => write!(
+                f,
+                "rank {rank} was started with {what} = {theirs}, this rank with {mine}: every \
+                 rank must use the same setting (check the WEFT_* / NCCL_* environment of each)"
+            ),
+            CommError::Transport {
+                transport,
+                peer,
+                channel,
+                detail,
+            } => write!(
+                f,
+                "{transport} connection with rank {peer} on channel {channel}: {detail}"
+            ),
+            CommError::Exec(e) => write!(f, "{e}"),
+            CommError::PeerDied { rank, pid, cause } => write!(
+                f,
+                "rank {rank} (pid {pid}) has died: look for its exit status, a crash in its log, \
+                 or the OOM killer (dmesg). The operation here failed with: {cause}"
+            ),
+            CommError::Failed(first) => write!(
+                f,
+                "the communicator failed earlier and cannot be used (create a new one): {first}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CommError {}

@@ -1,0 +1,913 @@
+//! The communicator: ranks connected by channels, and the collectives that run over them.
+//!
+//! [`Comm::init`] follows NCCL's `ncclCommInitRank`:
+//!
+//! 1. bootstrap: rendezvous at the unique id's root, then a ring of TCP sockets;
+//! 2. all-gather each rank's [`Peer`](peers::Peer) (host hash, pid hash, device, and the
+//!    settings every rank must share); two ranks on one device of one host are an error;
+//! 3. rings for `nchannels` channels ([`rings::rings`], the seam for topology search);
+//! 4. per channel a send connection to the ring's next rank and a receive connection from
+//!    its previous one, each over the transport [`connect::Transports::choose`] picks,
+//!    built with NCCL's setup / exchange / connect handshake ([`connect::handshake`]);
+//! 5. a barrier, so that no rank starts a collective before every rank is connected.
+//!
+//! Collectives take byte slices and a [`DataType`]; lengths are checked against the count
+//! each rank's role needs, in-place variants follow NCCL's aliasing (all-gather's input is
+//! the rank's block of the output; reduce-scatter's output is the rank's block of the
+//! input). Point-to-point connections are built on first use, in a handshake with that peer.
+//!
+//! Failure: any error in a collective aborts the communicator (every connection is marked
+//! aborted, so the peers fail within microseconds too) and later calls return
+//! [`CommError::Failed`]. When a peer process of this host has died, the error names it.
+
+pub mod connect;
+pub mod error;
+pub mod peers;
+pub mod rings;
+
+#[cfg(test)]
+mod test;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weft_core::abi::{DataType, RedOp};
+use weft_core::fifo::NCCL_STEPS;
+use weft_core::sched::Collective;
+
+pub use connect::{TransportChoice, TransportKind};
+pub use error::CommError;
+
+use crate::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
+use crate::conn::{
+    AbortFlag, DEFAULT_STEP_BYTES, FifoLayout, FifoRecvEnd, FifoSendEnd, WaitPolicy, Waiter,
+    process_alive,
+};
+use crate::exec::{ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, lock, p2p};
+use crate::net::socket::{SocketConfig, SocketNet};
+use crate::transport::net::{NetOptions, NetTransport};
+use connect::{Planned, Transports};
+use peers::{Peer, Settings};
+
+/// The default deadline of every wait on a peer (30 s; `WEFT_TIMEOUT`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Channels by default: measured on a 2-core host with 4 ranks (see docs/benchmarks.md);
+/// a call uses fewer when it is small (32 KiB of traffic per channel, as NCCL).
+pub const DEFAULT_NCHANNELS: u32 = 2;
+/// Bytes per FIFO step when a NET connection is involved (NCCL's 512 KiB SIMPLE steps:
+/// every step is a network message).
+pub const NET_STEP_BYTES: usize = 512 * 1024;
+/// Most channels a communicator may have.
+pub const MAX_CHANNELS: u32 = 64;
+
+/// How a communicator is built. [`CommOptions::from_env`] reads the environment.
+#[derive(Debug, Clone)]
+pub struct CommOptions {
+    /// Channels (rings) to build; `None`: [`DEFAULT_NCHANNELS`]. `WEFT_NCHANNELS`.
+    pub nchannels: Option<u32>,
+    /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net`.
+    pub transport: TransportChoice,
+    /// Deadline of every wait on a peer: bootstrap steps, connects, FIFO waits.
+    /// `WEFT_TIMEOUT` (seconds).
+    pub timeout: Duration,
+    /// The rank's device; `None` for host memory (the CPU executor). Two ranks of one host
+    /// may not share a device.
+    pub device: Option<i32>,
+    /// Bytes per FIFO step; `None`: 128 KiB with SHM only, 512 KiB when NET is involved.
+    /// `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (the whole FIFO of 8 steps, as in NCCL).
+    pub step_bytes: Option<usize>,
+    /// Interfaces for NET connections (`NCCL_SOCKET_IFNAME` syntax); `None`: the
+    /// environment's (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`) or NCCL's default.
+    pub socket_ifname: Option<String>,
+    pub bootstrap: BootstrapOptions,
+}
+
+impl Default for CommOptions {
+    fn default() -> Self {
+        CommOptions {
+            nchannels: None,
+            transport: TransportChoice::Auto,
+            timeout: DEFAULT_TIMEOUT,
+            device: None,
+            step_bytes: None,
+            socket_ifname: None,
+            bootstrap: BootstrapOptions::default(),
+        }
+    }
+}
+
+impl CommOptions {
+    /// Defaults overridden by `WEFT_NCHANNELS`, `WEFT_TRANSPORT`, `WEFT_TIMEOUT`,
+    /// `WEFT_BUFFSIZE`/`NCCL_BUFFSIZE` and the bootstrap's variables. A malformed value is
+    /// an error naming the variable.
+    pub fn from_env() -> Result<Self, CommError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`CommOptions::from_env`] over any lookup (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
+        let bad = |var: &str, value: &str, want: &str| {
+            CommError::InvalidArgument(format!("{var}={value:?}: expected {want}"))
+        };
+        let mut opts = CommOptions {
+            bootstrap: BootstrapOptions::from_lookup(&get),
+            ..CommOptions::default()
+        };
+        if let Some(v) = get("WEFT_NCHANNELS") {
+            let n: u32 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_CHANNELS).contains(n))
+                .ok_or_else(|| bad("WEFT_NCHANNELS", &v, "a channel count from 1 to 64"))?;
+            opts.nchannels = Some(n);
+        }
+        if let Some(v) = get("WEFT_TRANSPORT") {
+            opts.transport = TransportChoice::parse(&v)
+                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm or net"))?;
+        }
+        if let Some(v) = get("WEFT_TIMEOUT") {
+            let secs: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| *s > 0.0 && s.is_finite() && *s < 1e9)
+                .ok_or_else(|| bad("WEFT_TIMEOUT", &v, "a positive number of seconds"))?;
+            opts.timeout = Duration::from_secs_f64(secs);
+            opts.bootstrap.timeout = opts.timeout;
+        }
+        for var in ["WEFT_BUFFSIZE", "NCCL_BUFFSIZE"] {
+            if let Some(v) = get(var) {
+                let total: usize = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|t| *t >= 4096)
+                    .ok_or_else(|| bad(var, &v, "bytes for the 8 FIFO steps, e.g. 4194304"))?;
+                opts.step_bytes = Some((total / NCCL_STEPS) & !63);
+                break;
+            }
+        }
+        Ok(opts)
+    }
+
+    /// Single-host tests: loopback bootstrap and NET, deadline `timeout`.
+    pub fn loopback(timeout: Duration) -> Self {
+        CommOptions {
+            timeout,
+            socket_ifname: Some("=lo".to_string()),
+            bootstrap: BootstrapOptions::loopback(timeout),
+            ..CommOptions::default()
+        }
+    }
+}
+
+/// A point-to-point operation of a [`Comm::group`].
+#[derive(Debug)]
+pub enum P2pOp<'a> {
+    Send { peer: usize, buf: &'a [u8] },
+    Recv { peer: usize, buf: &'a mut [u8] },
+}
+
+/// One rank's communicator.
+#[derive(Debug)]
+pub struct Comm {
+    rank: usize,
+    nranks: usize,
+    // Dropped first: the connection ends, so that the transports below see them closed.
+    executor: Executor,
+    p2p_send: HashMap<u32, Arc<Mutex<FifoSendEnd>>>,
+    p2p_recv: HashMap<u32, Arc<Mutex<FifoRecvEnd>>>,
+    transports: Transports,
+    peers: Vec<Peer>,
+    rings: Vec<Vec<u32>>,
+    /// Transport of each channel's (send, recv) connection.
+    channel_kinds: Vec<(TransportKind, TransportKind)>,
+    step_bytes: usize,
+    abort: AbortFlag,
+    failed: Option<String>,
+    bootstrap: Bootstrap,
+}
+
+impl Comm {
+    /// Joins the communicator of `id` as `rank` of `nranks` (see the module documentation).
+    /// Every rank must call it; it returns once all are connected.
+    pub fn init(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        opts: &CommOptions,
+    ) -> Result<Comm, CommError> {
+        if nranks == 0 || rank >= nranks || u32::try_from(nranks).is_err() {
+            return Err(CommError::InvalidArgument(format!(
+                "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
+            )));
+        }
+        let nchannels = opts.nchannels.unwrap_or(DEFAULT_NCHANNELS);
+        if !(1..=MAX_CHANNELS).contains(&nchannels) {
+            return Err(CommError::InvalidArgument(format!(
+                "{nchannels} channels: use 1 to {MAX_CHANNELS}"
+            )));
+        }
+        let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
+        let me = Peer::local(
+            rank as u32,
+            opts.device,
+            Settings {
+                transport: opts.transport.number(),
+                pid: std::process::id(),
+                nchannels,
+                step_bytes: opts.step_bytes.map_or(0, |b| b as u64),
+            },
+        );
+        let gathered = bootstrap.all_gather(&me.encode()?)?;
+        let peers = gathered
+            .iter()
+            .enumerate()
+            .map(|(r, bytes)| Peer::decode(r, bytes))
+            .collect::<Result<Vec<Peer>, CommError>>()?;
+        peers::check(rank, &peers)?;
+
+        let abort = AbortFlag::new();
+        let waiter = Waiter {
+            policy: WaitPolicy::default().with_timeout(opts.timeout),
+            abort: abort.clone(),
+            peer_pid: None,
+        };
+        let rings = rings::rings(&peers, nchannels);
+        let probe = Transports::new(opts.transport, Box::new(|| Err(String::new())));
+        let any_net = (0..nranks).any(|r| {
+            let next = (r + 1) % nranks;
+            nranks > 1
+                && peers
+                    .get(r)
+                    .zip(peers.get(next))
+                    .is_some_and(|(a, b)| probe.choose(a, b) == TransportKind::Net)
+        });
+        let step_bytes = opts.step_bytes.unwrap_or(if any_net {
+            NET_STEP_BYTES
+        } else {
+            DEFAULT_STEP_BYTES
+        });
+        let layout = FifoLayout::new(NCCL_STEPS, step_bytes).map_err(|e| {
+            CommError::InvalidArgument(format!("FIFO of {step_bytes}-byte steps: {e}"))
+        })?;
+        let net_options = NetOptions {
+            layout,
+            waiter: waiter.clone(),
+            connect_timeout: opts.timeout,
+            ..NetOptions::default()
+        };
+        let ifname = opts.socket_ifname.clone();
+        let make_net = move || {
+            let mut config = SocketConfig::from_env().map_err(|e| e.to_string())?;
+            if ifname.is_some() {
+                config.ifname = ifname.clone();
+            }
+            let net = SocketNet::new(config).map_err(|e| e.to_string())?;
+            NetTransport::new(Arc::new(net), net_options.clone()).map_err(|e| e.to_string())
+        };
+        let mut transports = Transports::new(opts.transport, Box::new(make_net));
+
+        let mut channels = Vec::with_capacity(rings.len());
+        let mut channel_kinds = Vec::with_capacity(rings.len());
+        let me = peers.get(rank).copied().unwrap_or(me);
+        for (c, ring) in rings.iter().enumerate() {
+            let ring_arc: Arc<[u32]> = ring.as_slice().into();
+            if nranks == 1 {
+                channels.push(ExecChannel {
+                    ring: ring_arc,
+                    conns: None,
+                });
+                channel_kinds.push((TransportKind::Shm, TransportKind::Shm));
+                continue;
+            }
+            let sched_ring = weft_core::sched::Ring::new(ring).map_err(ExecError::from)?;
+            let pos = sched_ring.position(rank as u32).unwrap_or(0);
+            let (next, prev) = (
+                sched_ring.rank_after(pos, 1),
+                sched_ring.rank_before(pos, 1),
+            );
+            let peer = |r: u32| peers.get(r as usize).copied().unwrap_or(me);
+            let (send_kind, recv_kind) = (
+                transports.choose(&me, &peer(next)),
+                transports.choose(&me, &peer(prev)),
+            );
+            let (tag_send, tag_recv) = connect::ring_tags(c as u32);
+            let channel = c as u32;
+            let (mut sends, mut recvs) = connect::handshake(
+                rank as u32,
+                &mut bootstrap,
+                &mut transports,
+                &[Planned {
+                    peer: next,
+                    channel,
+                    kind: send_kind,
+                    tag: tag_send,
+                }],
+                &[Planned {
+                    peer: prev,
+                    channel,
+                    kind: recv_kind,
+                    tag: tag_recv,
+                }],
+            )?;
+            let (Some(send), Some(recv)) = (sends.pop(), recvs.pop()) else {
+                return Err(CommError::InvalidArgument(
+                    "handshake returned no connection".to_string(),
+                ));
+            };
+            log::info!(
+                "{} : {prev} -> {rank} via {}, {rank} -> {next} via {}",
+                rings::describe(c, rings.len(), ring),
+                recv_kind.name(),
+                send_kind.name()
+            );
+            channels.push(ExecChannel {
+                ring: ring_arc,
+                conns: Some(Arc::new(Mutex::new(RingConns { send, recv }))),
+            });
+            channel_kinds.push((send_kind, recv_kind));
+        }
+        bootstrap.barrier()?;
+        let executor = Executor::new(rank as u32, nranks, channels, step_bytes, abort.clone());
+        Ok(Comm {
+            rank,
+            nranks,
+            executor,
+            p2p_send: HashMap::new(),
+            p2p_recv: HashMap::new(),
+            transports,
+            peers,
+            rings,
+            channel_kinds,
+            step_bytes,
+            abort,
+            failed: None,
+            bootstrap,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub fn nchannels(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// The ring of each channel.
+    pub fn rings(&self) -> &[Vec<u32>] {
+        &self.rings
+    }
+
+    /// The transport of each channel's connections: (to the next rank, from the previous).
+    pub fn channel_transports(&self) -> &[(TransportKind, TransportKind)] {
+        &self.channel_kinds
+    }
+
+    /// Bytes per FIFO step (the largest message one post carries).
+    pub fn step_bytes(&self) -> usize {
+        self.step_bytes
+    }
+
+    /// The pid of each rank.
+    pub fn peer_pids(&self) -> Vec<u32> {
+        self.peers.iter().map(|p| p.settings.pid).collect()
+    }
+
+    /// A flag that aborts this communicator from any thread: every wait ends at its next
+    /// check and the call in progress fails.
+    pub fn abort_flag(&self) -> AbortFlag {
+        self.abort.clone()
+    }
+
+    /// Waits until every rank has called it (over the bootstrap network).
+    pub fn barrier(&mut self) -> Result<(), CommError> {
+        self.usable()?;
+        Ok(self.bootstrap.barrier()?)
+    }
+
+    fn usable(&self) -> Result<(), CommError> {
+        match &self.failed {
+            Some(first) => Err(CommError::Failed(first.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a failure: names a dead peer of this host when there is one.
+    fn failure(&mut self, err: ExecError) -> CommError {
+        let me = self.peers.get(self.rank).copied();
+        let dead = self.peers.iter().enumerate().find(|(r, p)| {
+            *r != self.rank && me.is_some_and(|m| m.same_host(p)) && !process_alive(p.settings.pid)
+        });
+        let err = match dead {
+            Some((rank, p)) => CommError::PeerDied {
+                rank,
+                pid: p.settings.pid,
+                cause: err,
+            },
+            None => CommError::Exec(err),
+        };
+        self.failed.get_or_insert_with(|| err.to_string());
+        self.abort.abort();
+        err
+    }
+
+    fn count_of(len: usize, dtype: DataType, what: &str) -> Result<usize, CommError> {
+        let esize = dtype.size_of_elem();
+        if len % esize != 0 {
+            return Err(CommError::InvalidArgument(format!(
+                "{what} buffer of {len} bytes is not a whole number of {} ({esize}-byte) elements",
+                dtype.name()
+            )));
+        }
+        Ok(len / esize)
+    }
+
+    fn check_len(what: &str, len: usize, want: usize) -> Result<(), CommError> {
+        if len == want {
+            Ok(())
+        } else {
+            Err(CommError::InvalidArgument(format!(
+                "{what} buffer holds {len} bytes, the call needs {want}"
+            )))
+        }
+    }
+
+    fn check_root(&self, root: usize) -> Result<u32, CommError> {
+        if root < self.nranks {
+            Ok(root as u32)
+        } else {
+            Err(CommError::InvalidArgument(format!(
+                "root {root} out of range for {} ranks",
+                self.nranks
+            )))
+        }
+    }
+
+    /// Runs a collective on raw buffers with NCCL's semantics: `count` as in NCCL's API,
+    /// `send` and `recv` may alias as NCCL allows (in-place layouts).
+    ///
+    /// # Safety
+    ///
+    /// `send` must be readable for the input length of `collective` (`count`, or `nranks *
+    /// count` for reduce-scatter; broadcast reads it only on the root) and `recv` writable
+    /// for its output length (`count`, `nranks * count` for all-gather; reduce writes it
+    /// only on the root), in elements of `dtype`, for the whole call, and nothing else may
+    /// use `recv` meanwhile. Lengths that a rank does not use may be 0.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective_raw(
+        &mut self,
+        collective: Collective,
+        send: *const u8,
+        send_len: usize,
+        recv: *mut u8,
+        recv_len: usize,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        self.usable()?;
+        // SAFETY: forwarded from this function's contract.
+        let buffers = unsafe { RawBuffers::new(send, send_len, recv, recv_len) };
+        match self
+            .executor
+            .collective(collective, count, dtype, op, buffers)
+        {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.failure(e)),
+        }
+    }
+
+    fn out_of_place(
+        &mut self,
+        collective: Collective,
+        send: &[u8],
+        recv: &mut [u8],
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        // SAFETY: two live slices of the lengths passed; `recv` is borrowed mutably for the
+        // call, so nothing else uses it, and Rust guarantees the two do not overlap.
+        unsafe {
+            self.collective_raw(
+                collective,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                count,
+                dtype,
+                op,
+            )
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn in_place(
+        &mut self,
+        collective: Collective,
+        buf: &mut [u8],
+        input: std::ops::Range<usize>,
+        output: std::ops::Range<usize>,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        if input.end > buf.len() || output.end > buf.len() {
+            return Err(CommError::InvalidArgument(format!(
+                "in-place buffer of {} bytes is too short",
+                buf.len()
+            )));
+        }
+        let base = buf.as_mut_ptr();
+        // SAFETY: both ranges lie inside `buf` (checked), which is borrowed mutably for the
+        // whole call; the executor handles the aliasing of input and output.
+        unsafe {
+            self.collective_raw(
+                collective,
+                base.wrapping_add(input.start),
+                input.len(),
+                base.wrapping_add(output.start),
+                output.len(),
+                count,
+                dtype,
+                op,
+            )
+        }
+    }
+
+    /// `recv[i] = op over ranks of send[i]`. Both buffers hold the same number of elements.
+    pub fn all_reduce(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        let count = Self::count_of(send.len(), dtype, "send")?;
+        Self::check_len("receive", recv.len(), send.len())?;
+        self.out_of_place(Collective::AllReduce, send, recv, count, dtype, op)
+    }
+
+    /// All-reduce with the result written over the input.
+    pub fn all_reduce_in_place(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        let count = Self::count_of(buf.len(), dtype, "in-place")?;
+        let all = 0..buf.len();
+        self.in_place(
+            Collective::AllReduce,
+            buf,
+            all.clone(),
+            all,
+            count,
+            dtype,
+            op,
+        )
+    }
+
+    /// `recv` (count elements) = block `rank` of the element-wise reduction of every rank's
+    /// `send` (`nranks * count` elements).
+    pub fn reduce_scatter(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        let count = Self::count_of(recv.len(), dtype, "receive")?;
+        Self::check_len("send", send.len(), recv.len().saturating_mul(self.nranks))?;
+        self.out_of_place(Collective::ReduceScatter, send, recv, count, dtype, op)
+    }
+
+    /// Reduce-scatter in place: `buf` is the whole input (`nranks * count` elements); the
+    /// result lands in block `rank` of it (NCCL's in-place layout).
+    pub fn reduce_scatter_in_place(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<(), CommError> {
+        let total = Self::count_of(buf.len(), dtype, "in-place")?;
+        if total % self.nranks != 0 {
+            return Err(CommError::InvalidArgument(format!(
+                "in-place reduce-scatter buffer of {total} elements is not {} equal blocks",
+                self.nranks
+            )));
+        }
+        let count = total / self.nranks;
+        let block = count * dtype.size_of_elem();
+        let at = self.rank * block;
+        let all = 0..buf.len();
+        self.in_place(
+            Collective::ReduceScatter,
+            buf,
+            all,
+            at..at + block,
+            count,
+            dtype,
+            op,
+        )
+    }
+
+    /// `recv` (`nranks * count` elements) = every rank's `send` (count elements), in rank
+    /// order.
+    pub fn all_gather(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+    ) -> Result<(), CommError> {
+        let count = Self::count_of(send.len(), dtype, "send")?;
+        Self::check_len(
+            "receive",
+            recv.len(),
+            send.len().saturating_mul(self.nranks),
+        )?;
+        self.out_of_place(Collective::AllGather, send, recv, count, dtype, RedOp::Sum)
+    }
+
+    /// All-gather in place: this rank's input is already in block `rank` of `buf`.
+    pub fn all_gather_in_place(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DataType,
+    ) -> Result<(), CommError> {
+        let total = Self::count_of(buf.len(), dtype, "in-place")?;
+        if total % self.nranks != 0 {
+            return Err(CommError::InvalidArgument(format!(
+                "in-place all-gather buffer of {total} elements is not {} equal blocks",
+                self.nranks
+            )));
+        }
+        let count = total / self.nranks;
+        let block = count * dtype.size_of_elem();
+        let at = self.rank * block;
+        let all = 0..buf.len();
+        self.in_place(
+            Collective::AllGather,
+            buf,
+            at..at + block,
+            all,
+            count,
+            dtype,
+            RedOp::Sum,
+        )
+    }
+
+    /// `recv` = the root's `send` on every rank. `send` is read only on the root (other
+    /// ranks may pass an empty slice).
+    pub fn broadcast(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<(), CommError> {
+        let root = self.check_root(root)?;
+        let count = Self::count_of(recv.len(), dtype, "receive")?;
+        if self.rank == root as usize || !send.is_empty() {
+            Self::check_len("send", send.len(), recv.len())?;
+        }
+        let c = Collective::Broadcast { root };
+        self.out_of_place(c, send, recv, count, dtype, RedOp::Sum)
+    }
+
+    /// Broadcast in place: the root's `buf` goes to every rank's `buf`.
+    pub fn broadcast_in_place(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DataType,
+        root: usize,
+    ) -> Result<(), CommError> {
+        let root = self.check_root(root)?;
+        let count = Self::count_of(buf.len(), dtype, "in-place")?;
+        let all = 0..buf.len();
+        let c = Collective::Broadcast { root };
+        self.in_place(c, buf, all.clone(), all, count, dtype, RedOp::Sum)
+    }
+
+    /// On the root, `recv[i] = op over ranks of send[i]`; `recv` is written only there
+    /// (other ranks may pass an empty slice).
+    pub fn reduce(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+        root: usize,
+    ) -> Result<(), CommError> {
+        let root = self.check_root(root)?;
+        let count = Self::count_of(send.len(), dtype, "send")?;
+        if self.rank == root as usize || !recv.is_empty() {
+            Self::check_len("receive", recv.len(), send.len())?;
+        }
+        let c = Collective::Reduce { root };
+        self.out_of_place(c, send, recv, count, dtype, op)
+    }
+
+    /// Reduce in place: the result replaces the root's `buf`.
+    pub fn reduce_in_place(
+        &mut self,
+        buf: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+        root: usize,
+    ) -> Result<(), CommError> {
+        let root = self.check_root(root)?;
+        let count = Self::count_of(buf.len(), dtype, "in-place")?;
+        let all = 0..buf.len();
+        let c = Collective::Reduce { root };
+        self.in_place(c, buf, all.clone(), all, count, dtype, op)
+    }
+
+    /// Sends `buf` to `peer`, which must call [`Comm::recv`] (or a group with a receive)
+    /// with the same length.
+    pub fn send(&mut self, buf: &[u8], peer: usize) -> Result<(), CommError> {
+        self.group(&mut [P2pOp::Send { peer, buf }])
+    }
+
+    /// Receives from `peer` into `buf` (the sender sends exactly `buf.len()` bytes).
+    pub fn recv(&mut self, buf: &mut [u8], peer: usize) -> Result<(), CommError> {
+        self.group(&mut [P2pOp::Recv { peer, buf }])
+    }
+
+    /// Runs point-to-point operations together, as between NCCL's `ncclGroupStart` and
+    /// `ncclGroupEnd`: transfers with different peers progress at the same time (so a ring
+    /// of ranks that each send to the next and receive from the previous cannot deadlock);
+    /// operations with the same peer in the same direction run in order. A send to this
+    /// rank pairs with a receive from it, in order.
+    pub fn group(&mut self, ops: &mut [P2pOp<'_>]) -> Result<(), CommError> {
+        self.usable()?;
+        let mut send_peers: Vec<u32> = Vec::new();
+        let mut recv_peers: Vec<u32> = Vec::new();
+        let mut self_sends: Vec<&[u8]> = Vec::new();
+        let mut self_recvs: Vec<usize> = Vec::new();
+        for (k, op) in ops.iter().enumerate() {
+            let (peer, list) = match op {
+                P2pOp::Send { peer, .. } => (*peer, &mut send_peers),
+                P2pOp::Recv { peer, .. } => (*peer, &mut recv_peers),
+            };
+            if peer >= self.nranks {
+                return Err(CommError::InvalidArgument(format!(
+                    "peer {peer} out of range for {} ranks",
+                    self.nranks
+                )));
+            }
+            if peer == self.rank {
+                match op {
+                    P2pOp::Send { buf, .. } => self_sends.push(buf),
+                    P2pOp::Recv { .. } => self_recvs.push(k),
+                }
+            } else if !list.contains(&(peer as u32)) {
+                list.push(peer as u32);
+            }
+        }
+        if self_sends.len() != self_recvs.len() {
+            return Err(CommError::InvalidArgument(format!(
+                "{} send(s) to this rank but {} receive(s) from it in one group",
+                self_sends.len(),
+                self_recvs.len()
+            )));
+        }
+        let sends_to_self: Vec<Vec<u8>> = self_sends.iter().map(|b| b.to_vec()).collect();
+        for (data, k) in sends_to_self.iter().zip(&self_recvs) {
+            if let Some(P2pOp::Recv { buf, .. }) = ops.get_mut(*k) {
+                Self::check_len("receive (from this rank)", buf.len(), data.len())?;
+                buf.copy_from_slice(data);
+            }
+        }
+        self.connect_p2p(&send_peers, &recv_peers)?;
+
+        // One job per (direction, peer), running that pair's operations in order.
+        let mut jobs: Vec<Job> = Vec::new();
+        for &peer in &send_peers {
+            let Some(end) = self.p2p_send.get(&peer).cloned() else {
+                continue;
+            };
+            let bufs: Vec<RawBuffers> = ops
+                .iter()
+                .filter_map(|op| match op {
+                    P2pOp::Send { peer: p, buf } if *p as u32 == peer => {
+                        // SAFETY: `buf` is borrowed for the whole call (through `ops`), and
+                        // `run` waits for every job before returning.
+                        Some(unsafe {
+                            RawBuffers::new(buf.as_ptr(), buf.len(), std::ptr::null_mut(), 0)
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            jobs.push(Box::new(move || {
+                let mut end = lock(&end);
+                for b in bufs {
+                    p2p::send(&mut end, &b, 0..b.input_len())?;
+                }
+                Ok(())
+            }));
+        }
+        for &peer in &recv_peers {
+            let Some(end) = self.p2p_recv.get(&peer).cloned() else {
+                continue;
+            };
+            let bufs: Vec<RawBuffers> = ops
+                .iter_mut()
+                .filter_map(|op| match op {
+                    P2pOp::Recv { peer: p, buf } if *p as u32 == peer => {
+                        // SAFETY: `buf` is borrowed mutably for the whole call (through
+                        // `ops`), and `run` waits for every job before returning.
+                        Some(unsafe {
+                            RawBuffers::new(std::ptr::null(), 0, buf.as_mut_ptr(), buf.len())
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            jobs.push(Box::new(move || {
+                let mut end = lock(&end);
+                for b in bufs {
+                    p2p::recv(&mut end, &b, 0..b.output_len())?;
+                }
+                Ok(())
+            }));
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        match self.executor.run(jobs) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                for end in self.p2p_send.values() {
+                    lock(end).abort();
+                }
+                for end in self.p2p_recv.values() {
+                    lock(end).abort();
+                }
+                Err(self.failure(e))
+            }
+        }
+    }
+
+    /// Builds the point-to-point connections not built yet (a handshake with each peer,
+    /// which builds its side in the matching call).
+    fn connect_p2p(&mut self, sends: &[u32], recvs: &[u32]) -> Result<(), CommError> {
+        let me = self.peers.get(self.rank).copied();
+        let channel = self.rings.len() as u32;
+        let (tag_send, tag_recv) = connect::p2p_tags();
+        let plan = |peer: u32, tag: u32, transports: &Transports| -> Option<Planned> {
+            let (m, p) = (me?, self.peers.get(peer as usize)?);
+            Some(Planned {
+                peer,
+                channel,
+                kind: transports.choose(&m, p),
+                tag,
+            })
+        };
+        let new_sends: Vec<Planned> = sends
+            .iter()
+            .filter(|p| !self.p2p_send.contains_key(p))
+            .filter_map(|&p| plan(p, tag_send, &self.transports))
+            .collect();
+        let new_recvs: Vec<Planned> = recvs
+            .iter()
+            .filter(|p| !self.p2p_recv.contains_key(p))
+            .filter_map(|&p| plan(p, tag_recv, &self.transports))
+            .collect();
+        if new_sends.is_empty() && new_recvs.is_empty() {
+            return Ok(());
+        }
+        let (s, r) = connect::handshake(
+            self.rank as u32,
+            &mut self.bootstrap,
+            &mut self.transports,
+            &new_sends,
+            &new_recvs,
+        )?;
+        for (p, end) in new_sends.iter().zip(s) {
+            self.p2p_send.insert(p.peer, Arc::new(Mutex::new(end)));
+        }
+        for (p, end) in new_recvs.iter().zip(r) {
+            self.p2p_recv.insert(p.peer, Arc::new(Mutex::new(end)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if self.failed.is_some() {
+            self.executor.abort_connections();
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Communicators of a few ranks as threads of this process, over loopback NET.
+
+use std::thread;
+use std::time::Duration;
+
+use weft_core::abi::{DataType, RedOp};
+
+use super::*;
+use crate::bootstrap::BootstrapRoot;
+use crate::verify::{Expect, TestData};
+
+fn comms(nranks: usize, nchannels: u32) -> Vec<Comm> {
+    let mut opts = CommOptions::loopback(Duration::from_secs(20));
+    opts.nchannels = Some(nchannels);
+    opts.transport = TransportChoice::Net;
+    let (id, root) = BootstrapRoot::start(&opts.bootstrap).unwrap();
+    let comms = thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, opts) = (id, opts.clone());
+                s.spawn(move || Comm::init(&id, r, nranks, &opts).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(root);
+    comms
+}
+
+#[test]
+fn all_reduce_and_p2p_ring_over_net_threads() {
+    let nranks = 3;
+    let mut comms = comms(nranks, 2);
+    assert_eq!(comms[1].rings(), [vec![0, 1, 2], vec![0, 1, 2]]);
+    let data = TestData {
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        seed: 5,
+        nranks,
+    };
+    let count = 100_003;
+    thread::scope(|s| {
+        for (rank, comm) in comms.iter_mut().enumerate() {
+            s.spawn(move || {
+                let mut input = vec![0u8; count * 4];
+                data.fill(rank, 0, &mut input);
+                let mut out = vec![0u8; count * 4];
+                comm.all_reduce(&input, &mut out, data.dtype, data.op)
+                    .unwrap();
+                assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
+                // Each rank sends to the next and receives from the previous at once.
+                let next = (rank + 1) % nranks;
+                let prev = (rank + nranks - 1) % nranks;
+                let mut got = vec![0u8; input.len()];
+                comm.group(&mut [
+                    P2pOp::Send {
+                        peer: next,
+                        buf: &input,
+                    },
+                    P2pOp::Recv {
+                        peer: prev,
+                        buf: &mut got,
+                    },
+                ])
+                .unwrap();
+                assert_eq!(
+                    data.count_wrong(Expect::Recv { from: prev }, rank, count, &got),
+                    0
+                );
+            });
+        }
+    });
+}
