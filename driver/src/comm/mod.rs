@@ -393,6 +393,13 @@ impl Comm {
         Ok(self.bootstrap.barrier()?)
     }
 
+    /// Every rank's `mine`, by rank, over the bootstrap network (control data such as
+    /// timings or host names; not for bulk data). Collective: every rank must call it.
+    pub fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
+        self.usable()?;
+        Ok(self.bootstrap.all_gather(mine)?)
+    }
+
     fn usable(&self) -> Result<(), CommError> {
         match &self.failed {
             Some(first) => Err(CommError::Failed(first.clone())),

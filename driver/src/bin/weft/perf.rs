@@ -1,0 +1,751 @@
+//! `weft perf`: nccl-tests' measurements (`all_reduce_perf` and friends) on weft.
+//!
+//! The report is nccl-tests' own: a row per size with the out-of-place and the in-place
+//! time, algorithm bandwidth and bus bandwidth, and the number of wrong elements; then the
+//! count of wrong values and the average bus bandwidth. Bandwidths follow nccl-tests'
+//! definitions: `algbw = bytes / time` (bytes of the whole buffer: `count * nranks`
+//! elements for reduce-scatter and all-gather), and `busbw = algbw * factor` with factor
+//! `2(n-1)/n` for all-reduce, `(n-1)/n` for reduce-scatter and all-gather, 1 otherwise.
+//! Times are averaged over ranks, as nccl-tests' default `-a 1`.
+//!
+//! Correctness first: every rank fills its input from a seeded generator (`weft::verify`),
+//! and the output is checked element by element against the reference computed from every
+//! rank's seed: once per size and mode before timing, or after every iteration with
+//! `--check`.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use weft::bootstrap::UniqueId;
+use weft::comm::{Comm, CommError, CommOptions, P2pOp, TransportChoice};
+use weft::verify::{Expect, TestData};
+use weft_core::abi::{DataType, RedOp};
+
+use crate::args::{Args, parse_size};
+use crate::spawn::{ROLE_FLAG, run_local};
+
+const HELP: &str = "\
+usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv> [options]
+
+  --ranks N            local rank processes to start (default 2)
+  -b, --minbytes SIZE  smallest size (default 8); sizes take K, M, G suffixes
+  -e, --maxbytes SIZE  largest size (default 64M)
+  -f, --stepfactor F   multiply the size by F each step (default 2)
+  -i, --stepbytes SIZE add SIZE each step instead (with -f 1)
+  -n, --iters N        timed iterations per size (default 20)
+  -w, --warmup N       warm-up iterations before the first size (default 5)
+  -d, --dtype TYPE     int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double
+                       (default float)
+  -o, --op OP          sum prod min max avg (default sum)
+  -r, --root R         root of broadcast and reduce (default 0)
+  -c, --check          check the result of every iteration (default: once per size,
+                       before timing)
+  --channels N         channels (rings) to build (default WEFT_NCHANNELS, else 2)
+  --transport T        auto, shm or net (default auto)
+  --timeout SECONDS    deadline of every wait on a peer (default 30)
+  --id HEX             join a job as one rank (from `weft unique-id`), with --rank and
+                       --nranks or a launcher's variables (torchrun, mpirun, srun)
+  --rank R, --nranks N this process's rank and the job's size (with --id)
+";
+
+/// The collectives nccl-tests measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerfColl {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Reduce,
+    SendRecv,
+}
+
+impl PerfColl {
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text.replace('_', "-").as_str() {
+            "all-reduce" | "allreduce" => PerfColl::AllReduce,
+            "reduce-scatter" | "reducescatter" => PerfColl::ReduceScatter,
+            "all-gather" | "allgather" => PerfColl::AllGather,
+            "broadcast" => PerfColl::Broadcast,
+            "reduce" => PerfColl::Reduce,
+            "sendrecv" | "send-recv" => PerfColl::SendRecv,
+            _ => return None,
+        })
+    }
+
+    fn reduces(self) -> bool {
+        matches!(
+            self,
+            PerfColl::AllReduce | PerfColl::ReduceScatter | PerfColl::Reduce
+        )
+    }
+
+    fn rooted(self) -> bool {
+        matches!(self, PerfColl::Broadcast | PerfColl::Reduce)
+    }
+
+    /// nccl-tests' bus bandwidth factor.
+    fn bus_factor(self, nranks: usize) -> f64 {
+        let n = nranks as f64;
+        match self {
+            PerfColl::AllReduce => 2.0 * (n - 1.0) / n,
+            PerfColl::ReduceScatter | PerfColl::AllGather => (n - 1.0) / n,
+            _ => 1.0,
+        }
+    }
+
+    /// (count as printed, input elements, output elements) for a size in bytes, as
+    /// nccl-tests' `getCollByteCount`.
+    fn counts(self, bytes: u64, esize: usize, nranks: usize) -> (usize, usize, usize) {
+        let total = (bytes as usize) / esize;
+        match self {
+            PerfColl::ReduceScatter => {
+                let c = total / nranks;
+                (c, c * nranks, c)
+            }
+            PerfColl::AllGather => {
+                let c = total / nranks;
+                (c, c, c * nranks)
+            }
+            _ => (total, total, total),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PerfArgs {
+    coll: PerfColl,
+    ranks: usize,
+    min_bytes: u64,
+    max_bytes: u64,
+    factor: u64,
+    step_bytes: u64,
+    iters: usize,
+    warmup: usize,
+    dtype: DataType,
+    op: RedOp,
+    root: usize,
+    check_every: bool,
+    channels: Option<u32>,
+    transport: Option<TransportChoice>,
+    timeout: Option<Duration>,
+    id: Option<String>,
+    rank: Option<usize>,
+    nranks: Option<usize>,
+    role: Option<String>,
+}
+
+fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
+    let mut a = Args::new(argv);
+    let num = |s: &str| s.trim().parse::<usize>().ok();
+    let role = a.value(&[ROLE_FLAG])?;
+    let check_every = a.flag(&["-c", "--check"]);
+    let ranks = a.parsed(&["--ranks"], "a rank count >= 1", num)?.unwrap_or(2);
+    let min_bytes = a.parsed(&["-b", "--minbytes"], "a size such as 8, 1K, 64M", parse_size)?;
+    let max_bytes = a.parsed(&["-e", "--maxbytes"], "a size such as 8, 1K, 64M", parse_size)?;
+    let factor = a.parsed(&["-f", "--stepfactor"], "a factor >= 1", |s| {
+        s.trim().parse::<u64>().ok().filter(|f| *f >= 1)
+    })?;
+    let step_bytes = a.parsed(&["-i", "--stepbytes"], "a size", parse_size)?;
+    let iters = a.parsed(&["-n", "--iters"], "an iteration count", num)?;
+    let warmup = a.parsed(&["-w", "--warmup", "--warmup_iters"], "an iteration count", num)?;
+    let dtype = a.parsed(&["-d", "--dtype", "--datatype"], "a type name", |s| {
+        DataType::from_name(s.trim()).or(match s.trim() {
+            "float32" | "f32" => Some(DataType::Float32),
+            "float64" | "f64" => Some(DataType::Float64),
+            "float16" | "f16" | "fp16" => Some(DataType::Float16),
+            "bf16" => Some(DataType::Bfloat16),
+            "int" => Some(DataType::Int32),
+            "char" => Some(DataType::Int8),
+            _ => None,
+        })
+    })?;
+    let op = a.parsed(&["-o", "--op"], "sum, prod, min, max or avg", |s| {
+        RedOp::from_name(s.trim())
+    })?;
+    let root = a.parsed(&["-r", "--root"], "a rank", num)?.unwrap_or(0);
+    let channels = a.parsed(&["--channels"], "a channel count from 1 to 64", |s| {
+        s.trim().parse::<u32>().ok().filter(|c| (1..=64).contains(c))
+    })?;
+    let transport = a.parsed(&["--transport"], "auto, shm or net", TransportChoice::parse)?;
+    let timeout = a.parsed(&["--timeout"], "seconds", |s| {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|t| *t > 0.0 && t.is_finite() && *t < 1e9)
+            .map(Duration::from_secs_f64)
+    })?;
+    let id = a.value(&["--id"])?;
+    let rank = a.parsed(&["--rank"], "a rank", num)?;
+    let nranks = a.parsed(&["--nranks"], "a rank count", num)?;
+    let rest = a.rest();
+    let coll = match rest {
+        [name] => PerfColl::parse(name).ok_or_else(|| format!("unknown collective {name:?}"))?,
+        [] => return Err("which collective? (all-reduce, reduce-scatter, ...)".to_string()),
+        [_, extra, ..] => return Err(format!("unexpected argument {extra:?}")),
+    };
+    let factor = factor.unwrap_or(if step_bytes.is_some() { 1 } else { 2 });
+    let args = PerfArgs {
+        coll,
+        ranks,
+        min_bytes: min_bytes.unwrap_or(8),
+        max_bytes: max_bytes.unwrap_or(64 << 20),
+        factor,
+        step_bytes: step_bytes.unwrap_or(1 << 20),
+        iters: iters.unwrap_or(20),
+        warmup: warmup.unwrap_or(5),
+        dtype: dtype.unwrap_or(DataType::Float32),
+        op: op.unwrap_or(RedOp::Sum),
+        root,
+        check_every,
+        channels,
+        transport,
+        timeout,
+        id,
+        rank,
+        nranks,
+        role,
+    };
+    if args.ranks == 0 {
+        return Err("--ranks must be at least 1".to_string());
+    }
+    if args.min_bytes > args.max_bytes {
+        return Err(format!(
+            "invalid sizes for 'minbytes' and 'maxbytes': {} > {}",
+            args.min_bytes, args.max_bytes
+        ));
+    }
+    if args.factor == 1 && args.step_bytes == 0 {
+        return Err("-i 0 with -f 1 would never reach the largest size".to_string());
+    }
+    Ok(args)
+}
+
+pub fn main(argv: &[String]) -> ExitCode {
+    if argv.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("weft perf: {e}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut opts = match CommOptions::from_env() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("weft perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(c) = args.channels {
+        opts.nchannels = Some(c);
+    }
+    if let Some(t) = args.transport {
+        opts.transport = t;
+    }
+    if let Some(t) = args.timeout {
+        opts.timeout = t;
+        opts.bootstrap.timeout = t;
+    }
+    // Who am I: a rank of a local run, a rank of a job, or the launcher of a local run.
+    let joined = if let Some(role) = &args.role {
+        parse_role(role).map(|(id, r, n)| {
+            // Local runs stay on loopback unless told otherwise.
+            if opts.socket_ifname.is_none() && std::env::var_os("NCCL_SOCKET_IFNAME").is_none()
+                && std::env::var_os("WEFT_SOCKET_IFNAME").is_none()
+            {
+                opts.socket_ifname = Some("=lo".to_string());
+            }
+            (id, r, n)
+        })
+    } else if let Some(hex) = &args.id {
+        match weft::launcher::resolve(args.rank, args.nranks, |k| std::env::var(k).ok()) {
+            Ok(info) => UniqueId::from_hex(hex)
+                .map(|id| (id, info.rank, info.world_size))
+                .map_err(|e| format!("--id: {e}")),
+            Err(e) => Err(e.to_string()),
+        }
+    } else {
+        return run_local(args.ranks, argv, opts.timeout);
+    };
+    let (id, rank, nranks) = match joined {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("weft perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run_rank(&args, &id, rank, nranks, &opts) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("weft perf: rank {rank}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_role(role: &str) -> Result<(UniqueId, usize, usize), String> {
+    let mut parts = role.split(':');
+    let (Some(hex), Some(r), Some(n), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("{ROLE_FLAG} {role:?}: expected ID:RANK:NRANKS"));
+    };
+    let id = UniqueId::from_hex(hex).map_err(|e| e.to_string())?;
+    let r = r.parse().map_err(|_| format!("{ROLE_FLAG}: bad rank {r:?}"))?;
+    let n = n.parse().map_err(|_| format!("{ROLE_FLAG}: bad rank count {n:?}"))?;
+    Ok((id, r, n))
+}
+
+/// The buffers of one rank, sized for the largest size.
+struct Buffers {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    /// The message copy for in-place sendrecv (sending from the buffer being received into).
+    staged: Vec<u8>,
+}
+
+/// One call's shape.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    count: usize,
+    in_elems: usize,
+    out_elems: usize,
+}
+
+struct Rank<'a> {
+    args: &'a PerfArgs,
+    comm: Comm,
+    rank: usize,
+    nranks: usize,
+    esize: usize,
+}
+
+impl Rank<'_> {
+    fn data(&self, seed: u64) -> TestData {
+        TestData {
+            dtype: self.args.dtype,
+            op: self.args.op,
+            seed,
+            nranks: self.nranks,
+        }
+    }
+
+    fn expect(&self) -> Expect {
+        let root = self.args.root;
+        match self.args.coll {
+            PerfColl::AllReduce => Expect::AllReduce,
+            PerfColl::ReduceScatter => Expect::ReduceScatter,
+            PerfColl::AllGather => Expect::AllGather,
+            PerfColl::Broadcast => Expect::Broadcast { root },
+            PerfColl::Reduce => Expect::Reduce { root },
+            PerfColl::SendRecv => Expect::Recv {
+                from: (self.rank + self.nranks - 1) % self.nranks,
+            },
+        }
+    }
+
+    /// Fills the input of one call (and, in place, puts it where NCCL's layout wants it).
+    fn fill(&self, b: &mut Buffers, s: Shape, in_place: bool, seed: u64) {
+        let data = self.data(seed);
+        let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
+        b.recv[..out_bytes].fill(0xa5);
+        if !in_place {
+            data.fill(self.rank, 0, &mut b.send[..in_bytes]);
+            return;
+        }
+        match self.args.coll {
+            PerfColl::AllGather => {
+                let at = self.rank * in_bytes;
+                data.fill(self.rank, 0, &mut b.recv[at..at + in_bytes]);
+            }
+            _ => data.fill(self.rank, 0, &mut b.recv[..in_bytes]),
+        }
+    }
+
+    /// The output of the last call, as a slice of the rank's result.
+    fn output<'b>(&self, b: &'b Buffers, s: Shape, in_place: bool) -> &'b [u8] {
+        let out_bytes = s.out_elems * self.esize;
+        match (in_place, self.args.coll) {
+            (true, PerfColl::ReduceScatter) => {
+                let at = self.rank * out_bytes;
+                &b.recv[at..at + out_bytes]
+            }
+            _ => &b.recv[..out_bytes],
+        }
+    }
+
+    fn run_once(&mut self, b: &mut Buffers, s: Shape, in_place: bool) -> Result<(), CommError> {
+        let (dtype, op, root) = (self.args.dtype, self.args.op, self.args.root);
+        let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
+        let send = &b.send[..in_bytes];
+        let c = &mut self.comm;
+        match (self.args.coll, in_place) {
+            (PerfColl::AllReduce, false) => c.all_reduce(send, &mut b.recv[..out_bytes], dtype, op),
+            (PerfColl::AllReduce, true) => c.all_reduce_in_place(&mut b.recv[..out_bytes], dtype, op),
+            (PerfColl::ReduceScatter, false) => {
+                c.reduce_scatter(send, &mut b.recv[..out_bytes], dtype, op)
+            }
+            (PerfColl::ReduceScatter, true) => {
+                c.reduce_scatter_in_place(&mut b.recv[..in_bytes], dtype, op)
+            }
+            (PerfColl::AllGather, false) => c.all_gather(send, &mut b.recv[..out_bytes], dtype),
+            (PerfColl::AllGather, true) => c.all_gather_in_place(&mut b.recv[..out_bytes], dtype),
+            (PerfColl::Broadcast, false) => {
+                c.broadcast(send, &mut b.recv[..out_bytes], dtype, root)
+            }
+            (PerfColl::Broadcast, true) => {
+                c.broadcast_in_place(&mut b.recv[..out_bytes], dtype, root)
+            }
+            (PerfColl::Reduce, false) => c.reduce(send, &mut b.recv[..out_bytes], dtype, op, root),
+            (PerfColl::Reduce, true) => {
+                c.reduce_in_place(&mut b.recv[..out_bytes], dtype, op, root)
+            }
+            (PerfColl::SendRecv, _) => {
+                let next = (self.rank + 1) % self.nranks;
+                let prev = (self.rank + self.nranks - 1) % self.nranks;
+                let src: &[u8] = if in_place {
+                    // Sending from the buffer that receives: stage the message first (part
+                    // of the timed work, as the copy is what in-place costs here).
+                    b.staged[..in_bytes].copy_from_slice(&b.recv[..in_bytes]);
+                    &b.staged[..in_bytes]
+                } else {
+                    send
+                };
+                c.group(&mut [
+                    P2pOp::Send {
+                        peer: next,
+                        buf: src,
+                    },
+                    P2pOp::Recv {
+                        peer: prev,
+                        buf: &mut b.recv[..out_bytes],
+                    },
+                ])
+            }
+        }
+    }
+
+    /// Sums `value` over ranks (control plane).
+    fn sum_f64(&mut self, value: f64) -> Result<f64, CommError> {
+        let all = self.comm.exchange(&value.to_be_bytes())?;
+        Ok(all
+            .iter()
+            .map(|b| f64::from_be_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
+            .sum())
+    }
+
+    /// One column group of a row: (average time in us, wrong elements over all ranks).
+    fn bench(
+        &mut self,
+        b: &mut Buffers,
+        s: Shape,
+        in_place: bool,
+        seed: u64,
+    ) -> Result<(f64, u64), CommError> {
+        let expect = self.expect();
+        let mut wrong = 0u64;
+        // Check once before timing (it doubles as this size's warm-up).
+        self.fill(b, s, in_place, seed);
+        self.run_once(b, s, in_place)?;
+        let data = self.data(seed);
+        wrong += data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place)) as u64;
+        self.comm.barrier()?;
+        let mut elapsed = Duration::ZERO;
+        if self.args.check_every {
+            for iter in 0..self.args.iters {
+                let seed = seed.wrapping_add(1 + iter as u64);
+                self.fill(b, s, in_place, seed);
+                let t = Instant::now();
+                self.run_once(b, s, in_place)?;
+                elapsed += t.elapsed();
+                let data = self.data(seed);
+                wrong +=
+                    data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place)) as u64;
+            }
+        } else {
+            let t = Instant::now();
+            for _ in 0..self.args.iters {
+                self.run_once(b, s, in_place)?;
+            }
+            elapsed = t.elapsed();
+        }
+        let mine = elapsed.as_secs_f64() * 1e6 / self.args.iters.max(1) as f64;
+        let avg = self.sum_f64(mine)? / self.nranks as f64;
+        let wrong = self.sum_f64(wrong as f64)? as u64;
+        Ok((avg, wrong))
+    }
+}
+
+fn time_str(us: f64) -> String {
+    if us >= 10000.0 {
+        format!("{us:7.0}")
+    } else if us >= 100.0 {
+        format!("{us:7.1}")
+    } else {
+        format!("{us:7.2}")
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
+}
+
+/// Runs the whole measurement as `rank`; returns the wrong-element total (rank 0 prints).
+fn run_rank(
+    args: &PerfArgs,
+    id: &UniqueId,
+    rank: usize,
+    nranks: usize,
+    opts: &CommOptions,
+) -> Result<u64, CommError> {
+    if args.coll.rooted() && args.root >= nranks {
+        return Err(CommError::InvalidArgument(format!(
+            "--root {} out of range for {nranks} ranks",
+            args.root
+        )));
+    }
+    let comm = Comm::init(id, rank, nranks, opts)?;
+    let mut r = Rank {
+        args,
+        comm,
+        rank,
+        nranks,
+        esize: args.dtype.size_of_elem(),
+    };
+    let main = rank == 0;
+    let out = &mut std::io::stdout().lock();
+    let me = format!("{}\t{}", hostname(), std::process::id());
+    let all = r.comm.exchange(me.as_bytes())?;
+    if main {
+        let step = if args.factor > 1 {
+            format!("{}(factor)", args.factor)
+        } else {
+            format!("{}(bytes)", args.step_bytes)
+        };
+        let _ = writeln!(
+            out,
+            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0",
+            args.min_bytes,
+            args.max_bytes,
+            args.warmup,
+            args.iters,
+            if args.check_every { args.iters } else { 1 }
+        );
+        let _ = writeln!(out, "#");
+        let _ = writeln!(out, "# Using devices");
+        let transports: Vec<String> = r
+            .comm
+            .channel_transports()
+            .iter()
+            .map(|(s, _)| s.name().to_string())
+            .collect();
+        for (k, entry) in all.iter().enumerate() {
+            let text = String::from_utf8_lossy(entry);
+            let (host, pid) = text.split_once('\t').unwrap_or((&text, "?"));
+            let _ = writeln!(
+                out,
+                "#  Rank {k:2} Group  0 Pid {pid:>6} on {host:>10} device cpu [host memory] weft CPU executor"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "#  {} channel(s), ring {:?}, transport {}, {} KiB FIFO steps",
+            r.comm.nchannels(),
+            r.comm.rings().first().cloned().unwrap_or_default(),
+            if nranks > 1 {
+                transports.first().cloned().unwrap_or_default()
+            } else {
+                "none (1 rank)".to_string()
+            },
+            r.comm.step_bytes() / 1024
+        );
+        let _ = writeln!(out, "#");
+        let _ = writeln!(
+            out,
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
+            "", "", "", "", ""
+        );
+        let _ = writeln!(
+            out,
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+            "algbw", "busbw", "#wrong"
+        );
+        let _ = writeln!(
+            out,
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+            "(GB/s)", ""
+        );
+        let _ = out.flush();
+    }
+
+    let mut sizes = Vec::new();
+    let mut size = args.min_bytes;
+    while size <= args.max_bytes {
+        sizes.push(size);
+        size = if args.factor > 1 {
+            size.saturating_mul(args.factor)
+        } else {
+            size.saturating_add(args.step_bytes)
+        };
+        if size == *sizes.last().unwrap_or(&0) {
+            break;
+        }
+    }
+    let esize = r.esize;
+    let shape = |bytes: u64| {
+        let (count, in_elems, out_elems) = args.coll.counts(bytes, esize, nranks);
+        Shape {
+            count,
+            in_elems,
+            out_elems,
+        }
+    };
+    let max_shape = shape(args.max_bytes);
+    let max_bytes = max_shape.in_elems.max(max_shape.out_elems) * r.esize;
+    let mut b = Buffers {
+        send: vec![0u8; max_bytes],
+        recv: vec![0u8; max_bytes],
+        staged: if args.coll == PerfColl::SendRecv {
+            vec![0u8; max_bytes]
+        } else {
+            Vec::new()
+        },
+    };
+    // nccl-tests' warm-up: the largest size, then the smallest.
+    for s in [max_shape, shape(args.min_bytes)] {
+        r.fill(&mut b, s, false, 1);
+        for _ in 0..args.warmup {
+            r.run_once(&mut b, s, false)?;
+        }
+    }
+    r.comm.barrier()?;
+
+    let progress = main && std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let (mut bw_sum, mut bw_count, mut wrong_total) = (0.0f64, 0usize, 0u64);
+    let redop = if args.coll.reduces() {
+        args.op.name()
+    } else {
+        "none"
+    };
+    let root: i64 = if args.coll.rooted() {
+        args.root as i64
+    } else {
+        -1
+    };
+    for (k, &bytes) in sizes.iter().enumerate() {
+        let s = shape(bytes);
+        let printed = (s.in_elems.max(s.out_elems) * r.esize) as u64;
+        if progress && started.elapsed() > Duration::from_secs(1) {
+            eprint!("\r# [{}/{}] {printed} B ...", k + 1, sizes.len());
+            let _ = std::io::stderr().flush();
+        }
+        let mut row = format!(
+            "{printed:>12}  {:>12}  {:>8}  {redop:>6}  {root:>6}",
+            s.count,
+            args.dtype.name()
+        );
+        for in_place in [false, true] {
+            let seed = 0x5eed_0000u64 + (k as u64) * 2 + u64::from(in_place);
+            let (us, wrong) = r.bench(&mut b, s, in_place, seed)?;
+            let algbw = if us > 0.0 {
+                printed as f64 / (us * 1e-6) / 1e9
+            } else {
+                0.0
+            };
+            let busbw = algbw * args.coll.bus_factor(nranks);
+            bw_sum += busbw;
+            bw_count += 1;
+            wrong_total += wrong;
+            row.push_str(&format!(
+                "  {}  {algbw:6.2}  {busbw:6.2}  {wrong:5}",
+                time_str(us)
+            ));
+        }
+        if main {
+            if progress && started.elapsed() > Duration::from_secs(1) {
+                eprint!("\r\x1b[K");
+            }
+            let _ = writeln!(out, "{row}");
+            let _ = out.flush();
+        }
+    }
+    if main {
+        let avg = if bw_count > 0 {
+            bw_sum / bw_count as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "# Out of bounds values : {wrong_total} {}",
+            if wrong_total == 0 { "OK" } else { "FAILED" }
+        );
+        let _ = writeln!(out, "# Avg bus bandwidth    : {} ", fmt_g(avg));
+        let _ = writeln!(out, "#");
+        let _ = out.flush();
+    }
+    r.comm.barrier()?;
+    Ok(wrong_total)
+}
+
+/// C's `%g`: 6 significant digits, no trailing zeros.
+fn fmt_g(v: f64) -> String {
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if !(-5..6).contains(&exp) {
+        let s = format!("{v:.5e}");
+        return s;
+    }
+    let decimals = (5 - exp).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn nccl_tests_counts_and_factors() {
+        assert_eq!(PerfColl::AllGather.counts(1000, 4, 3), (83, 83, 249));
+        assert_eq!(PerfColl::ReduceScatter.counts(1000, 4, 3), (83, 249, 83));
+        assert_eq!(PerfColl::AllReduce.counts(8, 4, 4), (2, 2, 2));
+        assert!((PerfColl::AllReduce.bus_factor(4) - 1.5).abs() < 1e-12);
+        assert!((PerfColl::AllGather.bus_factor(4) - 0.75).abs() < 1e-12);
+        assert_eq!(PerfColl::Broadcast.bus_factor(4), 1.0);
+    }
+
+    #[test]
+    fn formats_like_c() {
+        assert_eq!(time_str(12.345), "  12.35");
+        assert_eq!(time_str(123.45), "  123.5");
+        assert_eq!(time_str(12345.6), "  12346");
+        assert_eq!(fmt_g(1.234567), "1.23457");
+        assert_eq!(fmt_g(0.5), "0.5");
+        assert_eq!(fmt_g(12.0), "12");
+    }
+
+    #[test]
+    fn args() {
+        let a = parse_args(&["all-reduce".into(), "--ranks".into(), "4".into(), "-e".into(), "1M".into()])
+            .unwrap();
+        assert_eq!((a.coll, a.ranks, a.max_bytes, a.factor), (PerfColl::AllReduce, 4, 1 << 20, 2));
+        assert!(parse_args(&["bogus".into()]).is_err());
+        assert!(parse_args(&["reduce".into(), "-b".into(), "2M".into(), "-e".into(), "1M".into()]).is_err());
+    }
+}
