@@ -8,3 +8,4 @@ pub mod bootstrap;
 pub mod capi;
 pub mod conn;
 pub mod net;
+pub mod transport;
