@@ -539,7 +539,7 @@ mod checking {
         delays: u32,
     }
 
-    // SAFETY (test code): the pointer is only read by the proxy thread owning the request,
+    // SAFETY: (test code) the pointer is only read by the proxy thread owning the request,
     // within the buffer-lifetime contract of `Net::isend`.
     unsafe impl Send for Request {}
 

@@ -46,6 +46,16 @@ pub const NET_NAME: &str = "NET";
 /// 512 KiB). Larger steps than SHM's because every step costs a network message.
 pub const DEFAULT_NET_STEP_BYTES: usize = 512 * 1024;
 
+/// The executor's waits on NET ends sleep at most as long as the proxy's idle sleep: a
+/// receiver asleep for the default 500 us when its data lands would cap a ring of 8 small
+/// messages at one ring per sleep.
+fn net_wait_policy(policy: WaitPolicy) -> WaitPolicy {
+    WaitPolicy {
+        max_sleep: crate::proxy::IDLE_SLEEP,
+        ..policy
+    }
+}
+
 /// How NET connections are built and progressed.
 #[derive(Debug, Clone)]
 pub struct NetOptions {
@@ -67,7 +77,10 @@ impl Default for NetOptions {
             dev: 0,
             layout: FifoLayout::new(weft_core::fifo::NCCL_STEPS, DEFAULT_NET_STEP_BYTES)
                 .unwrap_or_default(),
-            waiter: Waiter::default(),
+            waiter: Waiter {
+                policy: net_wait_policy(WaitPolicy::default()),
+                ..Waiter::default()
+            },
             connect_timeout: Duration::from_secs(120),
             linger: Duration::from_secs(5),
         }
@@ -80,7 +93,7 @@ impl NetOptions {
     pub fn from_env(abort: AbortFlag) -> Result<Self, NetTransportError> {
         let mut options = NetOptions {
             waiter: Waiter {
-                policy: WaitPolicy::from_env(),
+                policy: net_wait_policy(WaitPolicy::from_env()),
                 abort,
                 peer_pid: None,
             },
