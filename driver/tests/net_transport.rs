@@ -714,3 +714,48 @@ fn in_flight_send_slots_are_never_overwritten() {
         "a slot changed while its send was in flight"
     );
 }
+
+/// Four ranks in a ring (threads, each with its own bootstrap and proxy, on whatever cores
+/// there are): connect infos go through bootstrap, every rank calls `send_connect` then
+/// `recv_connect` from one thread (the connects complete on the proxies, so this order
+/// cannot deadlock), then each streams to its next rank while receiving from its previous.
+#[test]
+fn four_ranks_ring_through_bootstrap() {
+    use weft::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
+    const N: usize = 4;
+    const MESSAGES: u64 = 600;
+    let opts = BootstrapOptions::loopback(Duration::from_secs(30));
+    let id = UniqueId::new(&opts).unwrap();
+    let ranks: Vec<_> = (0..N)
+        .map(|rank| {
+            let (id, opts) = (id, opts.clone());
+            thread::spawn(move || {
+                let mut boot = Bootstrap::init(&id, rank, N, &opts).unwrap();
+                let (next, prev) = ((rank + 1) % N, (rank + N - 1) % N);
+                let t = transport(12_352, Duration::from_secs(60), AbortFlag::new());
+                let spec = |peer: usize| ConnSpec {
+                    rank: rank as u32,
+                    peer: peer as u32,
+                    channel: 0,
+                };
+                let (rsetup, rinfo) = t.recv_setup(spec(prev)).unwrap();
+                let (ssetup, sinfo) = t.send_setup(spec(next)).unwrap();
+                boot.send(prev, 7, &rinfo).unwrap(); // to the rank that sends to us
+                boot.send(next, 8, &sinfo).unwrap(); // to the rank we send to
+                let next_rinfo = boot.recv(next, 7).unwrap();
+                let prev_sinfo = boot.recv(prev, 8).unwrap();
+                let mut send = t.send_connect(ssetup, &next_rinfo).unwrap();
+                let mut recv = t.recv_connect(rsetup, &prev_sinfo).unwrap();
+                let sender =
+                    thread::spawn(move || send_stream(&mut send, 0xB0 + rank as u64, MESSAGES));
+                recv_stream(&mut recv, 0xB0 + prev as u64, MESSAGES).unwrap();
+                sender.join().unwrap().unwrap();
+                boot.barrier().unwrap();
+                assert!(t.proxy().wait_idle(Duration::from_secs(10)));
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}
