@@ -20,6 +20,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(n, handle.buffer_len());
     // Emit front-codes IPv6 maximally, so it never needs more bytes than the input used.
     assert!(n <= view.as_bytes().len());
+    let padded = handle
+        .to_nccl_handle()
+        .expect("a parsed handle fits NCCL's buffer");
+    assert_eq!(padded[..n], buf[..n]);
+    assert!(padded[n..].iter().all(|&b| b == 0));
     let reparsed = MeshHandle::parse(&buf[..n]).expect("an emitted handle parses");
     assert_eq!(reparsed, handle);
     // Emit is deterministic: the canonical bytes are a fixed point.

@@ -89,6 +89,17 @@ pub const NET_HANDLE_MAXSIZE: usize = NCCL_NET_HANDLE_MAXSIZE;
 /// The largest InfiniBand QP number and packet sequence number (24 bits).
 pub const MAX_IB_24BIT: u32 = 0x00ff_ffff;
 
+/// The longest encoding of any connect info in this module (a NET info carrying a full
+/// 128-byte handle); a slot of this many bytes holds every format.
+pub const MAX_CONNECT_INFO_LEN: usize = NET_FIXED_LEN + NET_HANDLE_MAXSIZE;
+
+const _: () = assert!(
+    MAX_CONNECT_INFO_LEN >= P2P_FIXED_LEN + CUDA_IPC_HANDLE_LEN
+        && MAX_CONNECT_INFO_LEN >= P2P_FIXED_LEN + CU_MEM_FABRIC_HANDLE_LEN
+        && MAX_CONNECT_INFO_LEN >= SHM_LEN
+        && MAX_CONNECT_INFO_LEN >= IB_QP_LEN
+);
+
 /// Reads the fixed part `H` at the start of `bytes`.
 fn read_fixed<H: FromBytes + KnownLayout + Immutable>(
     bytes: &[u8],
@@ -1070,7 +1081,7 @@ mod test {
         // The largest and the empty handle.
         for len in [0usize, 128] {
             let info = NetConnectInfo::new(&[0x3c; 128][..len]).unwrap();
-            let mut buf = [0u8; 135];
+            let mut buf = [0u8; MAX_CONNECT_INFO_LEN];
             let n = info.emit(&mut buf).unwrap();
             assert_eq!(n, 7 + len);
             assert_eq!(NetConnectInfo::parse(&buf[..n]), Ok(info));

@@ -556,6 +556,14 @@ impl MeshHandle {
         }
         Ok(at)
     }
+
+    /// The handle as NCCL's fixed 128-byte handle buffer: the encoding, then zeros (so
+    /// that equal handles are equal buffers).
+    pub fn to_nccl_handle(&self) -> Result<[u8; NCCL_NET_HANDLE_MAXSIZE], ParseError> {
+        let mut out = [0u8; NCCL_NET_HANDLE_MAXSIZE];
+        self.emit(&mut out)?;
+        Ok(out)
+    }
 }
 
 /// Copies `src` into `out` at `at`; returns the offset after it.
@@ -655,6 +663,14 @@ mod test {
         let entries: Vec<MeshEntry> = view.entries().collect();
         assert_eq!(&entries[..], sample().entries());
         assert_eq!(MeshHandle::parse(&SAMPLE_BYTES).unwrap(), sample());
+    }
+
+    #[test]
+    fn nccl_handle_is_zero_padded() {
+        let out = sample().to_nccl_handle().unwrap();
+        assert_eq!(&out[..SAMPLE_BYTES.len()], &SAMPLE_BYTES[..]);
+        assert!(out[SAMPLE_BYTES.len()..].iter().all(|&b| b == 0));
+        assert_eq!(MeshHandle::parse(&out).unwrap(), sample());
     }
 
     #[test]
