@@ -36,7 +36,9 @@
 //! |      6 |      9 |              1 | `shared`: leading bytes equal to the previous IPv6 entry's address (0 to 16; 0 for the first IPv6 entry) |
 //! |      6 |     10 | 16 − `shared`  | the remaining bytes of the IPv6 address (the entry is 26 − `shared` bytes) |
 //!
-//! Bytes after the last entry (the rest of NCCL's 128-byte buffer) are ignored.
+//! Bytes after the last entry (the rest of NCCL's 128-byte buffer) are ignored. The emitter
+//! always sends the longest shared prefix; the parser accepts any `shared` up to 16, so only
+//! the decoded handle, not its bytes, is canonical.
 //!
 //! # How IPv6 fits in 128 bytes
 //!
@@ -51,9 +53,12 @@
 //! | 9 IPv4 ([`MAX_ENTRIES`])                                        |   126 |
 //! | 3 unrelated IPv6 + 3 IPv4 (any 6 entries with at most 3 IPv6)  |   126 |
 //! | 4 unrelated IPv6 + 1 IPv4                                      |   126 |
-//! | 6 IPv6 in one /64 (each after the first shares 8 bytes)        |   125 |
+//! | 6 IPv6 in one /64 (each after the first shares ≥ 8 bytes)      |   125 |
 //! | 5 IPv6 in distinct /64s of one /56, + 1 IPv4                   |   124 |
 //! | 5 IPv6 in distinct /64s of one /48                             |   115 |
+//!
+//! Six IPv6 addresses in six different /64s do not fit (130 bytes or more even within one
+//! /56): such a handle carries the first five, and `push` says so for the sixth.
 //!
 //! # Panics
 //!
