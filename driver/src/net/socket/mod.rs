@@ -271,7 +271,8 @@ pub struct SocketMemHandle {
     pub size: usize,
 }
 
-/// An in-flight socket send or receive.
+/// An in-flight socket send or receive. Dropping one before `test` reported it done leaves
+/// its slot (one of 32) busy and its buffer in use until the comm is closed.
 #[derive(Debug)]
 pub struct SocketRequest {
     conn: Arc<Conn>,
