@@ -481,22 +481,39 @@ fn every_collective_on_u8() {
 
 #[test]
 fn nccl_chunk_sizes_with_a_small_buffer() {
-    // The sizes ChunkSizing gives for a 16 KiB buffer, over counts that need several loops.
+    // The specs ProgramSpec::new gives for a 16 KiB buffer and up to 4 channels, over counts
+    // that need several loops (and, for the smaller ones, fewer channels).
     let mut rng = XorShift(77);
     for nranks in [2, 3, 5, 8] {
         for collective in collectives(nranks) {
-            let chunk = ChunkSizing::new(collective, 16 << 10, 4)
-                .unwrap()
-                .chunk_elems();
-            for count in [chunk * nranks * 3 + 5, 2 * chunk - 3] {
+            let sizing = ChunkSizing::new(collective, 16 << 10, 4).unwrap();
+            let chunk = sizing.chunk_elems();
+            for count in [chunk * nranks * 3 + 5, 2 * chunk - 3, 1000] {
+                let spec = ProgramSpec::new(collective, count, 4, nranks, 4, 16 << 10).unwrap();
+                assert_eq!(spec.chunk_elems, chunk);
                 let case = Case {
                     collective,
                     nranks,
                     count,
-                    nchannels: 2,
+                    nchannels: spec.nchannels,
                     chunk,
                 };
                 check::<f32>(&case, count % 2 == 0, &mut rng);
+                // Every primitive's block fits in its FIFO slots, slice by slice.
+                let ring: Vec<u32> = (0..nranks as u32).collect();
+                let ring = Ring::new(&ring).unwrap();
+                for c in 0..spec.nchannels {
+                    for step in RingProgram::new(&spec, ring, 0, c).unwrap() {
+                        let slices: Vec<(usize, usize)> = sizing.slices(step.len).collect();
+                        assert_eq!(slices.len(), sizing.slices_per_chunk());
+                        assert_eq!(slices.iter().map(|s| s.1).sum::<usize>(), step.len);
+                        assert!(
+                            slices
+                                .iter()
+                                .all(|s| s.1 <= sizing.step_elems() * sizing.slice_steps())
+                        );
+                    }
+                }
             }
         }
     }

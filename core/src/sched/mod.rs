@@ -33,10 +33,10 @@ pub mod ring;
 pub mod sizing;
 
 pub use collective::{Collective, Primitive};
-pub use partition::{ChannelPart, align_elems, channel_part};
+pub use partition::{ChannelPart, align_elems, channel_part, channels_for};
 pub use program::{ProgramSpec, RingProgram, RingStep};
 pub use ring::Ring;
-pub use sizing::{ChunkSizing, STEPS, Slices};
+pub use sizing::{ChunkSizing, DEFAULT_BUFFER_BYTES, STEPS, Slices};
 
 use core::fmt;
 

@@ -8,7 +8,7 @@
 //! For ReduceScatter and AllGather the part is of the per-rank `count`; a step then touches
 //! that same part of every rank's block (`rank * count + part`).
 
-use super::{SchedError, align_up, div_up};
+use super::{Collective, SchedError, align_up, div_up};
 
 /// Parts start on this many bytes (NCCL aligns channel parts and the last all-reduce chunk to
 /// 16 bytes, the width of its vector loads).
@@ -41,6 +41,33 @@ pub const fn align_elems(elem_size: usize) -> Result<usize, SchedError> {
         Some(v) => Ok(v),
         None => Ok(1),
     }
+}
+
+/// Bytes of ring traffic below which NCCL does not open another channel
+/// (`MinTrafficPerChannel`).
+pub const MIN_TRAFFIC_PER_CHANNEL: usize = 32 << 10;
+
+/// How many of `max_channels` channels a call should use: enough that each carries at least
+/// [`MIN_TRAFFIC_PER_CHANNEL`] bytes of traffic, as NCCL decides (traffic per byte of data: 2
+/// for AllReduce, `nranks` for ReduceScatter / AllGather on the per-rank count, 1 otherwise).
+/// Small calls then run on one channel, which is what keeps their latency low. At least 1.
+pub fn channels_for(
+    collective: Collective,
+    count: usize,
+    elem_size: usize,
+    nranks: usize,
+    max_channels: u32,
+) -> u32 {
+    let per_byte = match collective {
+        Collective::AllReduce => 2,
+        Collective::ReduceScatter | Collective::AllGather => nranks,
+        Collective::Broadcast { .. } | Collective::Reduce { .. } => 1,
+    };
+    let traffic = count.saturating_mul(elem_size).saturating_mul(per_byte);
+    let wanted = div_up(traffic, MIN_TRAFFIC_PER_CHANNEL);
+    u32::try_from(wanted)
+        .unwrap_or(u32::MAX)
+        .clamp(1, max_channels.max(1))
 }
 
 /// The part of `count` elements that `channel` of `nchannels` handles, aligned to
@@ -108,6 +135,24 @@ mod test {
                 nchannels: 2
             })
         );
+    }
+
+    #[test]
+    fn small_calls_use_few_channels() {
+        let ar = Collective::AllReduce;
+        assert_eq!(channels_for(ar, 2, 4, 8, 24), 1);
+        // 16 KiB of all-reduce data is 32 KiB of traffic: one channel; one byte more, two.
+        assert_eq!(channels_for(ar, 4096, 4, 8, 24), 1);
+        assert_eq!(channels_for(ar, 4097, 4, 8, 24), 2);
+        assert_eq!(channels_for(ar, 1 << 28, 4, 8, 24), 24);
+        // All-gather traffic grows with the ranks.
+        assert_eq!(channels_for(Collective::AllGather, 1024, 4, 8, 24), 1);
+        assert_eq!(channels_for(Collective::AllGather, 1024, 4, 16, 24), 2);
+        assert_eq!(
+            channels_for(Collective::Broadcast { root: 0 }, 0, 4, 8, 0),
+            1
+        );
+        assert_eq!(channels_for(ar, usize::MAX, 8, 8, 32), 32);
     }
 
     proptest::proptest! {

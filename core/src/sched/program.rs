@@ -22,9 +22,9 @@
 //! A ring of one rank runs one `Copy` per chunk for every collective.
 
 use super::collective::{Collective, Primitive};
-use super::partition::{ChannelPart, align_elems, channel_part};
+use super::partition::{ChannelPart, align_elems, channel_part, channels_for};
 use super::ring::Ring;
-use super::sizing::aligned_block;
+use super::sizing::{ChunkSizing, aligned_block};
 use super::{SchedError, div_up};
 
 /// One step of a [`RingProgram`]: a primitive applied to `len` elements at `input_offset` of the
@@ -58,6 +58,29 @@ pub struct ProgramSpec {
     pub chunk_elems: usize,
     /// Channels the call is spread over.
     pub nchannels: u32,
+}
+
+impl ProgramSpec {
+    /// The spec NCCL would run for a call: the chunk from a connection buffer of
+    /// `buffer_bytes` ([`ChunkSizing`]), and as many of `max_channels` channels as carry 32 KiB
+    /// of traffic each ([`channels_for`]).
+    pub fn new(
+        collective: Collective,
+        count: usize,
+        elem_size: usize,
+        nranks: usize,
+        max_channels: u32,
+        buffer_bytes: usize,
+    ) -> Result<Self, SchedError> {
+        let sizing = ChunkSizing::new(collective, buffer_bytes, elem_size)?;
+        Ok(ProgramSpec {
+            collective,
+            count,
+            elem_size,
+            chunk_elems: sizing.chunk_elems(),
+            nchannels: channels_for(collective, count, elem_size, nranks, max_channels),
+        })
+    }
 }
 
 /// The steps of one rank on one channel, in the order they must run. An iterator that computes
