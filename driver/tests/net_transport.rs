@@ -759,3 +759,26 @@ fn four_ranks_ring_through_bootstrap() {
         r.join().unwrap();
     }
 }
+
+#[test]
+fn accept_deadline_fails_the_receiving_executor() {
+    let mut opts = options(4096, Duration::from_secs(60), AbortFlag::new());
+    opts.connect_timeout = Duration::from_millis(700);
+    let t1 = NetTransport::new(net(), opts).unwrap();
+    // Rank 0 never connects.
+    let (rsetup, _rinfo) = t1
+        .recv_setup(ConnSpec {
+            rank: 1,
+            peer: 0,
+            channel: 4,
+        })
+        .unwrap();
+    let mut recv = t1.recv_connect(rsetup, &[]).unwrap();
+    let started = Instant::now();
+    let err = recv.recv_into(&mut [0u8; 4096]).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(matches!(err, ConnError::Failed { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("rank 0 did not connect"), "{text}");
+    assert!(text.contains("channel 4"), "{text}");
+}
