@@ -782,3 +782,29 @@ fn accept_deadline_fails_the_receiving_executor() {
     assert!(text.contains("rank 0 did not connect"), "{text}");
     assert!(text.contains("channel 4"), "{text}");
 }
+
+#[test]
+fn transport_and_setups_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<NetTransport<SocketNet>>();
+    send::<weft::transport::net::NetRecvSetup<SocketNet>>();
+    send::<weft::transport::net::NetSendSetup>();
+}
+
+#[test]
+fn connections_made_after_an_abort_fail_at_once() {
+    let abort = AbortFlag::new();
+    let t0 = transport(4096, Duration::from_secs(60), abort.clone());
+    let t1 = transport(4096, Duration::from_secs(60), AbortFlag::new());
+    abort.abort();
+    assert!(t0.proxy().wait_idle(Duration::from_secs(5)));
+    // Rank 1 receives from rank 0, whose proxy has stopped: rank 1's accept never sees a
+    // connection, but rank 0's executor end is failed at once, and its own wait says abort.
+    let (mut send, _recv) = connect(&t0, 0, &t1, 1, 0);
+    let started = Instant::now();
+    let err = send.send(&[1u8; 10]).unwrap_err();
+    assert!(matches!(err, ConnError::Aborted { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(t0.proxy().links(), 0);
+}
