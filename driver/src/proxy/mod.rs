@@ -1,7 +1,7 @@
 //! The proxy progress thread: moves NET connections' FIFO slots over a [`Net`] backend.
 //!
 //! NCCL's `proxy.cc` counterpart. Executors only ever touch FIFOs in local memory; for each
-//! NET connection a [`Link`] holds the other end of that FIFO and a network comm, and one
+//! NET connection a link holds the other end of that FIFO and a network comm, and one
 //! thread per [`NetProxy`] (one per communicator) progresses every link in turn, never
 //! blocking on one: each `progress` posts what can be posted and tests what is in flight.
 //!
