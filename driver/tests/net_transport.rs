@@ -808,3 +808,43 @@ fn connections_made_after_an_abort_fail_at_once() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(t0.proxy().links(), 0);
 }
+
+/// The handshake through the `Transport` trait, as the communicator drives every transport.
+#[test]
+fn through_the_transport_trait() {
+    use weft::transport::{PeerInfo, Transport};
+    fn handshake<T: Transport>(a: &T, b: &T) -> (FifoSendEnd, FifoRecvEnd) {
+        let (rsetup, rinfo) = b
+            .recv_setup(ConnSpec {
+                rank: 1,
+                peer: 0,
+                channel: 6,
+            })
+            .unwrap();
+        let (ssetup, sinfo) = a
+            .send_setup(ConnSpec {
+                rank: 0,
+                peer: 1,
+                channel: 6,
+            })
+            .unwrap();
+        let recv = b.recv_connect(rsetup, &sinfo).unwrap();
+        let send = a.send_connect(ssetup, &rinfo).unwrap();
+        (send, recv)
+    }
+    let t0 = transport(8192, Duration::from_secs(30), AbortFlag::new());
+    let t1 = transport(8192, Duration::from_secs(30), AbortFlag::new());
+    let info = |rank| PeerInfo {
+        rank,
+        host_hash: 1,
+        pid: 1,
+        shm_dev: 1,
+    };
+    assert!(Transport::can_connect(&t0, &info(0), &info(1)));
+    assert_eq!(Transport::name(&t0), "NET");
+    let (mut send, mut recv) = handshake(&t0, &t1);
+    let reader = thread::spawn(move || recv_stream(&mut recv, 0xC1, 300));
+    send_stream(&mut send, 0xC1, 300).unwrap();
+    reader.join().unwrap().unwrap();
+    t0.free_send(send);
+}

@@ -31,7 +31,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ConnSpec;
+use super::{ConnSpec, PeerInfo, Transport};
 use crate::conn::{
     AbortFlag, ConnId, Direction, FifoLayout, FifoRecvEnd, FifoRegion, FifoSendEnd, LayoutError,
     WaitPolicy, Waiter,
@@ -299,5 +299,47 @@ impl<N: Net + 'static> NetTransport<N> {
             self.options.connect_timeout,
         )));
         Ok(end)
+    }
+}
+
+/// The `Transport` table entry: the inherent methods above, plus `can_connect`.
+impl<N: Net + 'static> Transport for NetTransport<N> {
+    type SendSetup = NetSendSetup;
+    type RecvSetup = NetRecvSetup<N>;
+    type Error = NetTransportError;
+
+    fn name(&self) -> &'static str {
+        NET_NAME
+    }
+
+    /// The network reaches every rank (as NCCL's NET transport; P2P and SHM, tried first,
+    /// take the pairs they can serve better). A rank without a device cannot get this far:
+    /// `SocketNet::new` fails when no interface matches.
+    fn can_connect(&self, _me: &PeerInfo, _peer: &PeerInfo) -> bool {
+        self.proxy.net().devices() > self.options.dev
+    }
+
+    fn recv_setup(&self, spec: ConnSpec) -> Result<(NetRecvSetup<N>, Vec<u8>), Self::Error> {
+        NetTransport::recv_setup(self, spec)
+    }
+
+    fn send_setup(&self, spec: ConnSpec) -> Result<(NetSendSetup, Vec<u8>), Self::Error> {
+        NetTransport::send_setup(self, spec)
+    }
+
+    fn recv_connect(
+        &self,
+        setup: NetRecvSetup<N>,
+        peer_blob: &[u8],
+    ) -> Result<FifoRecvEnd, Self::Error> {
+        NetTransport::recv_connect(self, setup, peer_blob)
+    }
+
+    fn send_connect(
+        &self,
+        setup: NetSendSetup,
+        peer_blob: &[u8],
+    ) -> Result<FifoSendEnd, Self::Error> {
+        NetTransport::send_connect(self, setup, peer_blob)
     }
 }
