@@ -7,7 +7,8 @@
 //! cargo run --release -p weft-driver --example socket_bw -- =lo 4x1,1x1,2x2,4x2,8x1 1024
 //! ```
 //!
-//! Each size is first sent once with random data and checked byte for byte, then timed.
+//! Each size is first sent once with random data and checked byte for byte, then timed; the
+//! best of 3 timed runs is printed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use weft::net::{Net, RecvBuffer};
 
 const WINDOW: usize = 8;
 const TAG: u32 = 1;
+const REPEATS: usize = 3;
 
 fn pair(net: &SocketNet) -> (SocketSendComm, SocketRecvComm) {
     let (handle, mut listen) = net.listen(0).expect("listen");
@@ -153,7 +155,9 @@ fn main() {
         64 << 20,
     ];
 
-    println!("# socket_bw: 1 sender, 1 receiver, {WINDOW} in flight, interface {ifname}");
+    println!(
+        "# socket_bw: 1 sender, 1 receiver, {WINDOW} in flight, interface {ifname}, best of {REPEATS}"
+    );
     println!(
         "# {:>10} {:>8} {:>10} {:>8}",
         "size(B)", "iters", "time(us)", "GB/s"
@@ -195,16 +199,20 @@ fn main() {
                 assert!(a == b, "data mismatch at size {size}");
             }
             let iters = (budget / size).clamp(16, 20_000);
-            let start = Instant::now();
-            std::thread::scope(|s| {
-                let n = &net;
-                let (sc, rc) = (&mut send, &mut recv);
-                let sb = &sbufs;
-                let rb = &mut rbufs;
-                s.spawn(move || run_sender(n, sc, sb, size, iters));
-                s.spawn(move || run_receiver(n, rc, rb, size, iters));
-            });
-            let t = start.elapsed().as_secs_f64();
+            // Best of REPEATS: on a shared machine the slowest runs measure the neighbours.
+            let mut t = f64::INFINITY;
+            for _ in 0..REPEATS {
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    let n = &net;
+                    let (sc, rc) = (&mut send, &mut recv);
+                    let sb = &sbufs;
+                    let rb = &mut rbufs;
+                    s.spawn(move || run_sender(n, sc, sb, size, iters));
+                    s.spawn(move || run_receiver(n, rc, rb, size, iters));
+                });
+                t = t.min(start.elapsed().as_secs_f64());
+            }
             let gbs = (size * iters) as f64 / t / 1e9;
             println!(
                 "  {:>10} {:>8} {:>10.1} {:>8.2}",

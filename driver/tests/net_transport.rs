@@ -539,7 +539,7 @@ mod checking {
         delays: u32,
     }
 
-    // SAFETY (test code): the pointer is only read by the proxy thread owning the request,
+    // SAFETY: (test code) the pointer is only read by the proxy thread owning the request,
     // within the buffer-lifetime contract of `Net::isend`.
     unsafe impl Send for Request {}
 
@@ -713,4 +713,138 @@ fn in_flight_send_slots_are_never_overwritten() {
         0,
         "a slot changed while its send was in flight"
     );
+}
+
+/// Four ranks in a ring (threads, each with its own bootstrap and proxy, on whatever cores
+/// there are): connect infos go through bootstrap, every rank calls `send_connect` then
+/// `recv_connect` from one thread (the connects complete on the proxies, so this order
+/// cannot deadlock), then each streams to its next rank while receiving from its previous.
+#[test]
+fn four_ranks_ring_through_bootstrap() {
+    use weft::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
+    const N: usize = 4;
+    const MESSAGES: u64 = 600;
+    let opts = BootstrapOptions::loopback(Duration::from_secs(30));
+    let id = UniqueId::new(&opts).unwrap();
+    let ranks: Vec<_> = (0..N)
+        .map(|rank| {
+            let (id, opts) = (id, opts.clone());
+            thread::spawn(move || {
+                let mut boot = Bootstrap::init(&id, rank, N, &opts).unwrap();
+                let (next, prev) = ((rank + 1) % N, (rank + N - 1) % N);
+                let t = transport(12_352, Duration::from_secs(60), AbortFlag::new());
+                let spec = |peer: usize| ConnSpec {
+                    rank: rank as u32,
+                    peer: peer as u32,
+                    channel: 0,
+                };
+                let (rsetup, rinfo) = t.recv_setup(spec(prev)).unwrap();
+                let (ssetup, sinfo) = t.send_setup(spec(next)).unwrap();
+                boot.send(prev, 7, &rinfo).unwrap(); // to the rank that sends to us
+                boot.send(next, 8, &sinfo).unwrap(); // to the rank we send to
+                let next_rinfo = boot.recv(next, 7).unwrap();
+                let prev_sinfo = boot.recv(prev, 8).unwrap();
+                let mut send = t.send_connect(ssetup, &next_rinfo).unwrap();
+                let mut recv = t.recv_connect(rsetup, &prev_sinfo).unwrap();
+                let sender =
+                    thread::spawn(move || send_stream(&mut send, 0xB0 + rank as u64, MESSAGES));
+                recv_stream(&mut recv, 0xB0 + prev as u64, MESSAGES).unwrap();
+                sender.join().unwrap().unwrap();
+                boot.barrier().unwrap();
+                assert!(t.proxy().wait_idle(Duration::from_secs(10)));
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+fn accept_deadline_fails_the_receiving_executor() {
+    let mut opts = options(4096, Duration::from_secs(60), AbortFlag::new());
+    opts.connect_timeout = Duration::from_millis(700);
+    let t1 = NetTransport::new(net(), opts).unwrap();
+    // Rank 0 never connects.
+    let (rsetup, _rinfo) = t1
+        .recv_setup(ConnSpec {
+            rank: 1,
+            peer: 0,
+            channel: 4,
+        })
+        .unwrap();
+    let mut recv = t1.recv_connect(rsetup, &[]).unwrap();
+    let started = Instant::now();
+    let err = recv.recv_into(&mut [0u8; 4096]).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(matches!(err, ConnError::Failed { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("rank 0 did not connect"), "{text}");
+    assert!(text.contains("channel 4"), "{text}");
+}
+
+#[test]
+fn transport_and_setups_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<NetTransport<SocketNet>>();
+    send::<weft::transport::net::NetRecvSetup<SocketNet>>();
+    send::<weft::transport::net::NetSendSetup>();
+}
+
+#[test]
+fn connections_made_after_an_abort_fail_at_once() {
+    let abort = AbortFlag::new();
+    let t0 = transport(4096, Duration::from_secs(60), abort.clone());
+    let t1 = transport(4096, Duration::from_secs(60), AbortFlag::new());
+    abort.abort();
+    assert!(t0.proxy().wait_idle(Duration::from_secs(5)));
+    // Rank 1 receives from rank 0, whose proxy has stopped: rank 1's accept never sees a
+    // connection, but rank 0's executor end is failed at once, and its own wait says abort.
+    let (mut send, _recv) = connect(&t0, 0, &t1, 1, 0);
+    let started = Instant::now();
+    let err = send.send(&[1u8; 10]).unwrap_err();
+    assert!(matches!(err, ConnError::Aborted { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(t0.proxy().links(), 0);
+}
+
+/// The handshake through the `Transport` trait, as the communicator drives every transport.
+#[test]
+fn through_the_transport_trait() {
+    use weft::transport::{PeerInfo, Transport};
+    fn handshake<T: Transport>(a: &T, b: &T) -> (FifoSendEnd, FifoRecvEnd) {
+        let (rsetup, rinfo) = b
+            .recv_setup(ConnSpec {
+                rank: 1,
+                peer: 0,
+                channel: 6,
+            })
+            .unwrap();
+        let (ssetup, sinfo) = a
+            .send_setup(ConnSpec {
+                rank: 0,
+                peer: 1,
+                channel: 6,
+            })
+            .unwrap();
+        let recv = b.recv_connect(rsetup, &sinfo).unwrap();
+        let send = a.send_connect(ssetup, &rinfo).unwrap();
+        (send, recv)
+    }
+    let t0 = transport(8192, Duration::from_secs(30), AbortFlag::new());
+    let t1 = transport(8192, Duration::from_secs(30), AbortFlag::new());
+    let info = |rank| PeerInfo {
+        rank,
+        host_hash: 1,
+        pid: 1,
+        shm_dev: 1,
+    };
+    assert!(Transport::can_connect(&t0, &info(0), &info(1)));
+    assert_eq!(Transport::name(&t0), "NET");
+    let (mut send, mut recv) = handshake(&t0, &t1);
+    let reader = thread::spawn(move || recv_stream(&mut recv, 0xC1, 300));
+    send_stream(&mut send, 0xC1, 300).unwrap();
+    reader.join().unwrap().unwrap();
+    t0.free_send(send);
 }

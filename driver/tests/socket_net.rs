@@ -691,3 +691,97 @@ fn ipv6_loopback_when_available() {
     assert_eq!(r.unwrap().sizes(), &[data.len()]);
     assert!(got[..data.len()] == data[..]);
 }
+
+const CHILD_HANDLE_ENV: &str = "WEFT_TEST_SOCKET_HANDLE";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> NetHandle {
+    let mut h = NetHandle::default();
+    for (i, b) in h.0.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    h
+}
+
+/// The child half of `peer_process_killed_mid_transfer`: connects to the handle in the
+/// environment and sends 128 MiB until it is killed. Does nothing when run on its own.
+#[test]
+fn child_sender_until_killed() {
+    let Ok(handle) = std::env::var(CHILD_HANDLE_ENV) else {
+        return;
+    };
+    let net = net(1, 1);
+    let handle = unhex(&handle);
+    let mut state = None;
+    let mut send = loop {
+        if let Some(s) = net.connect(0, &handle, &mut state).unwrap() {
+            break s;
+        }
+    };
+    let data = vec![3u8; 128 << 20];
+    let dummy = SocketMemHandle { addr: 0, size: 0 };
+    // SAFETY: `data` lives until the process is killed.
+    let mut s = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 0, &dummy) }
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if net.test(&mut s).unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn peer_process_killed_mid_transfer() {
+    let net = net(1, 1);
+    let (handle, mut listen) = net.listen(0).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_sender_until_killed", "--test-threads=1"])
+        .env(CHILD_HANDLE_ENV, hex(&handle.0))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut recv = loop {
+        assert!(start.elapsed() < DEADLINE, "child never connected");
+        if let Some(r) = net.accept(&mut listen).unwrap() {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let size = 128 << 20;
+    let mut rbuf = vec![0u8; size];
+    let dummy = SocketMemHandle { addr: 0, size: 0 };
+    let bufs = [RecvBuffer {
+        data: rbuf.as_mut_ptr(),
+        size,
+        tag: 0,
+        mr: &dummy,
+    }];
+    // SAFETY: `rbuf` outlives the request (the comm is dropped first).
+    let mut r = unsafe { net.irecv(&mut recv, &bufs) }.unwrap().unwrap();
+    // The child fills the kernel's buffers (far less than 128 MiB) and waits; kill it there.
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    let err = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no error after the peer process died"
+        );
+        match net.test(&mut r) {
+            Ok(None) => continue,
+            Ok(Some(_)) => panic!("128 MiB cannot have been buffered"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), NetErrorKind::PeerClosed, "{err}");
+    drop(recv);
+}

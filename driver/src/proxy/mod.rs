@@ -1,13 +1,14 @@
 //! The proxy progress thread: moves NET connections' FIFO slots over a [`Net`] backend.
 //!
 //! NCCL's `proxy.cc` counterpart. Executors only ever touch FIFOs in local memory; for each
-//! NET connection a [`Link`] holds the other end of that FIFO and a network comm, and one
+//! NET connection a link holds the other end of that FIFO and a network comm, and one
 //! thread per [`NetProxy`] (one per communicator) progresses every link in turn, never
 //! blocking on one: each `progress` posts what can be posted and tests what is in flight.
 //!
 //! Idle policy: after a pass that moved nothing the thread spins briefly, then yields, then
 //! sleeps [`IDLE_SLEEP`] between passes (or until a new link arrives), so that ranks
-//! oversubscribing a few cores are not starved by their own proxies.
+//! oversubscribing a few cores are not starved by their own proxies; after [`LONG_IDLE`]
+//! without progress it sleeps [`LONG_IDLE_SLEEP`].
 //!
 //! Failures: a network error, a connect or accept deadline, or a protocol violation fails
 //! that link: the cause (naming the peer rank and address) is recorded in the FIFO and the
@@ -31,6 +32,13 @@ use crate::net::Net;
 
 /// Sleep between passes once the proxy has been idle for a while.
 pub const IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// Sleep between passes after [`LONG_IDLE`] without progress (between collectives): each
+/// pass tests every posted receive, a system call or more per link, which a communicator
+/// with many channels should not pay 20000 times a second while nothing happens. Costs at
+/// most this much latency on the first message after a long pause.
+pub const LONG_IDLE_SLEEP: Duration = Duration::from_micros(500);
+/// Idleness after which the proxy sleeps [`LONG_IDLE_SLEEP`].
+pub const LONG_IDLE: Duration = Duration::from_millis(20);
 /// Idle passes spent spinning, then yielding, before the first sleep.
 const IDLE_SPINS: u32 = 200;
 const IDLE_YIELDS: u32 = 20;
@@ -169,6 +177,7 @@ fn run<N: Net>(shared: &Shared<N>) {
     let net = &*shared.net;
     let mut links: Vec<Link<N>> = Vec::new();
     let mut idle_passes: u32 = 0;
+    let mut idle_since: Option<Instant> = None;
     let mut stop_deadline: Option<Instant> = None;
     loop {
         if shared.abort.is_aborted() {
@@ -213,6 +222,7 @@ fn run<N: Net>(shared: &Shared<N>) {
         });
         if busy {
             idle_passes = 0;
+            idle_since = None;
             continue;
         }
         idle_passes = idle_passes.saturating_add(1);
@@ -221,7 +231,13 @@ fn run<N: Net>(shared: &Shared<N>) {
         } else if idle_passes <= IDLE_SPINS + IDLE_YIELDS {
             std::thread::yield_now();
         } else {
-            std::thread::park_timeout(IDLE_SLEEP);
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            let sleep = if since.elapsed() >= LONG_IDLE {
+                LONG_IDLE_SLEEP
+            } else {
+                IDLE_SLEEP
+            };
+            std::thread::park_timeout(sleep);
         }
     }
 }

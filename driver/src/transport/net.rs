@@ -31,7 +31,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ConnSpec;
+use super::{ConnSpec, PeerInfo, Transport};
 use crate::conn::{
     AbortFlag, ConnId, Direction, FifoLayout, FifoRecvEnd, FifoRegion, FifoSendEnd, LayoutError,
     WaitPolicy, Waiter,
@@ -45,6 +45,16 @@ pub const NET_NAME: &str = "NET";
 /// Bytes per step of a NET connection by default: NCCL's SIMPLE buffer (4 MiB, 8 steps of
 /// 512 KiB). Larger steps than SHM's because every step costs a network message.
 pub const DEFAULT_NET_STEP_BYTES: usize = 512 * 1024;
+
+/// The executor's waits on NET ends sleep at most as long as the proxy's idle sleep: a
+/// receiver asleep for the default 500 us when its data lands would cap a ring of 8 small
+/// messages at one ring per sleep.
+fn net_wait_policy(policy: WaitPolicy) -> WaitPolicy {
+    WaitPolicy {
+        max_sleep: crate::proxy::IDLE_SLEEP,
+        ..policy
+    }
+}
 
 /// How NET connections are built and progressed.
 #[derive(Debug, Clone)]
@@ -67,7 +77,10 @@ impl Default for NetOptions {
             dev: 0,
             layout: FifoLayout::new(weft_core::fifo::NCCL_STEPS, DEFAULT_NET_STEP_BYTES)
                 .unwrap_or_default(),
-            waiter: Waiter::default(),
+            waiter: Waiter {
+                policy: net_wait_policy(WaitPolicy::default()),
+                ..Waiter::default()
+            },
             connect_timeout: Duration::from_secs(120),
             linger: Duration::from_secs(5),
         }
@@ -80,7 +93,7 @@ impl NetOptions {
     pub fn from_env(abort: AbortFlag) -> Result<Self, NetTransportError> {
         let mut options = NetOptions {
             waiter: Waiter {
-                policy: WaitPolicy::from_env(),
+                policy: net_wait_policy(WaitPolicy::from_env()),
                 abort,
                 peer_pid: None,
             },
@@ -286,5 +299,47 @@ impl<N: Net + 'static> NetTransport<N> {
             self.options.connect_timeout,
         )));
         Ok(end)
+    }
+}
+
+/// The `Transport` table entry: the inherent methods above, plus `can_connect`.
+impl<N: Net + 'static> Transport for NetTransport<N> {
+    type SendSetup = NetSendSetup;
+    type RecvSetup = NetRecvSetup<N>;
+    type Error = NetTransportError;
+
+    fn name(&self) -> &'static str {
+        NET_NAME
+    }
+
+    /// The network reaches every rank (as NCCL's NET transport; P2P and SHM, tried first,
+    /// take the pairs they can serve better). A rank without a device cannot get this far:
+    /// `SocketNet::new` fails when no interface matches.
+    fn can_connect(&self, _me: &PeerInfo, _peer: &PeerInfo) -> bool {
+        self.proxy.net().devices() > self.options.dev
+    }
+
+    fn recv_setup(&self, spec: ConnSpec) -> Result<(NetRecvSetup<N>, Vec<u8>), Self::Error> {
+        NetTransport::recv_setup(self, spec)
+    }
+
+    fn send_setup(&self, spec: ConnSpec) -> Result<(NetSendSetup, Vec<u8>), Self::Error> {
+        NetTransport::send_setup(self, spec)
+    }
+
+    fn recv_connect(
+        &self,
+        setup: NetRecvSetup<N>,
+        peer_blob: &[u8],
+    ) -> Result<FifoRecvEnd, Self::Error> {
+        NetTransport::recv_connect(self, setup, peer_blob)
+    }
+
+    fn send_connect(
+        &self,
+        setup: NetSendSetup,
+        peer_blob: &[u8],
+    ) -> Result<FifoSendEnd, Self::Error> {
+        NetTransport::send_connect(self, setup, peer_blob)
     }
 }

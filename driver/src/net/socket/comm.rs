@@ -9,10 +9,7 @@
 //! in the group, is refused by the sender, which tells the receiver; both report the error
 //! with both sizes.
 //!
-//! ```text
-//! frame (16 bytes): kind u8 | index u8 | count u8 | 0 u8 | tag u32 | size u64   (big-endian)
-//! kind: 1 clear-to-send (receiver -> sender), 2 ready-to-send, 3 too large, 4 no such tag
-//! ```
+//! The frames are `weft_core::wire::socket_stream::ControlFrameRepr`.
 //!
 //! Everything here runs in the caller's thread (`isend`, `irecv`, `test`) under the comm's
 //! lock and never blocks; the data threads run on their own. Once a comm failed or closed, its
@@ -27,6 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::super::{Completion, NET_MAX_RECVS, NET_MAX_REQUESTS, NetError, NetErrorKind};
+use weft_core::wire::socket_stream::{ControlFrameRepr, FRAME_LEN, FrameKind};
+
 use super::data_threads::{DataThreads, Direction, Piece};
 use super::sys;
 
@@ -35,42 +34,6 @@ use super::sys;
 pub(super) const INLINE_MAX: usize = 32 * 1024;
 /// The smallest piece a large message is cut into (NCCL's MIN_CHUNKSIZE).
 pub(super) const MIN_PIECE: usize = 64 * 1024;
-
-const FRAME_LEN: usize = 16;
-const KIND_CTS: u8 = 1;
-const KIND_RTS: u8 = 2;
-const KIND_TOO_LARGE: u8 = 3;
-const KIND_NO_TAG: u8 = 4;
-
-#[derive(Debug, Clone, Copy)]
-struct Frame {
-    kind: u8,
-    index: u8,
-    count: u8,
-    tag: u32,
-    size: u64,
-}
-
-impl Frame {
-    fn encode(&self) -> [u8; FRAME_LEN] {
-        let mut b = [0u8; FRAME_LEN];
-        b[0] = self.kind;
-        b[1] = self.index;
-        b[2] = self.count;
-        b[4..8].copy_from_slice(&self.tag.to_be_bytes());
-        b[8..16].copy_from_slice(&self.size.to_be_bytes());
-        b
-    }
-    fn decode(b: &[u8; FRAME_LEN]) -> Frame {
-        Frame {
-            kind: b[0],
-            index: b[1],
-            count: b[2],
-            tag: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            size: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct RecvBuf {
@@ -271,8 +234,8 @@ impl Conn {
         }
         let n = bufs.len();
         for (i, b) in rb[..n].iter().enumerate() {
-            st.queue_frame(Frame {
-                kind: KIND_CTS,
+            st.queue_frame(ControlFrameRepr {
+                kind: FrameKind::ClearToSend,
                 index: i as u8,
                 count: n as u8,
                 tag: b.tag,
@@ -396,9 +359,15 @@ impl State {
         }
     }
 
-    fn queue_frame(&mut self, f: Frame) {
-        self.out.extend_from_slice(&f.encode());
-        self.out_queued += FRAME_LEN as u64;
+    fn queue_frame(&mut self, f: ControlFrameRepr) {
+        match f.to_bytes() {
+            Ok(bytes) => {
+                self.out.extend_from_slice(&bytes);
+                self.out_queued += FRAME_LEN as u64;
+            }
+            // Frames are built from checked group sizes; reaching this is a bug in this file.
+            Err(e) => log::error!("NET/Socket: internal error: unencodable frame {f:?}: {e}"),
+        }
     }
 
     /// Does everything possible without blocking; a failure poisons the comm.
@@ -514,7 +483,13 @@ impl State {
                     let mut b = [0u8; FRAME_LEN];
                     b.copy_from_slice(&self.inbuf[self.in_start..self.in_start + FRAME_LEN]);
                     self.in_start += FRAME_LEN;
-                    self.handle_frame(conn, Frame::decode(&b))?;
+                    let frame = ControlFrameRepr::parse(&b).map_err(|e| {
+                        NetError::new(NetErrorKind::Protocol, "bad control frame from the peer")
+                            .peer(conn.peer)
+                            .cause(e)
+                            .hint("both ends must run the same weft build")
+                    })?;
+                    self.handle_frame(conn, frame)?;
                 } else {
                     break;
                 }
@@ -575,14 +550,14 @@ impl State {
         }
     }
 
-    fn handle_frame(&mut self, conn: &Conn, f: Frame) -> Result<(), NetError> {
+    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<(), NetError> {
         let protocol = |what: String| {
             NetError::new(NetErrorKind::Protocol, what)
                 .peer(conn.peer)
                 .hint("both ends must run the same weft build")
         };
         match (conn.role, f.kind) {
-            (Role::Send, KIND_CTS) => {
+            (Role::Send, FrameKind::ClearToSend) => {
                 let n = usize::from(f.count);
                 let i = usize::from(f.index);
                 if n == 0 || n > NET_MAX_RECVS || i >= n {
@@ -610,7 +585,7 @@ impl State {
                 }
                 Ok(())
             }
-            (Role::Recv, KIND_RTS | KIND_TOO_LARGE | KIND_NO_TAG) => {
+            (Role::Recv, FrameKind::ReadyToSend | FrameKind::TooLarge | FrameKind::NoSuchTag) => {
                 let Some(&idx) = self.posted.front() else {
                     return Err(protocol("data announced with no receive posted".into()));
                 };
@@ -618,7 +593,7 @@ impl State {
                     return Err(protocol("receive slot lost".into()));
                 };
                 let tags: Vec<u32> = bufs[..*n].iter().map(|b| b.tag).collect();
-                if f.kind == KIND_NO_TAG {
+                if f.kind == FrameKind::NoSuchTag {
                     return Err(NetError::new(
                         NetErrorKind::TagMismatch { tag: f.tag },
                         format!(
@@ -634,7 +609,7 @@ impl State {
                     return Err(protocol(format!("data for buffer {i} of a group of {n}")));
                 };
                 let size = usize::try_from(f.size).unwrap_or(usize::MAX);
-                if f.kind == KIND_TOO_LARGE {
+                if f.kind == FrameKind::TooLarge {
                     return Err(NetError::new(
                         NetErrorKind::Truncated {
                             send_size: size,
@@ -675,7 +650,7 @@ impl State {
                 }
                 Ok(())
             }
-            (_, kind) => Err(protocol(format!("unexpected control frame kind {kind}"))),
+            (_, kind) => Err(protocol(format!("unexpected control frame {kind:?}"))),
         }
     }
 
@@ -717,8 +692,8 @@ impl State {
             let n = group.n;
             let Some(k) = (0..n).find(|&k| !group.used[k] && group.tags[k] == tag) else {
                 let tags = group.tags[..n].to_vec();
-                self.queue_frame(Frame {
-                    kind: KIND_NO_TAG,
+                self.queue_frame(ControlFrameRepr {
+                    kind: FrameKind::NoSuchTag,
                     index: 0,
                     count: 0,
                     tag,
@@ -735,8 +710,8 @@ impl State {
             };
             let cap = group.caps[k];
             if size as u64 > cap {
-                self.queue_frame(Frame {
-                    kind: KIND_TOO_LARGE,
+                self.queue_frame(ControlFrameRepr {
+                    kind: FrameKind::TooLarge,
                     index: k as u8,
                     count: n as u8,
                     tag,
@@ -757,8 +732,8 @@ impl State {
             }
             group.used[k] = true;
             let group_done = group.used[..n].iter().all(|&u| u);
-            self.queue_frame(Frame {
-                kind: KIND_RTS,
+            self.queue_frame(ControlFrameRepr {
+                kind: FrameKind::ReadyToSend,
                 index: k as u8,
                 count: n as u8,
                 tag,
@@ -792,33 +767,5 @@ impl State {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frame_layout_is_big_endian_and_roundtrips() {
-        let f = Frame {
-            kind: KIND_RTS,
-            index: 7,
-            count: 8,
-            tag: 0x0102_0304,
-            size: 0x0a0b_0c0d_0e0f_1011,
-        };
-        let b = f.encode();
-        assert_eq!(
-            b,
-            [
-                2, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
-            ]
-        );
-        let d = Frame::decode(&b);
-        assert_eq!(
-            (d.kind, d.index, d.count, d.tag, d.size),
-            (f.kind, f.index, f.count, f.tag, f.size)
-        );
     }
 }

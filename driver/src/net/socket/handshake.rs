@@ -8,11 +8,7 @@
 //! the listener answers on the control socket; `connect` completes when that answer arrives,
 //! `accept` when it has been written.
 //!
-//! ```text
-//! hello (32 bytes): magic "WFSH" u32 | version u16 | index u16 | count u16 | 0 u16 | 0 u32
-//!                   | nonce u64 | connection id u64                        (big-endian)
-//! answer (8 bytes): magic "WFSA" u32 | 0 u32
-//! ```
+//! The hello and the answer are `weft_core::wire::socket_stream::{HelloRepr, AnswerRepr}`.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -22,17 +18,13 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use weft_core::wire::socket_handle::SocketHandleRepr;
+use weft_core::wire::socket_stream::{ANSWER_LEN, AnswerRepr, HELLO_LEN, HelloRepr};
 
 use super::super::{NetError, NetErrorKind};
 use super::comm::{Conn, Role};
 use super::sys;
 use super::{SocketRecvComm, SocketSendComm};
 
-const HELLO_MAGIC: u32 = 0x5746_5348; // "WFSH"
-const ANSWER_MAGIC: u32 = 0x5746_5341; // "WFSA"
-const HELLO_VERSION: u16 = 1;
-const HELLO_LEN: usize = 32;
-const ANSWER_LEN: usize = 8;
 /// Sockets that connect but never complete their hello are dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between tries of a refused connect.
@@ -40,52 +32,6 @@ const REFUSED_RETRY: Duration = Duration::from_millis(10);
 /// How long refused connects are retried. A handle exists only once its listener is up, so a
 /// lasting refusal means the listener is gone: say so quickly rather than at the deadline.
 const REFUSED_FOR: Duration = Duration::from_secs(5);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Hello {
-    index: u16,
-    count: u16,
-    nonce: u64,
-    conn_id: u64,
-}
-
-impl Hello {
-    fn encode(&self) -> [u8; HELLO_LEN] {
-        let mut b = [0u8; HELLO_LEN];
-        b[0..4].copy_from_slice(&HELLO_MAGIC.to_be_bytes());
-        b[4..6].copy_from_slice(&HELLO_VERSION.to_be_bytes());
-        b[6..8].copy_from_slice(&self.index.to_be_bytes());
-        b[8..10].copy_from_slice(&self.count.to_be_bytes());
-        b[16..24].copy_from_slice(&self.nonce.to_be_bytes());
-        b[24..32].copy_from_slice(&self.conn_id.to_be_bytes());
-        b
-    }
-
-    fn decode(b: &[u8; HELLO_LEN]) -> Result<Hello, String> {
-        let magic = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        if magic != HELLO_MAGIC {
-            return Err(format!(
-                "bad hello magic {magic:#010x}: not a weft socket peer"
-            ));
-        }
-        let version = u16::from_be_bytes([b[4], b[5]]);
-        if version != HELLO_VERSION {
-            return Err(format!(
-                "hello version {version}, this build speaks {HELLO_VERSION}"
-            ));
-        }
-        let mut nonce = [0u8; 8];
-        nonce.copy_from_slice(&b[16..24]);
-        let mut conn_id = [0u8; 8];
-        conn_id.copy_from_slice(&b[24..32]);
-        Ok(Hello {
-            index: u16::from_be_bytes([b[6], b[7]]),
-            count: u16::from_be_bytes([b[8], b[9]]),
-            nonce: u64::from_be_bytes(nonce),
-            conn_id: u64::from_be_bytes(conn_id),
-        })
-    }
-}
 
 /// A random 64-bit value (std's SipHash keys are seeded from the OS per `RandomState`).
 pub(super) fn random_u64() -> u64 {
@@ -209,7 +155,8 @@ impl SocketListenComm {
                 Ok(0) => Some(Err("closed before its hello".to_string())),
                 Ok(n) => {
                     p.got += n;
-                    (p.got == HELLO_LEN).then(|| Hello::decode(&p.buf))
+                    (p.got == HELLO_LEN)
+                        .then(|| HelloRepr::parse(&p.buf).map_err(|e| e.to_string()))
                 }
                 Err(e) if sys::would_block(&e) => (now.duration_since(p.since) > HELLO_TIMEOUT)
                     .then(|| Err("no hello within 30 s".to_string())),
@@ -286,7 +233,9 @@ impl SocketListenComm {
             return Ok(None);
         };
         let mut answer = [0u8; ANSWER_LEN];
-        answer[0..4].copy_from_slice(&ANSWER_MAGIC.to_be_bytes());
+        if let Err(e) = AnswerRepr.emit(&mut answer) {
+            log::error!("NET/Socket: internal error: cannot encode the answer: {e}");
+        }
         let peer = group.peer;
         if let Some(Some(control)) = group.sockets.first() {
             while group.answered < ANSWER_LEN {
@@ -388,13 +337,17 @@ impl SocketConnecting {
     /// Moves socket `i` one stage forward if it can.
     fn advance_socket(&mut self, i: usize) -> Result<(), NetError> {
         let addr = self.handle.addr;
-        let hello = Hello {
+        let mut hello = [0u8; HELLO_LEN];
+        HelloRepr {
             index: i as u16,
             count: u16::from(self.handle.data_sockets),
             nonce: self.handle.nonce,
             conn_id: self.conn_id,
         }
-        .encode();
+        .emit(&mut hello)
+        .map_err(|e| {
+            NetError::new(NetErrorKind::InvalidHandle(e), "encode the socket hello").cause(e)
+        })?;
         let refused_hint = "is the listener alive? Check NCCL_SOCKET_IFNAME on both hosts and \
                             that the address is reachable (firewall, routes)";
         let stage = std::mem::replace(&mut self.sockets[i], SocketStage::RetryAt(Instant::now()));
@@ -484,18 +437,13 @@ impl SocketConnecting {
                 }
             }
             if self.answer_got == ANSWER_LEN {
-                let magic = u32::from_be_bytes([
-                    self.answer[0],
-                    self.answer[1],
-                    self.answer[2],
-                    self.answer[3],
-                ]);
-                if magic != ANSWER_MAGIC {
+                if let Err(e) = AnswerRepr::parse(&self.answer) {
                     return Err(NetError::new(
                         NetErrorKind::Protocol,
-                        format!("handshake with {addr}: bad answer magic {magic:#010x}"),
+                        format!("handshake with {addr}: bad answer"),
                     )
                     .peer(addr)
+                    .cause(e)
                     .hint("the handle points at something that is not a weft listener"));
                 }
                 let mut streams = std::mem::take(&mut self.sockets)
@@ -536,29 +484,5 @@ impl SocketConnecting {
             .hint("is the peer calling accept (is it alive)? raise WEFT_SOCKET_CONNECT_TIMEOUT if it is merely slow"));
         }
         Ok(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hello_roundtrip_and_rejects() {
-        let h = Hello {
-            index: 3,
-            count: 8,
-            nonce: 0xdead_beef_1234_5678,
-            conn_id: 42,
-        };
-        let b = h.encode();
-        assert_eq!(&b[0..4], b"WFSH");
-        assert_eq!(Hello::decode(&b), Ok(h));
-        let mut bad = b;
-        bad[0] = b'X';
-        assert!(Hello::decode(&bad).unwrap_err().contains("magic"));
-        let mut bad = b;
-        bad[5] = 9;
-        assert!(Hello::decode(&bad).unwrap_err().contains("version 9"));
     }
 }

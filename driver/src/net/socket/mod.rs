@@ -64,17 +64,23 @@ impl Default for SocketConfig {
     }
 }
 
-fn env_first(names: &[&str]) -> Option<(String, String)> {
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn env_first(env: Lookup<'_>, names: &[&str]) -> Option<(String, String)> {
     names.iter().find_map(|&n| {
-        std::env::var(n)
-            .ok()
+        env(n)
             .filter(|v| !v.trim().is_empty())
             .map(|v| (n.to_string(), v))
     })
 }
 
-fn env_number(names: &[&str], min: u64, max: u64) -> Result<Option<u64>, NetError> {
-    let Some((name, value)) = env_first(names) else {
+fn env_number(
+    env: Lookup<'_>,
+    names: &[&str],
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, NetError> {
+    let Some((name, value)) = env_first(env, names) else {
         return Ok(None);
     };
     match value.trim().parse::<u64>() {
@@ -90,11 +96,16 @@ impl SocketConfig {
     /// Reads the environment (see the module table). A malformed value is an error that
     /// names the variable.
     pub fn from_env() -> Result<SocketConfig, NetError> {
+        SocketConfig::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// As [`Self::from_env`], reading variables through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<SocketConfig, NetError> {
         let mut c = SocketConfig {
-            ifname: env_first(&["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]).map(|(_, v)| v),
+            ifname: env_first(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]).map(|(_, v)| v),
             ..SocketConfig::default()
         };
-        if let Some((name, v)) = env_first(&["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"]) {
+        if let Some((name, v)) = env_first(env, &["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"]) {
             c.family = Some(Family::parse(&v).ok_or_else(|| {
                 NetError::new(
                     NetErrorKind::InvalidArgument,
@@ -103,6 +114,7 @@ impl SocketConfig {
             })?);
         }
         if let Some(t) = env_number(
+            env,
             &["WEFT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS"],
             1,
             u64::from(MAX_THREADS),
@@ -110,13 +122,14 @@ impl SocketConfig {
             c.threads = t as u8;
         }
         if let Some(s) = env_number(
+            env,
             &["WEFT_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD"],
             1,
             u64::from(MAX_DATA_SOCKETS),
         )? {
             c.sockets_per_thread = s as u8;
         }
-        if let Some(secs) = env_number(&["WEFT_SOCKET_CONNECT_TIMEOUT"], 1, 86_400)? {
+        if let Some(secs) = env_number(env, &["WEFT_SOCKET_CONNECT_TIMEOUT"], 1, 86_400)? {
             c.connect_timeout = Duration::from_secs(secs);
         }
         c.data_sockets()?;
@@ -258,7 +271,8 @@ pub struct SocketMemHandle {
     pub size: usize,
 }
 
-/// An in-flight socket send or receive.
+/// An in-flight socket send or receive. Dropping one before `test` reported it done leaves
+/// its slot (one of 32) busy and its buffer in use until the comm is closed.
 #[derive(Debug)]
 pub struct SocketRequest {
     conn: Arc<Conn>,
@@ -458,5 +472,62 @@ impl Net for SocketNet {
     fn close_listen(&self, comm: SocketListenComm) -> Result<(), NetError> {
         drop(comm);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<SocketConfig, NetError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        SocketConfig::from_lookup(&move |n| {
+            vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn defaults_and_nccl_names() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c, SocketConfig::default());
+        assert_eq!((c.threads, c.sockets_per_thread), (4, 1));
+        let c = config(&[
+            ("NCCL_SOCKET_IFNAME", "^docker"),
+            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+            ("NCCL_SOCKET_NTHREADS", "2"),
+            ("NCCL_NSOCKS_PERTHREAD", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.ifname.as_deref(), Some("^docker"));
+        assert_eq!(c.family, Some(Family::V6));
+        assert_eq!(c.data_sockets().unwrap(), 6);
+    }
+
+    #[test]
+    fn weft_names_win_and_bad_values_name_the_variable() {
+        let c = config(&[
+            ("WEFT_SOCKET_IFNAME", "=lo"),
+            ("NCCL_SOCKET_IFNAME", "eth"),
+            ("WEFT_SOCKET_NTHREADS", "8"),
+            ("NCCL_SOCKET_NTHREADS", "1"),
+            ("WEFT_SOCKET_CONNECT_TIMEOUT", "7"),
+        ])
+        .unwrap();
+        assert_eq!(c.ifname.as_deref(), Some("=lo"));
+        assert_eq!(c.threads, 8);
+        assert_eq!(c.connect_timeout, Duration::from_secs(7));
+        let e = config(&[("NCCL_SOCKET_NTHREADS", "17")]).unwrap_err();
+        assert!(e.to_string().contains("NCCL_SOCKET_NTHREADS=17"), "{e}");
+        let e = config(&[("NCCL_SOCKET_FAMILY", "AF_UNIX")]).unwrap_err();
+        assert!(e.to_string().contains("AF_INET or AF_INET6"), "{e}");
+        let e = config(&[
+            ("NCCL_SOCKET_NTHREADS", "16"),
+            ("NCCL_NSOCKS_PERTHREAD", "5"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("at most 64"), "{e}");
     }
 }
