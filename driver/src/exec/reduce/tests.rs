@@ -820,3 +820,50 @@ fn nccl_values_round_trip() {
         (Dtype::Bfloat16, Op::Avg, 3)
     );
 }
+
+#[test]
+fn reduction_partials_skip_the_pre_op_and_match_free_functions() {
+    let mut rng = Rng(31);
+    both_paths(|path| {
+        for dtype in Dtype::ALL {
+            for op in Op::ALL {
+                let reduction = Reduction::new(dtype, op, 3).unwrap();
+                let count = 45;
+                let (a, va) = filled(dtype, 1, count, &mut rng);
+                let (b, vb) = filled(dtype, 0, count, &mut rng);
+                let mut d = Placed::new(3, count * dtype.size());
+                reduction
+                    .reduce(d.bytes_mut(), a.bytes(), b.bytes())
+                    .unwrap();
+                let mut acc = Placed::new(0, count * dtype.size());
+                acc.bytes_mut().copy_from_slice(b.bytes());
+                reduction
+                    .reduce_in_place(acc.bytes_mut(), a.bytes())
+                    .unwrap();
+                // finish leaves non-Avg results alone.
+                if op != Op::Avg {
+                    reduction.finish(d.bytes_mut()).unwrap();
+                }
+                for i in 0..count {
+                    let want = reference(dtype, op, va[i], vb[i]);
+                    let what = || format!("{path} Reduction {dtype} {op} [{i}]");
+                    check_element(dtype, want, get(dtype, d.bytes(), i), &what);
+                    check_element(dtype, want, get(dtype, acc.bytes(), i), &what);
+                }
+                d.assert_guards("Reduction::reduce");
+                acc.assert_guards("Reduction::reduce_in_place");
+                let mut odd = vec![0u8; dtype.size() * 3 + usize::from(dtype.size() > 1)];
+                let finished = reduction.finish(&mut odd);
+                if dtype.size() > 1 {
+                    assert_eq!(
+                        finished,
+                        Err(ReduceError::PartialElement {
+                            len: odd.len(),
+                            dtype
+                        })
+                    );
+                }
+            }
+        }
+    });
+}
