@@ -4,8 +4,10 @@
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
+//! - [`exec`]: executors; [`exec::reduce`] holds the CPU executor's reduction kernels.
 
 pub mod bootstrap;
 pub mod capi;
+pub mod exec;
 pub mod launcher;
 pub mod net;
