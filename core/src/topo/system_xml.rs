@@ -319,24 +319,15 @@ impl Loader {
             match child.name.as_str() {
                 "pci" => self.add_pci(child, cpu, host)?,
                 "nic" => {
-                    let existing = self.topo.nodes.iter().position(|n| {
-                        n.kind == NodeKind::Nic
-                            && n.parent == Some(cpu)
-                            && matches!(n.data, NodeData::Nic { pci: None })
-                    });
-                    let nic = match existing {
-                        Some(i) => i,
-                        None => {
-                            let nic = self.topo.add_node(
-                                NodeKind::Nic,
-                                host,
-                                Some(cpu),
-                                NodeData::Nic { pci: None },
-                            );
-                            self.topo.connect(cpu, nic, LinkType::Pci, LOC_BW);
-                            nic
-                        }
-                    };
+                    // NCCL merges every <nic> of a socket into one node; weft keeps one node
+                    // per element (same links, same paths) so the file writes back unchanged.
+                    let nic = self.topo.add_node(
+                        NodeKind::Nic,
+                        host,
+                        Some(cpu),
+                        NodeData::Nic { pci: None },
+                    );
+                    self.topo.connect(cpu, nic, LinkType::Pci, LOC_BW);
                     self.add_nets(child, nic, host)?;
                 }
                 _ => self.unknown_element(child),
@@ -411,25 +402,15 @@ impl Loader {
             return Ok(());
         }
         if let Some(nic_x) = x.children_named("nic").next() {
-            let id = busid_to_u64(&pci.busid);
-            // Multi-port NICs appear once per port function with the same bus id: merge them.
-            let existing = self.topo.nodes.iter().position(|n| {
-                n.host == host
-                    && matches!(&n.data, NodeData::Nic { pci: Some(p) } if busid_to_u64(&p.busid) == id)
-            });
-            let nic = match existing {
-                Some(i) => i,
-                None => {
-                    let nic = self.topo.add_node(
-                        NodeKind::Nic,
-                        host,
-                        Some(parent),
-                        NodeData::Nic { pci: Some(pci) },
-                    );
-                    self.topo.connect(nic, parent, LinkType::Pci, bw);
-                    nic
-                }
-            };
+            // NCCL merges <pci> elements with the same bus id into one NIC; such files do
+            // not occur in practice, and one node per element keeps the round trip exact.
+            let nic = self.topo.add_node(
+                NodeKind::Nic,
+                host,
+                Some(parent),
+                NodeData::Nic { pci: Some(pci) },
+            );
+            self.topo.connect(nic, parent, LinkType::Pci, bw);
             return self.add_nets(nic_x, nic, host);
         }
         if class_kind(&pci.class) != NodeKind::Pci {
