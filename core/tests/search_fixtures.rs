@@ -233,3 +233,59 @@ fn tiny_budget_falls_back_and_says_so() {
         Some(other) => panic!("unexpected {other:?}"),
     }
 }
+
+const WEFT_GRAPH: &str = include_str!("../../tests/fixtures/topo/h200x4-weft-graph.xml");
+const WEFT_GRAPH_INFO: &str =
+    include_str!("../../tests/fixtures/topo/h200x4-weft-graph-nccl-info.txt");
+
+/// Measured: weft wrote h200x4-weft-graph.xml (two ring orders alternating, 8 channels,
+/// ring and balanced tree); NCCL 2.28.9 on the 4x H200 machine loaded it with
+/// NCCL_GRAPH_FILE ("Search 0 : 8 channels loaded from XML graph"), ran a checked
+/// all-reduce, and printed the Channel and Trees lines kept in the -nccl-info.txt file.
+#[test]
+fn nccl_loads_weft_graph_xml_and_trees_agree() {
+    let (t, _) = parse_topology(H200X4).unwrap();
+    let ring = weft_core::search::Graph {
+        id: 0,
+        pattern: Pattern::Ring,
+        cross_nic: 0,
+        bw_intra: 20.0,
+        bw_inter: 20.0,
+        latency_inter: 0.0,
+        type_intra: PathType::Nvl,
+        type_inter: PathType::Pix,
+        same_channels: false,
+        channels: (0..8)
+            .map(|c| weft_core::search::Channel {
+                gpus: if c % 2 == 0 {
+                    vec![0, 2, 1, 3]
+                } else {
+                    vec![0, 3, 1, 2]
+                },
+                nets: None,
+            })
+            .collect(),
+        fallback: None,
+        budget_exhausted: false,
+    };
+    let mut tree = ring.clone();
+    tree.id = 1;
+    tree.pattern = Pattern::BalancedTree;
+    assert_eq!(write_graphs(&[&ring, &tree], &t), WEFT_GRAPH);
+    let nccl = |needle: &str| {
+        let l = WEFT_GRAPH_INFO
+            .lines()
+            .find(|l| l.contains(needle))
+            .expect("in log");
+        l[l.find("NCCL INFO ").unwrap() + 10..].to_string()
+    };
+    assert_eq!(ring_lines(&ring, 1)[1], nccl("Channel 01/16"));
+    assert_eq!(ring_lines(&ring, 1).len(), 16);
+    for rank in 0..4i64 {
+        let links = tree_links(&tree, 1, rank, 8);
+        assert_eq!(
+            trees_line(&links, rank),
+            nccl(&format!("[{rank}] NCCL INFO Trees"))
+        );
+    }
+}
