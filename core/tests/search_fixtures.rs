@@ -289,3 +289,57 @@ fn nccl_loads_weft_graph_xml_and_trees_agree() {
         );
     }
 }
+
+/// Measured: each weft-h200x4-*.xml was written by weft (the measured H200 topology with
+/// its NVLinks replaced), loaded by NCCL 2.28.9 on the 4x H200 machine through
+/// NCCL_TOPO_FILE, a checked all-reduce ran, and rank 0's INFO lines were kept in the
+/// matching -nccl-info.txt. weft's search must print the same graphs and every ring line.
+#[test]
+fn weft_written_topologies_search_like_nccl_measured() {
+    for (topo_text, info) in [
+        (
+            include_str!("../../tests/fixtures/topo/weft-h200x4-nvs9.xml"),
+            include_str!("../../tests/fixtures/topo/weft-h200x4-nvs9-nccl-info.txt"),
+        ),
+        (
+            include_str!("../../tests/fixtures/topo/weft-h200x4-mesh6.xml"),
+            include_str!("../../tests/fixtures/topo/weft-h200x4-mesh6-nccl-info.txt"),
+        ),
+        (
+            include_str!("../../tests/fixtures/topo/weft-h200x4-pairs18.xml"),
+            include_str!("../../tests/fixtures/topo/weft-h200x4-pairs18-nccl-info.txt"),
+        ),
+    ] {
+        assert!(info.contains("ALLREDUCE_OK"));
+        let nccl: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.find("NCCL INFO ").map(|i| &l[i + 10..]))
+            .collect();
+        let (t, p) = load(topo_text);
+        let opts = PathOptions::default();
+        let ring = compute(&t, &p, &opts, 0, Pattern::Ring, &SearchOptions::ring(false));
+        let tree = compute(
+            &t,
+            &p,
+            &opts,
+            1,
+            Pattern::BalancedTree,
+            &SearchOptions::tree(false, ring.nchannels()),
+        );
+        let patterns: Vec<&str> = nccl
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("Pattern"))
+            .collect();
+        assert_eq!(patterns, [ring.summary().as_str(), tree.summary().as_str()]);
+        let channels: Vec<&str> = nccl
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("Channel") && !l.contains(" via "))
+            .collect();
+        assert_eq!(channels, ring_lines(&ring, 1));
+        let trees = nccl.iter().find(|l| l.starts_with("Trees")).unwrap();
+        let links = tree_links(&tree, 1, 0, ring.nchannels().min(tree.nchannels()));
+        assert_eq!(*trees, trees_line(&links, 0));
+    }
+}
