@@ -49,8 +49,7 @@ fn info_line(prefix: &str) -> String {
 #[test]
 fn h200x4_ring_and_tree_match_nccl_measured() {
     let (t, p) = load(H200X4);
-    let opts = PathOptions::default();
-    let ring = compute(&t, &p, &opts, 0, Pattern::Ring, &SearchOptions::ring(false));
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
     assert_eq!(ring.fallback, None);
     assert_eq!(ring.summary(), info_line("Pattern 4"));
     let lines = ring_lines(&ring, 1);
@@ -62,7 +61,6 @@ fn h200x4_ring_and_tree_match_nccl_measured() {
     let tree = compute(
         &t,
         &p,
-        &opts,
         1,
         Pattern::BalancedTree,
         &SearchOptions::tree(false, ring.nchannels()),
@@ -98,8 +96,7 @@ fn h200x4_ring_and_tree_match_nccl_measured() {
 #[test]
 fn dgx_h100_ring_and_nvls() {
     let (t, p) = load(DGX);
-    let opts = PathOptions::default();
-    let ring = compute(&t, &p, &opts, 0, Pattern::Ring, &SearchOptions::ring(false));
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
     assert_eq!(
         ring.summary(),
         "Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, sameChannels 1"
@@ -108,7 +105,7 @@ fn dgx_h100_ring_and_nvls() {
         assert_eq!(c.gpus, [0, 1, 2, 3, 4, 5, 6, 7]);
     }
     assert_eq!(ring_lines(&ring, 1)[23], "Channel 23/24 : 0 1 2 3 4 5 6 7");
-    let nvls = compute(&t, &p, &opts, 3, Pattern::Nvls, &SearchOptions::nvls(false));
+    let nvls = compute(&t, &p, 3, Pattern::Nvls, &SearchOptions::nvls(false));
     assert_eq!(nvls.fallback, None);
     assert_eq!(nvls.nchannels(), 8);
     // Every GPU is a head exactly once, in order.
@@ -121,14 +118,7 @@ fn dgx_h100_ring_and_nvls() {
 #[test]
 fn dgx_h100_two_nodes_ring_goes_through_rail_local_nics() {
     let (t, p) = load(DGX);
-    let ring = compute(
-        &t,
-        &p,
-        &PathOptions::default(),
-        0,
-        Pattern::Ring,
-        &SearchOptions::ring(true),
-    );
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(true));
     assert_eq!(ring.fallback, None);
     assert!(ring.nchannels() >= 8, "{}", ring.summary());
     assert_eq!(ring.type_intra, PathType::Nvl);
@@ -153,14 +143,7 @@ fn dgx_h100_two_nodes_ring_goes_through_rail_local_nics() {
 #[test]
 fn hgx_4gpu_all_to_all() {
     let (t, p) = load(HGX4);
-    let ring = compute(
-        &t,
-        &p,
-        &PathOptions::default(),
-        0,
-        Pattern::Ring,
-        &SearchOptions::ring(false),
-    );
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
     assert_eq!(ring.fallback, None);
     assert_eq!(ring.type_intra, PathType::Nvl);
     assert_eq!(
@@ -175,14 +158,7 @@ fn hgx_4gpu_all_to_all() {
         assert_eq!(s, [0, 1, 2, 3]);
     }
     // No NVSwitch: NVLS is not possible and says so.
-    let nvls = compute(
-        &t,
-        &p,
-        &PathOptions::default(),
-        3,
-        Pattern::Nvls,
-        &SearchOptions::nvls(false),
-    );
+    let nvls = compute(&t, &p, 3, Pattern::Nvls, &SearchOptions::nvls(false));
     assert_eq!(nvls.fallback, Some(Fallback::Unsupported));
     assert_eq!(nvls.nchannels(), 0);
 }
@@ -190,22 +166,8 @@ fn hgx_4gpu_all_to_all() {
 #[test]
 fn pcie_only_ring_uses_the_slow_link_and_is_deterministic() {
     let (t, p) = load(PCIE);
-    let a = compute(
-        &t,
-        &p,
-        &PathOptions::default(),
-        0,
-        Pattern::Ring,
-        &SearchOptions::ring(false),
-    );
-    let b = compute(
-        &t,
-        &p,
-        &PathOptions::default(),
-        0,
-        Pattern::Ring,
-        &SearchOptions::ring(false),
-    );
+    let a = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
+    let b = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
     assert_eq!(a, b);
     assert_eq!(a.fallback, None);
     assert_eq!(a.type_intra, PathType::Sys);
@@ -214,23 +176,134 @@ fn pcie_only_ring_uses_the_slow_link_and_is_deterministic() {
 }
 
 #[test]
-fn tiny_budget_falls_back_and_says_so() {
-    let (t, p) = load(PCIE);
-    let opts = SearchOptions {
-        step_budget: 0,
-        ..SearchOptions::ring(false)
+fn disconnected_gpus_fall_back_to_simple_order_and_say_so() {
+    // Two hosts in one file and a single-host search: no path joins GPU 0 and GPU 1, so no
+    // ring exists. NCCL then uses the GPUs in index order at 0.1 GB/s, type SYS.
+    let text = "<system version=\"1\">\n\
+        <cpu host_hash=\"0x1\" numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\" familyid=\"25\" modelid=\"1\">\n\
+        <pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n\
+        <gpu dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"/></pci></cpu>\n\
+        <cpu host_hash=\"0x2\" numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\" familyid=\"25\" modelid=\"1\">\n\
+        <pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n\
+        <gpu dev=\"0\" sm=\"80\" rank=\"1\" gdr=\"1\"/></pci></cpu></system>";
+    let (t, p) = load(text);
+    assert_eq!(
+        p.kind(t.gpu_by_rank(0).unwrap(), t.gpu_by_rank(1).unwrap()),
+        PathType::Dis
+    );
+    let g = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
+    assert_eq!(g.fallback, Some(Fallback::SimpleOrder));
+    assert_eq!(
+        g.channels,
+        [weft_core::search::Channel {
+            gpus: vec![0, 1],
+            nets: None
+        }]
+    );
+    assert_eq!(
+        (g.bw_intra, g.type_intra, g.type_inter),
+        (0.1, PathType::Sys, PathType::Dis)
+    );
+    assert_eq!(
+        g.summary(),
+        "Pattern 4, crossNic 0, nChannels 1, bw 0.100000/0.000000, type SYS/DIS, sameChannels 1"
+    );
+}
+
+/// Random hosts: 1 to 7 GPUs under random PCIe switches of two sockets, random NVLink
+/// counts between random pairs, sometimes an NVSwitch. Whatever the search returns, each
+/// ring and tree channel visits every GPU exactly once, NVLS heads are distinct GPUs, and a
+/// second run gives the same graph.
+#[test]
+fn random_topologies_give_valid_deterministic_graphs() {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
     };
-    let g = compute(&t, &p, &PathOptions::default(), 0, Pattern::Ring, &opts);
-    // Even with no budget the first searches run on their own small budgets; whatever comes
-    // out is either a real graph or the announced fallback.
-    match g.fallback {
-        Some(Fallback::SimpleOrder) => {
-            assert_eq!(g.channels.len(), 1);
-            assert_eq!(g.channels[0].gpus, [0, 1, 2, 3]);
-            assert_eq!(g.type_intra, PathType::Sys);
+    for case in 0..16 {
+        let ngpus = 1 + next(7) as usize;
+        let sm = [70, 80, 90, 100][next(4) as usize];
+        let nvswitch = next(3) == 0;
+        let mut links = vec![vec![0u64; ngpus]; ngpus];
+        for a in 0..ngpus {
+            for b in a + 1..ngpus {
+                if next(2) == 0 {
+                    let c = next(7);
+                    links[a][b] = c;
+                    links[b][a] = c;
+                }
+            }
         }
-        None => assert!(g.nchannels() > 0),
-        Some(other) => panic!("unexpected {other:?}"),
+        let mut text = String::from("<system version=\"1\">\n");
+        for sock in 0..2 {
+            text += &format!(
+                "<cpu numaid=\"{sock}\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n"
+            );
+            for g in (0..ngpus).filter(|g| g % 2 == sock) {
+                let sw = next(3);
+                text += &format!(
+                    "<pci busid=\"0000:{:02x}:00.0\" class=\"0x060400\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n",
+                    0x80 + sock * 8 + sw as usize
+                );
+                text += &format!(
+                    "<pci busid=\"0000:{:02x}:00.0\" class=\"0x030200\" link_speed=\"16.0 GT/s PCIe\" link_width=\"{}\">\n",
+                    0x10 + g,
+                    [4, 8, 16][next(3) as usize]
+                );
+                text += &format!("<gpu dev=\"{g}\" sm=\"{sm}\" rank=\"{g}\" gdr=\"1\">\n");
+                if nvswitch {
+                    text +=
+                        "<nvlink target=\"fffffff:ff:ff.0\" count=\"12\" tclass=\"0x068000\"/>\n";
+                } else {
+                    for (p, &c) in links[g].iter().enumerate() {
+                        if c > 0 {
+                            text += &format!(
+                                "<nvlink target=\"0000:{:02x}:00.0\" count=\"{c}\" tclass=\"0x030200\"/>\n",
+                                0x10 + p
+                            );
+                        }
+                    }
+                }
+                text += "</gpu></pci></pci>\n";
+            }
+            text += "</cpu>\n";
+        }
+        text += "</system>\n";
+        let (t, p) = load(&text);
+        let all: Vec<i32> = (0..ngpus as i32).collect();
+        let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
+        let tree = compute(
+            &t,
+            &p,
+            1,
+            Pattern::BalancedTree,
+            &SearchOptions::tree(false, ring.nchannels()),
+        );
+        for g in [&ring, &tree] {
+            assert!(g.nchannels() >= 1, "case {case}: {}", g.summary());
+            for c in &g.channels {
+                let mut s = c.gpus.clone();
+                s.sort();
+                assert_eq!(s, all, "case {case}: {}", g.summary());
+            }
+        }
+        assert_eq!(
+            ring,
+            compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false)),
+            "case {case}"
+        );
+        let nvls = compute(&t, &p, 3, Pattern::Nvls, &SearchOptions::nvls(false));
+        if nvswitch && sm >= 90 {
+            let mut heads: Vec<i32> = nvls.channels.iter().map(|c| c.gpus[0]).collect();
+            assert_eq!(heads.len(), ngpus, "case {case}: {}", nvls.summary());
+            heads.sort();
+            assert_eq!(heads, all);
+        } else {
+            assert_eq!(nvls.fallback, Some(Fallback::Unsupported));
+        }
     }
 }
 
@@ -316,12 +389,10 @@ fn weft_written_topologies_search_like_nccl_measured() {
             .filter_map(|l| l.find("NCCL INFO ").map(|i| &l[i + 10..]))
             .collect();
         let (t, p) = load(topo_text);
-        let opts = PathOptions::default();
-        let ring = compute(&t, &p, &opts, 0, Pattern::Ring, &SearchOptions::ring(false));
+        let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
         let tree = compute(
             &t,
             &p,
-            &opts,
             1,
             Pattern::BalancedTree,
             &SearchOptions::tree(false, ring.nchannels()),

@@ -20,7 +20,7 @@ pub mod graph_xml;
 pub mod trees;
 
 use crate::topo::model::{CpuArch, CpuVendor, LinkType, NodeKind, PathType, Topology};
-use crate::topo::paths::{GdrMode, PathOptions, Paths};
+use crate::topo::paths::Paths;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -244,7 +244,6 @@ struct Work {
 struct State<'a> {
     topo: &'a Topology,
     paths: &'a Paths,
-    opts: PathOptions,
     /// Remaining bandwidth of every link, `bw[node][link]`.
     bw: Vec<Vec<f32>>,
     gpus: Vec<usize>,
@@ -1012,7 +1011,6 @@ impl Searcher<'_, '_> {
 }
 
 fn gpu_path_extremes(
-    topo: &Topology,
     paths: &Paths,
     gpus: &[usize],
     targets: &[usize],
@@ -1030,7 +1028,6 @@ fn gpu_path_extremes(
             hi = hi.max(k);
         }
     }
-    let _ = topo;
     (lo, hi)
 }
 
@@ -1089,7 +1086,6 @@ fn dup_channels(w: &mut Work, sm_min: u32, ngpus: usize) {
 pub fn compute(
     topo: &Topology,
     paths: &Paths,
-    path_opts: &PathOptions,
     id: u32,
     pattern: Pattern,
     opts: &SearchOptions,
@@ -1157,10 +1153,10 @@ pub fn compute(
     let (mut min_intra, mut max_intra) = (PathType::Loc, PathType::Sys);
     let (mut min_inter, mut max_inter) = (PathType::Pix, PathType::Sys);
     if ngpus > 1 {
-        (min_intra, max_intra) = gpu_path_extremes(topo, paths, &gpus, &gpus, true);
+        (min_intra, max_intra) = gpu_path_extremes(paths, &gpus, &gpus, true);
     }
     if inter {
-        (min_inter, max_inter) = gpu_path_extremes(topo, paths, &gpus, &nets, false);
+        (min_inter, max_inter) = gpu_path_extremes(paths, &gpus, &nets, false);
         max_intra = max_inter;
     }
     if sm_min < 90 {
@@ -1218,7 +1214,6 @@ pub fn compute(
     let mut state = State {
         topo,
         paths,
-        opts: *path_opts,
         bw: topo
             .nodes
             .iter()
@@ -1240,7 +1235,6 @@ pub fn compute(
         inter,
         intel,
     };
-    let _ = state.opts;
     let try_same = pattern != Pattern::Nvls;
     let blank = Work {
         pattern,
@@ -1470,18 +1464,6 @@ pub fn compute(
         fallback,
         budget_exhausted: exhausted,
     }
-}
-
-/// GPUDirect RDMA mode NCCL would use for each channel's NICs (helper for callers that
-/// set up NET connections from a graph).
-pub fn channel_gdr(
-    topo: &Topology,
-    paths: &Paths,
-    opts: &PathOptions,
-    gpu: usize,
-    net: usize,
-) -> GdrMode {
-    paths.gdr_mode(topo, gpu, net, false, opts)
 }
 
 /// The ring lines NCCL prints at INFO level (`Channel 00/24 : 0 1 2 3`) for a communicator of
