@@ -29,6 +29,11 @@ pub const PCI_CLASS_CPU: &str = "0x068001";
 /// Bus id NCCL writes as the target of NVLinks to an NVSwitch it cannot name.
 pub const NVSWITCH_TARGET: &str = "fffffff:ff:ff.0";
 
+/// Most nodes a topology may have. NCCL allows 640 of each kind; path computation is
+/// quadratic in the node count, so a hostile file is refused here rather than exhausting
+/// memory later.
+pub const MAX_TOPO_NODES: usize = 4096;
+
 /// Something in the file that was ignored; the caller decides whether to log it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XmlWarning {
@@ -73,6 +78,8 @@ pub enum TopoXmlError {
         value: String,
         pos: Option<TextPos>,
     },
+    /// More than [`MAX_TOPO_NODES`] devices.
+    TooManyNodes { count: usize },
 }
 
 impl From<XmlError> for TopoXmlError {
@@ -113,6 +120,10 @@ impl fmt::Display for TopoXmlError {
                     At(*pos)
                 )
             }
+            TopoXmlError::TooManyNodes { count } => write!(
+                f,
+                "topology XML: {count} devices, more than the {MAX_TOPO_NODES} weft accepts"
+            ),
             TopoXmlError::BadAttr {
                 element,
                 attr,
@@ -590,6 +601,11 @@ pub fn topology_from_xml(root: &XmlNode) -> Result<(Topology, Vec<XmlWarning>), 
             _ => loader.unknown_element(child),
         }
     }
+    if loader.topo.nodes.len() > MAX_TOPO_NODES {
+        return Err(TopoXmlError::TooManyNodes {
+            count: loader.topo.nodes.len(),
+        });
+    }
     loader.add_bus_links();
     loader.topo.connect_cpus();
     Ok((loader.topo, loader.warnings))
@@ -791,6 +807,23 @@ mod test {
                 found: Some("2".into())
             }
         );
+    }
+
+    #[test]
+    fn too_many_devices_are_refused() {
+        let cpu = "<cpu numaid=\"0\" arch=\"x86_64\"/>";
+        let text = format!(
+            "<system version=\"1\">{}</system>",
+            cpu.repeat(MAX_TOPO_NODES + 1)
+        );
+        assert_eq!(
+            parse_topology(&text).unwrap_err(),
+            TopoXmlError::TooManyNodes {
+                count: MAX_TOPO_NODES + 1
+            }
+        );
+        let text = format!("<system version=\"1\">{}</system>", cpu.repeat(3));
+        assert_eq!(parse_topology(&text).unwrap().0.nodes.len(), 3);
     }
 
     #[test]

@@ -14,6 +14,9 @@ use core::fmt;
 /// Deepest element nesting accepted; NCCL's topology files nest about eight levels, and a
 /// limit keeps a hostile file from exhausting memory through the stack of open elements.
 pub const MAX_DEPTH: usize = 256;
+/// Most elements accepted in one document (NCCL's graph files are capped at 65536 nodes);
+/// bounds the memory a hostile file can make the parser and the model use.
+pub const MAX_ELEMENTS: usize = 1 << 16;
 
 /// One element: a name, attributes in file order, children in file order, and where it
 /// started in the source (for error messages; ignored by `==`).
@@ -65,6 +68,8 @@ pub enum XmlError {
     TrailingRoot { pos: TextPos, name: String },
     /// Elements nest deeper than [`MAX_DEPTH`].
     TooDeep { pos: TextPos },
+    /// More than [`MAX_ELEMENTS`] elements.
+    TooManyElements { pos: TextPos },
 }
 
 impl fmt::Display for XmlError {
@@ -97,6 +102,9 @@ impl fmt::Display for XmlError {
                     f,
                     "XML error at {pos}: elements nest deeper than {MAX_DEPTH} levels"
                 )
+            }
+            XmlError::TooManyElements { pos } => {
+                write!(f, "XML error at {pos}: more than {MAX_ELEMENTS} elements")
             }
         }
     }
@@ -221,6 +229,7 @@ impl XmlNode {
         use xmlparser::{ElementEnd, Token, Tokenizer};
         let mut stack: Vec<XmlNode> = Vec::new();
         let mut root: Option<XmlNode> = None;
+        let mut elements = 0usize;
         for token in Tokenizer::from(text) {
             let token = token.map_err(|e| {
                 let p = e.pos();
@@ -247,6 +256,10 @@ impl XmlNode {
                     }
                     if stack.len() >= MAX_DEPTH {
                         return Err(XmlError::TooDeep { pos });
+                    }
+                    elements = elements.saturating_add(1);
+                    if elements > MAX_ELEMENTS {
+                        return Err(XmlError::TooManyElements { pos });
                     }
                     let mut name = String::new();
                     if !prefix.as_str().is_empty() {
