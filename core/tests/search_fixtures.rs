@@ -414,3 +414,43 @@ fn weft_written_topologies_search_like_nccl_measured() {
         assert_eq!(*trees, trees_line(&links, 0));
     }
 }
+
+/// Measured: the 4x H200 machine split into two "hosts" of two GPUs (NCCL_HOSTID per rank
+/// pair), so NCCL 2.28.9 searched inter-node graphs through the 10 Gb/s eth0 socket NIC
+/// (no GDR). Rank 0's topology and graph dumps and every rank's INFO lines are kept in
+/// h200x4-as-2hosts-measured*.
+#[test]
+fn two_hosts_inter_node_search_matches_nccl_measured() {
+    let info = include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-nccl-info.txt");
+    let dumped = include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-graph.xml");
+    let (t, p) = load(include_str!(
+        "../../tests/fixtures/topo/h200x4-as-2hosts-measured.xml"
+    ));
+    let nccl = |needle: &str| {
+        let l = info.lines().find(|l| l.contains(needle)).expect("in log");
+        l[l.find("NCCL INFO ").unwrap() + 10..].to_string()
+    };
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(true));
+    let tree = compute(
+        &t,
+        &p,
+        1,
+        Pattern::BalancedTree,
+        &SearchOptions::tree(true, ring.nchannels()),
+    );
+    assert_eq!(ring.summary(), nccl("[0] NCCL INFO Pattern 4"));
+    assert_eq!(tree.summary(), nccl("[0] NCCL INFO Pattern 1"));
+    let lines = ring_lines(&ring, 2);
+    assert_eq!(lines, [nccl("Channel 00/02"), nccl("Channel 01/02")]);
+    let comm = ring.nchannels().min(tree.nchannels());
+    for rank in 0..4i64 {
+        let links = tree_links(&tree, 2, rank, comm);
+        assert_eq!(
+            trees_line(&links, rank),
+            nccl(&format!("[{rank}] NCCL INFO Trees"))
+        );
+    }
+    let ours = graphs_to_xml(&[&ring, &tree], &t);
+    let theirs = XmlNode::parse(dumped).unwrap();
+    assert_eq!(ours.children[..2], theirs.children[..2]);
+}
