@@ -415,17 +415,30 @@ fn weft_written_topologies_search_like_nccl_measured() {
     }
 }
 
-/// Measured: the 4x H200 machine split into two "hosts" of two GPUs (NCCL_HOSTID per rank
-/// pair), so NCCL 2.28.9 searched inter-node graphs through the 10 Gb/s eth0 socket NIC
-/// (no GDR). Rank 0's topology and graph dumps and every rank's INFO lines are kept in
-/// h200x4-as-2hosts-measured*.
+/// Measured: the 4x H200 machine split into two "hosts" of two GPUs, then four hosts of one
+/// GPU (NCCL_HOSTID per rank), so NCCL 2.28.9 searched inter-node graphs through the
+/// 10 Gb/s eth0 socket NIC (no GDR). Rank 0's topology and graph dumps and every rank's
+/// INFO lines are kept in h200x4-as-{2,4}hosts-measured*.
 #[test]
-fn two_hosts_inter_node_search_matches_nccl_measured() {
-    let info = include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-nccl-info.txt");
-    let dumped = include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-graph.xml");
-    let (t, p) = load(include_str!(
-        "../../tests/fixtures/topo/h200x4-as-2hosts-measured.xml"
-    ));
+fn multi_host_inter_node_search_matches_nccl_measured() {
+    check_hosts(
+        2,
+        include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured.xml"),
+        include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-graph.xml"),
+        include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-nccl-info.txt"),
+    );
+    // One GPU per host: NCCL switches the tree to pattern 3 (TREE) and types are LOC/PHB.
+    check_hosts(
+        4,
+        include_str!("../../tests/fixtures/topo/h200x4-as-4hosts-measured.xml"),
+        include_str!("../../tests/fixtures/topo/h200x4-as-4hosts-measured-graph.xml"),
+        include_str!("../../tests/fixtures/topo/h200x4-as-4hosts-measured-nccl-info.txt"),
+    );
+}
+
+fn check_hosts(nnodes: usize, topo: &str, dumped: &str, info: &str) {
+    assert!(info.contains("ALLREDUCE_OK"));
+    let (t, p) = load(topo);
     let nccl = |needle: &str| {
         let l = info.lines().find(|l| l.contains(needle)).expect("in log");
         l[l.find("NCCL INFO ").unwrap() + 10..].to_string()
@@ -438,13 +451,17 @@ fn two_hosts_inter_node_search_matches_nccl_measured() {
         Pattern::BalancedTree,
         &SearchOptions::tree(true, ring.nchannels()),
     );
-    assert_eq!(ring.summary(), nccl("[0] NCCL INFO Pattern 4"));
-    assert_eq!(tree.summary(), nccl("[0] NCCL INFO Pattern 1"));
-    let lines = ring_lines(&ring, 2);
+    let patterns: Vec<String> = info
+        .lines()
+        .filter(|l| l.contains("[0] NCCL INFO Pattern"))
+        .map(|l| l[l.find("NCCL INFO ").unwrap() + 10..].to_string())
+        .collect();
+    assert_eq!(patterns, [ring.summary(), tree.summary()]);
+    let lines = ring_lines(&ring, nnodes);
     assert_eq!(lines, [nccl("Channel 00/02"), nccl("Channel 01/02")]);
     let comm = ring.nchannels().min(tree.nchannels());
     for rank in 0..4i64 {
-        let links = tree_links(&tree, 2, rank, comm);
+        let links = tree_links(&tree, nnodes, rank, comm);
         assert_eq!(
             trees_line(&links, rank),
             nccl(&format!("[{rank}] NCCL INFO Trees"))
