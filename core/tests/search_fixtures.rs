@@ -471,3 +471,36 @@ fn check_hosts(nnodes: usize, topo: &str, dumped: &str, info: &str) {
     let theirs = XmlNode::parse(dumped).unwrap();
     assert_eq!(ours.children[..2], theirs.children[..2]);
 }
+
+/// Measured: NCCL's INFO lines for the paths of every GPU and NET and its search ceilings
+/// (`=== System : maxBw ... ===`), on the 4x H200 machine as one host and split in two.
+#[test]
+fn path_lines_and_system_bw_match_nccl_measured() {
+    use weft_core::search::system_line;
+    use weft_core::topo::model::NodeKind;
+    for (topo, lines, inter) in [
+        (
+            H200X4,
+            include_str!("../../tests/fixtures/topo/h200x4-measured-paths.txt"),
+            false,
+        ),
+        (
+            include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured.xml"),
+            include_str!("../../tests/fixtures/topo/h200x4-as-2hosts-measured-paths.txt"),
+            true,
+        ),
+    ] {
+        let nccl: Vec<&str> = lines
+            .lines()
+            .map(|l| &l[l.find("NCCL INFO ").unwrap() + 10..])
+            .collect();
+        let (t, p) = load(topo);
+        let mut ours = vec![system_line(&t, &p, inter)];
+        for kind in [NodeKind::Gpu, NodeKind::Net] {
+            for n in t.of_kind(kind) {
+                ours.push(p.describe(&t, n));
+            }
+        }
+        assert_eq!(ours, nccl);
+    }
+}

@@ -1082,6 +1082,62 @@ fn dup_channels(w: &mut Work, sm_min: u32, ngpus: usize) {
     w.nchannels = dup;
 }
 
+/// Per-channel bandwidth ceilings NCCL's search starts from (`ncclTopoSearchInit`):
+/// the best path bandwidth from a GPU to another GPU (or to a NIC when `inter`), and the
+/// largest total NVLink (or PCIe) bandwidth of a GPU.
+pub fn system_bw(topo: &Topology, paths: &Paths, inter: bool) -> (f32, f32) {
+    let gpus = topo.of_kind(NodeKind::Gpu);
+    let nets = topo.of_kind(NodeKind::Net);
+    let inter = inter && !nets.is_empty();
+    let ngpus = gpus.len();
+    // Per-channel ceilings: the best path bandwidth a GPU has, and its total NVLink (or PCI)
+    // bandwidth (NCCL's `ncclTopoSearchInit`).
+    if !inter && ngpus == 1 {
+        (crate::topo::model::LOC_BW, crate::topo::model::LOC_BW)
+    } else {
+        let mut mb = 0.0f32;
+        let mut tb = 0.0f32;
+        for &g in &gpus {
+            let targets = if inter { &nets } else { &gpus };
+            for &t in targets {
+                if let Some(p) = paths.get(g, t) {
+                    if !p.hops.is_empty() {
+                        mb = mb.max(p.bw);
+                    }
+                }
+            }
+            if let Some(n) = topo.nodes.get(g) {
+                let nvl: f32 = n
+                    .links
+                    .iter()
+                    .filter(|l| l.kind == LinkType::Nvl)
+                    .map(|l| l.bw)
+                    .sum();
+                let pci = n
+                    .links
+                    .iter()
+                    .filter(|l| l.kind == LinkType::Pci)
+                    .map(|l| l.bw)
+                    .next_back()
+                    .unwrap_or(0.0);
+                tb = tb.max(nvl.max(pci));
+            }
+        }
+        (mb, tb)
+    }
+}
+
+/// NCCL's `=== System : maxBw 370.8 totalBw 370.8 ===` line.
+pub fn system_line(topo: &Topology, paths: &Paths, inter: bool) -> String {
+    let (max_bw, total_bw) = system_bw(topo, paths, inter);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "=== System : maxBw {max_bw:.1} totalBw {total_bw:.1} ==="
+    );
+    s
+}
+
 /// Runs NCCL's search for `pattern` (graph `id`) over `topo` with its `paths`.
 pub fn compute(
     topo: &Topology,
@@ -1163,41 +1219,7 @@ pub fn compute(
         max_inter = PathType::Sys;
     }
 
-    // Per-channel ceilings: the best path bandwidth a GPU has, and its total NVLink (or PCI)
-    // bandwidth (NCCL's `ncclTopoSearchInit`).
-    let (max_bw, mut total_bw) = if !inter && ngpus == 1 {
-        (crate::topo::model::LOC_BW, crate::topo::model::LOC_BW)
-    } else {
-        let mut mb = 0.0f32;
-        let mut tb = 0.0f32;
-        for &g in &gpus {
-            let targets = if inter { &nets } else { &gpus };
-            for &t in targets {
-                if let Some(p) = paths.get(g, t) {
-                    if !p.hops.is_empty() {
-                        mb = mb.max(p.bw);
-                    }
-                }
-            }
-            if let Some(n) = topo.nodes.get(g) {
-                let nvl: f32 = n
-                    .links
-                    .iter()
-                    .filter(|l| l.kind == LinkType::Nvl)
-                    .map(|l| l.bw)
-                    .sum();
-                let pci = n
-                    .links
-                    .iter()
-                    .filter(|l| l.kind == LinkType::Pci)
-                    .map(|l| l.bw)
-                    .next_back()
-                    .unwrap_or(0.0);
-                tb = tb.max(nvl.max(pci));
-            }
-        }
-        (mb, tb)
-    };
+    let (max_bw, mut total_bw) = system_bw(topo, paths, inter);
     if ngpus > 1 && pattern != Pattern::Ring {
         total_bw *= ngpus as f32 / (ngpus.saturating_sub(1)) as f32;
     }

@@ -61,6 +61,25 @@ fn pci_gen_rate(link_speed: &str) -> u32 {
         .map_or(60, |(_, v)| *v)
 }
 
+/// Bus id as NCCL's `busIdToInt64` reads it: the hex digits up to the first other character,
+/// ignoring `:` and `.`.
+pub fn busid_to_u64(busid: &str) -> u64 {
+    let mut v: u64 = 0;
+    let mut digits = 0u32;
+    for c in busid.chars() {
+        if c == ':' || c == '.' {
+            continue;
+        }
+        let Some(d) = c.to_digit(16) else { break };
+        if digits == 16 {
+            break;
+        }
+        v = (v << 4) | u64::from(d);
+        digits = digits.saturating_add(1);
+    }
+    v
+}
+
 /// Node types, numbered as NCCL numbers them (GPU 0 ... NET 5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NodeKind {
@@ -556,6 +575,34 @@ impl Topology {
                 self.add_link(a, b, LinkType::Sys, bw);
             }
         }
+    }
+
+    /// NCCL's id of a node within its host (`ncclTopoNode::id` without the host byte): the
+    /// bus id for PCI devices and GPUs, the NUMA id for CPUs, the device number for NETs.
+    pub fn local_id(&self, node: usize) -> u64 {
+        const MASK: u64 = 0x00ff_ffff_ffff_ffff;
+        let Some(n) = self.nodes.get(node) else {
+            return 0;
+        };
+        let id = match &n.data {
+            NodeData::Gpu(g) => busid_to_u64(&g.pci.busid),
+            NodeData::Pci { pci, .. } => busid_to_u64(&pci.busid),
+            NodeData::Nic { pci } => pci.as_ref().map_or(0, |p| busid_to_u64(&p.busid)),
+            NodeData::Nvs => 0,
+            NodeData::Cpu(c) => i64::from(c.numa_id) as u64,
+            NodeData::Net(x) => i64::from(x.dev) as u64,
+        };
+        id & MASK
+    }
+
+    /// How NCCL names a node in its logs: `GPU/0-60`, `CPU/0-ffffffffffffff`, `NET/1-3`
+    /// (type / host index - local id, both in hex).
+    pub fn label(&self, node: usize) -> String {
+        let (kind, host) = self
+            .nodes
+            .get(node)
+            .map_or(("?", 0), |n| (n.kind.as_str(), n.host));
+        alloc::format!("{kind}/{host:x}-{:x}", self.local_id(node))
     }
 
     /// Lowest and highest compute capability of the GPUs, `None` without GPUs.

@@ -13,6 +13,7 @@
 //! (PXN); and GPU<->NIC paths without GPUDirect RDMA are routed through the CPU.
 
 use super::model::{CpuArch, CpuVendor, LOC_BW, LinkType, NodeKind, PathType, Topology};
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -112,6 +113,30 @@ impl Paths {
     /// Bandwidth of the path, 0 when there is none.
     pub fn bw(&self, from: usize, to: usize) -> f32 {
         self.get(from, to).map_or(0.0, |p| p.bw)
+    }
+
+    /// The line NCCL prints for a node's paths at INFO level (`printNodePaths`):
+    /// `GPU/0-60 :GPU/0-60 (0/5000.0/LOC) GPU/0-70 (2/370.8/NVL) ... `, listing for each
+    /// target kind it has paths to (GPU, NVS, CPU, NET) every node of that kind with
+    /// hops/bandwidth/type.
+    pub fn describe(&self, topo: &Topology, from: usize) -> String {
+        use core::fmt::Write;
+        let mut line = topo.label(from);
+        line.push_str(" :");
+        for kind in [NodeKind::Gpu, NodeKind::Nvs, NodeKind::Cpu, NodeKind::Net] {
+            let targets = topo.of_kind(kind);
+            // NCCL only has paths to a kind that its search from that kind reached.
+            if !targets.iter().any(|&t| self.kind(from, t) != PathType::Dis) {
+                continue;
+            }
+            for t in targets {
+                let (hops, bw, kind) = self
+                    .get(from, t)
+                    .map_or((0, 0.0, PathType::Dis), |p| (p.hops.len(), p.bw, p.kind));
+                let _ = write!(line, "{} ({hops}/{bw:.1}/{kind}) ", topo.label(t));
+            }
+        }
+        line
     }
 
     /// The GPU (node index) that NCCL considers local to a NET node.

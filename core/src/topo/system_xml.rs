@@ -8,6 +8,7 @@
 //! attributes weft does not know are reported as [`XmlWarning`]s and ignored.
 //! Writing produces what `NCCL_TOPO_DUMP_FILE` would, so each side loads the other's files.
 
+pub use super::model::busid_to_u64;
 use super::model::{
     C2cSpec, CpuInfo, GpuInfo, LOC_BW, LinkType, NetInfo, NodeData, NodeKind, NvLinkSpec, PciInfo,
     Topology, nvlink_bw,
@@ -190,25 +191,6 @@ fn to_i32(x: &XmlNode, attr: &'static str, v: i64) -> Result<i32, TopoXmlError> 
 
 fn to_u32(x: &XmlNode, attr: &'static str, v: i64) -> Result<u32, TopoXmlError> {
     u32::try_from(v).map_err(|_| bad(x, attr, &format!("{v}")))
-}
-
-/// Bus id as NCCL's `busIdToInt64` reads it: the hex digits up to the first other character,
-/// ignoring `:` and `.`.
-pub fn busid_to_u64(busid: &str) -> u64 {
-    let mut v: u64 = 0;
-    let mut digits = 0u32;
-    for c in busid.chars() {
-        if c == ':' || c == '.' {
-            continue;
-        }
-        let Some(d) = c.to_digit(16) else { break };
-        if digits == 16 {
-            break;
-        }
-        v = (v << 4) | u64::from(d);
-        digits = digits.saturating_add(1);
-    }
-    v
 }
 
 /// What an element's class says it is (NCCL's `kvDictPciClass`, matched by prefix; unknown
