@@ -504,3 +504,17 @@ fn path_lines_and_system_bw_match_nccl_measured() {
         assert_eq!(ours, nccl);
     }
 }
+
+#[test]
+fn collnet_direct_is_refused_not_faked() {
+    let (t, p) = load(DGX);
+    let g = compute(
+        &t,
+        &p,
+        4,
+        Pattern::CollnetDirect,
+        &SearchOptions::ring(true),
+    );
+    assert_eq!(g.fallback, Some(Fallback::Unsupported));
+    assert!(g.channels.is_empty());
+}

@@ -112,7 +112,9 @@ impl Pattern {
 pub enum Fallback {
     /// No ordering carried even the lowest speed: GPUs in index order, 0.1 GB/s, type SYS.
     SimpleOrder,
-    /// The pattern needs hardware that is absent (NVLS without NVSwitch or before SM90).
+    /// The pattern needs hardware that is absent (NVLS without NVSwitch or before SM90, no
+    /// GPU at all), or is not searched by weft (CollNet Direct, which needs a SHARP-capable
+    /// network).
     Unsupported,
 }
 
@@ -1190,7 +1192,7 @@ pub fn compute(
         max_channels = max_channels.min(MAX_NVLS_ARITY).min(ngpus);
     }
     if pattern == Pattern::CollnetDirect {
-        max_channels = max_channels.min(ngpus);
+        return empty(pattern, Some(Fallback::Unsupported));
     }
     if ngpus == 1 && pattern != Pattern::Ring {
         pattern = Pattern::Tree;
