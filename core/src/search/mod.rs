@@ -291,10 +291,15 @@ impl State<'_> {
         let mut pci_bw = bw;
         if path.kind == PathType::Phb && start_is_gpu && self.intel {
             // Intel root complexes split GPU P2P traffic into 64-byte TLPs: 20% overhead.
-            let crosses_cpu = path
-                .hops
-                .iter()
-                .any(|h| self.kind_of(h.node) == Some(NodeKind::Cpu));
+            let crosses_cpu = path.hops.iter().any(|h| {
+                let to = self
+                    .topo
+                    .nodes
+                    .get(h.node)
+                    .and_then(|n| n.links.get(h.link))
+                    .map(|l| l.to);
+                to.and_then(|t| self.kind_of(t)) == Some(NodeKind::Cpu)
+            });
             if crosses_cpu {
                 pci_bw = bw * 6.0 / 5.0;
             }
@@ -534,7 +539,8 @@ impl Searcher<'_, '_> {
                     s[0] = (np.bw as i64) as f32;
                     s[2] = -(np.hops.len() as f32);
                 }
-                s[1] = self.gpu_pci_bw(cnode);
+                // NCCL keeps these scores as ints.
+                s[1] = (self.gpu_pci_bw(cnode) as i64) as f32;
             }
             s[3] = (p.bw as i64) as f32;
             s[4] = -(p.hops.len() as f32);
