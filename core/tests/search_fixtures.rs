@@ -518,3 +518,52 @@ fn collnet_direct_is_refused_not_faked() {
     assert_eq!(g.fallback, Some(Fallback::Unsupported));
     assert!(g.channels.is_empty());
 }
+
+/// Measured: weft-h200x4-pcie.xml (written by weft: the four H200s without NVLink, two per
+/// PCIe switch, one switch per socket of an Intel host) loaded by NCCL 2.28.9 through
+/// NCCL_TOPO_FILE on the 4x H200 machine. Exercises PIX/PHB/SYS paths, P2P routed through
+/// the CPU across sockets, the Intel P2P overhead and the PCI-order search.
+#[test]
+fn pcie_only_weft_topology_matches_nccl_measured() {
+    use weft_core::search::system_line;
+    use weft_core::topo::model::NodeKind;
+    let info = include_str!("../../tests/fixtures/topo/weft-h200x4-pcie-nccl-info.txt");
+    assert!(info.contains("ALLREDUCE_OK"));
+    let nccl: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.find("NCCL INFO ").map(|i| l[i + 10..].to_string()))
+        // NCCL also added the machine's real eth0 with a CPU of its own; both are unreachable
+        // from the file's devices and show up as DIS entries weft does not have.
+        .map(|l| {
+            l.replace("CPU/0-0 (0/0.0/DIS) ", "")
+                .replace("NET/0-0 (0/0.0/DIS) ", "")
+        })
+        .collect();
+    let (t, p) = load(include_str!(
+        "../../tests/fixtures/topo/weft-h200x4-pcie.xml"
+    ));
+    let ring = compute(&t, &p, 0, Pattern::Ring, &SearchOptions::ring(false));
+    let tree = compute(
+        &t,
+        &p,
+        1,
+        Pattern::BalancedTree,
+        &SearchOptions::tree(false, ring.nchannels()),
+    );
+    let mut ours = vec![system_line(&t, &p, false)];
+    ours.extend(
+        t.of_kind(NodeKind::Gpu)
+            .into_iter()
+            .map(|g| p.describe(&t, g)),
+    );
+    ours.push(ring.summary());
+    ours.push(tree.summary());
+    ours.extend(ring_lines(&ring, 1));
+    let comm = ring.nchannels().min(tree.nchannels());
+    ours.push(trees_line(&tree_links(&tree, 1, 0, comm), 0));
+    let theirs: Vec<String> = nccl
+        .into_iter()
+        .filter(|l| !l.starts_with("NCCL version"))
+        .collect();
+    assert_eq!(ours, theirs);
+}
