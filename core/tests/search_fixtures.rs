@@ -12,10 +12,12 @@
 //!   NVLS: each of the 8 channels takes bw from every GPU link and twice from its head's:
 //!   9 x bw <= 370.8 allows 40 (first speed with 8 x speed <= 370.8); then pass 2 raises
 //!   bwInter up the ladder to 60 while bwIntra stays 40.
-//! - hgx-h100-4gpu (6 NVLinks per pair, no NVSwitch): reasoned. Each directed pair carries
-//!   123.6 GB/s and each GPU 370.8 in total; 60 GB/s rings fit 2 per directed link. The
-//!   search finds 6 channels at 60 (every GPU's 3 out-links used twice by the 3 distinct
-//!   ring directions) = 360 GB/s per GPU, duplicated to 12 x 30 like the NVSwitch case.
+//! - hgx-h100-4gpu (6 NVLinks per pair, no NVSwitch): reasoned, then confirmed by a
+//!   measurement: each directed pair carries 123.6 GB/s and each GPU 370.8 in total; the
+//!   search finds 6 channels at 60 (each GPU's 3 out-links used twice) = 360 GB/s per GPU,
+//!   duplicated to 12 x 30. NCCL gave exactly that (and the ring orders) for the same
+//!   links on the H200s (weft-h200x4-mesh6, below).
+//! - The weft-h200x4-* and h200x4-as-*hosts fixtures: measured, see each test.
 
 use weft_core::search::graph_xml::{graphs_to_xml, parse_graphs, write_graphs};
 use weft_core::search::trees::{tree_links, trees_line};
