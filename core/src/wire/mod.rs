@@ -10,6 +10,7 @@ pub mod bootstrap;
 pub mod connect;
 pub mod mesh_handle;
 pub mod socket_handle;
+pub mod socket_stream;
 
 use core::fmt;
 
