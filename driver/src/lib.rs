@@ -5,7 +5,12 @@
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 
+// weft.h is generated from `capi` alone: cbindgen skips a module whose docs say
+// `cbindgen:ignore` (otherwise every public constant of the driver would land in the header).
+/// cbindgen:ignore
 pub mod bootstrap;
 pub mod capi;
+/// cbindgen:ignore
 pub mod launcher;
+/// cbindgen:ignore
 pub mod net;
