@@ -486,8 +486,10 @@ weft_status weft_coll_work_validate(const struct weft_coll_work *work, uint32_t 
 weft_status weft_conn_info_validate(const struct weft_conn_info *conn);
 
 // Encodes `handle` into `out` (the bytes NCCL carries between ranks, at most
-// `WEFT_NET_HANDLE_MAXSIZE`) and sets `*written` to the bytes used; bytes of `out` after
-// them are left as they were. If `out_len` is too small, returns
+// `WEFT_NET_HANDLE_MAXSIZE`) and sets `*written` to the bytes used. The rest of `out`, up
+// to `WEFT_NET_HANDLE_MAXSIZE` bytes, is zeroed so that a 128-byte NCCL handle carries no
+// stale memory to other hosts; bytes beyond 128 are not touched. If `out_len` is too small,
+// returns
 // `WEFT_ERR_BUFFER_TOO_SMALL` and sets `*written` to the size needed. Errors:
 // `WEFT_ERR_TOO_MANY` (count above the maximum, or entries that do not fit in 128 bytes),
 // `WEFT_ERR_BAD_FAMILY`, `WEFT_ERR_BAD_FIELD` (prefix, QP number, speed, reserved),

@@ -348,7 +348,17 @@ void test_mesh_exact_bytes() {
     };
     check(written == sizeof want && std::memcmp(out, want, sizeof want) == 0, "exact bytes",
           __LINE__, hex(out, written));
-    check(out[sizeof want] == 0xa5, "bytes after the handle untouched", __LINE__);
+    // The rest of NCCL's 128 bytes is zeroed: no stale memory goes over the wire...
+    bool zero_tail = true;
+    for (size_t i = sizeof want; i < WEFT_NET_HANDLE_MAXSIZE; ++i) zero_tail &= out[i] == 0;
+    CHECK(zero_tail);
+    // ...and a larger buffer is not written past 128 bytes.
+    uint8_t big[WEFT_NET_HANDLE_MAXSIZE + 40];
+    std::memset(big, 0xa5, sizeof big);
+    EXPECT(weft_mesh_handle_encode(&h, big, sizeof big, &written), WEFT_OK, "");
+    CHECK(written == sizeof want && std::memcmp(big, want, sizeof want) == 0);
+    CHECK(big[WEFT_NET_HANDLE_MAXSIZE - 1] == 0 && big[WEFT_NET_HANDLE_MAXSIZE] == 0xa5 &&
+          big[sizeof big - 1] == 0xa5);
 
     weft_mesh_handle back;
     std::memset(&back, 0x5a, sizeof back);

@@ -213,8 +213,10 @@ fn handle_to_c(repr: &MeshHandle) -> weft_mesh_handle {
 }
 
 /// Encodes `handle` into `out` (the bytes NCCL carries between ranks, at most
-/// `WEFT_NET_HANDLE_MAXSIZE`) and sets `*written` to the bytes used; bytes of `out` after
-/// them are left as they were. If `out_len` is too small, returns
+/// `WEFT_NET_HANDLE_MAXSIZE`) and sets `*written` to the bytes used. The rest of `out`, up
+/// to `WEFT_NET_HANDLE_MAXSIZE` bytes, is zeroed so that a 128-byte NCCL handle carries no
+/// stale memory to other hosts; bytes beyond 128 are not touched. If `out_len` is too small,
+/// returns
 /// `WEFT_ERR_BUFFER_TOO_SMALL` and sets `*written` to the size needed. Errors:
 /// `WEFT_ERR_TOO_MANY` (count above the maximum, or entries that do not fit in 128 bytes),
 /// `WEFT_ERR_BAD_FAMILY`, `WEFT_ERR_BAD_FIELD` (prefix, QP number, speed, reserved),
@@ -243,7 +245,12 @@ pub unsafe extern "C" fn weft_mesh_handle_encode(
                 format!("out_len = {out_len} but the handle needs {needed} bytes"),
             ));
         };
-        *written = repr.emit(dest).map_err(|e| at("out", e))?;
+        let used = repr.emit(dest).map_err(|e| at("out", e))?;
+        let pad_end = out_len.min(WEFT_NET_HANDLE_MAXSIZE);
+        if let Some(pad) = out.get_mut(used..pad_end) {
+            pad.fill(0);
+        }
+        *written = used;
         Ok(())
     })
 }
