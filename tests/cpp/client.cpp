@@ -606,6 +606,14 @@ void test_select_nic() {
     bad_family.family = 0;
     EXPECT(weft_select_nic(&bad_family, 1, &peer, &r), WEFT_ERR_BAD_FAMILY,
            "local[0].family = 0");
+    weft_local_nic bad_prefix = local[0];
+    bad_prefix.prefix_len = 33;
+    EXPECT(weft_select_nic(&bad_prefix, 1, &peer, &r), WEFT_ERR_BAD_FIELD,
+           "argument `local[0].prefix_len` = 33 is invalid: expected at most 32");
+    weft_mesh_handle peer_bad_prefix = peer;
+    peer_bad_prefix.entries[1].prefix_len = 40;
+    EXPECT(weft_select_nic(local, 3, &peer_bad_prefix, &r), WEFT_ERR_BAD_FIELD,
+           "peer->entries[1]: prefix_len: invalid value 40");
     weft_mesh_handle too_many = peer;
     too_many.count = 12;
     EXPECT(weft_select_nic(local, 3, &too_many, &r), WEFT_ERR_TOO_MANY, "peer->count = 12");

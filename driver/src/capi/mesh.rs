@@ -171,13 +171,19 @@ fn used_entries<'a>(
         })
 }
 
-fn handle_from_c(handle: &weft_mesh_handle) -> Result<MeshHandle, CallError> {
+/// The core handle for a C one, with every check an encoder applies; `arg` names the
+/// argument in messages ("handle", "peer").
+fn handle_from_c(handle: &weft_mesh_handle, arg: &str) -> Result<MeshHandle, CallError> {
     if handle.reserved != 0 {
-        return Err(CallError::bad_arg("handle->reserved", handle.reserved, "0"));
+        return Err(CallError::bad_arg(
+            &format!("{arg}->reserved"),
+            handle.reserved,
+            "0",
+        ));
     }
     let mut repr = MeshHandle::new(handle.port);
-    for (i, e) in used_entries(handle, "handle")?.iter().enumerate() {
-        let what = format!("handle->entries[{i}]");
+    for (i, e) in used_entries(handle, arg)?.iter().enumerate() {
+        let what = format!("{arg}->entries[{i}]");
         let entry = MeshEntry {
             addr: ip_from_c(e.family, &e.addr, &what)?,
             prefix_len: e.prefix_len,
@@ -236,7 +242,7 @@ pub unsafe extern "C" fn weft_mesh_handle_encode(
         let handle = arg_ref!(handle, "handle");
         let written = arg_mut!(written, "written");
         let out = arg_slice_mut!(out, out_len, "out");
-        let repr = handle_from_c(handle)?;
+        let repr = handle_from_c(handle, "handle")?;
         let needed = repr.buffer_len();
         let Some(dest) = out.get_mut(..needed) else {
             *written = needed;
@@ -291,9 +297,18 @@ fn local_from_c(nics: &[weft_local_nic]) -> Result<Vec<LocalNic>, CallError> {
                     return Err(CallError::bad_arg(&format!("{what}.up"), other, "0 or 1"));
                 }
             };
+            let addr = ip_from_c(n.family, &n.addr, &what)?;
+            let max_prefix = if addr.is_ipv4() { 32 } else { 128 };
+            if n.prefix_len > max_prefix {
+                return Err(CallError::bad_arg(
+                    &format!("{what}.prefix_len"),
+                    n.prefix_len,
+                    &format!("at most {max_prefix} for this family"),
+                ));
+            }
             Ok(LocalNic {
                 index: n.index,
-                addr: ip_from_c(n.family, &n.addr, &what)?,
+                addr,
                 prefix_len: n.prefix_len,
                 speed_mbps: n.speed_mbps,
                 up,
@@ -302,19 +317,11 @@ fn local_from_c(nics: &[weft_local_nic]) -> Result<Vec<LocalNic>, CallError> {
         .collect()
 }
 
+/// The peer's addresses, after the same checks as an encoded handle (a handle decoded by
+/// `weft_mesh_handle_decode` always passes them).
 fn peer_from_c(peer: &weft_mesh_handle) -> Result<Vec<PeerAddr>, CallError> {
-    used_entries(peer, "peer")?
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            Ok(PeerAddr {
-                addr: ip_from_c(e.family, &e.addr, &format!("peer->entries[{i}]"))?,
-                prefix_len: e.prefix_len,
-                nic_index: e.nic_index,
-                speed_mbps: e.speed_mbps,
-            })
-        })
-        .collect()
+    let repr = handle_from_c(peer, "peer")?;
+    Ok(repr.entries().iter().map(PeerAddr::from).collect())
 }
 
 fn route_to_c(route: &Route, local: &[LocalNic]) -> Result<weft_route, CallError> {
