@@ -76,6 +76,12 @@ static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 176
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 32,
               "device struct sizes");
 
+static_assert(sizeof(weft_mesh_entry) == 28 && offsetof(weft_mesh_entry, qpn) == 20 &&
+                  sizeof(weft_mesh_handle) == 8 + 28 * WEFT_MESH_MAX_ENTRIES &&
+                  sizeof(weft_local_nic) == 24 && sizeof(weft_route) == 64 &&
+                  offsetof(weft_route, speed_mbps) == 60,
+              "mesh handle and route layouts");
+
 void test_versions_and_layout() {
     std::string v = weft_version();
     CHECK(!v.empty());

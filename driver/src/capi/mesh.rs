@@ -110,6 +110,21 @@ pub struct weft_route {
     pub speed_mbps: u32,
 }
 
+// The C layouts, fixed: a change here is an ABI break (bump WEFT_ABI_VERSION).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<weft_mesh_entry>() == 28);
+    assert!(offset_of!(weft_mesh_entry, addr) == 4);
+    assert!(offset_of!(weft_mesh_entry, qpn) == 20);
+    assert!(size_of::<weft_mesh_handle>() == 8 + 28 * WEFT_MESH_MAX_ENTRIES);
+    assert!(offset_of!(weft_mesh_handle, entries) == 8);
+    assert!(size_of::<weft_local_nic>() == 24);
+    assert!(offset_of!(weft_local_nic, speed_mbps) == 20);
+    assert!(size_of::<weft_route>() == 64);
+    assert!(offset_of!(weft_route, local_addr) == 12);
+    assert!(offset_of!(weft_route, speed_mbps) == 60);
+};
+
 fn ip_from_c(family: u8, addr: &[u8; 16], what: &str) -> Result<IpAddr, CallError> {
     match family {
         WEFT_FAMILY_IPV4 => {
