@@ -45,6 +45,19 @@
 // `weft_conn_info.flags`: buffers live in host memory (SHM, NET without GPUDirect).
 #define WEFT_CONN_HOST_MEMORY (1 << 5)
 
+// Most entries in a mesh handle.
+#define WEFT_MESH_MAX_ENTRIES 9
+
+// Bytes NCCL gives a net plugin for a listen handle (`NCCL_NET_HANDLE_MAXSIZE`); an
+// encoded mesh handle never exceeds it.
+#define WEFT_NET_HANDLE_MAXSIZE 128
+
+// `family` of an IPv4 address.
+#define WEFT_FAMILY_IPV4 4
+
+// `family` of an IPv6 address.
+#define WEFT_FAMILY_IPV6 6
+
 // Result of every status-returning `weft_*` function. The numbers are part of the ABI:
 // a code keeps its meaning forever; new codes are added at the end.
 //
@@ -258,6 +271,76 @@ typedef struct weft_conn_info {
   uint32_t steps;
 } weft_conn_info;
 
+// One address a listening rank can be reached on.
+typedef struct weft_mesh_entry {
+  // `WEFT_FAMILY_IPV4` or `WEFT_FAMILY_IPV6`.
+  uint8_t family;
+  // Subnet prefix length: at most 32 (IPv4) or 128 (IPv6).
+  uint8_t prefix_len;
+  // Index of the NIC on the listening host.
+  uint8_t nic_index;
+  // GID index (RoCE) the listener uses on that NIC.
+  uint8_t gid_index;
+  // Address in network order; IPv4 uses `addr[0..4]` and leaves the rest zero.
+  uint8_t addr[16];
+  // Queue-pair number to connect to (24 bits).
+  uint32_t qpn;
+  // Link speed in Mb/s: a multiple of 100, or 0 when unknown.
+  uint32_t speed_mbps;
+} weft_mesh_entry;
+
+// A mesh handle: the handshake port and up to `WEFT_MESH_MAX_ENTRIES` addresses, in the
+// listener's order of preference.
+typedef struct weft_mesh_handle {
+  // TCP port of the listener's handshake socket.
+  uint16_t port;
+  // Must be zero.
+  uint16_t reserved;
+  // Entries used, at most `WEFT_MESH_MAX_ENTRIES`.
+  uint32_t count;
+  struct weft_mesh_entry entries[WEFT_MESH_MAX_ENTRIES];
+} weft_mesh_handle;
+
+// One address of a NIC on this host (a NIC with several addresses appears once per
+// address, with the same `index`).
+typedef struct weft_local_nic {
+  // The NIC's position in the device list.
+  uint8_t index;
+  // `WEFT_FAMILY_IPV4` or `WEFT_FAMILY_IPV6`.
+  uint8_t family;
+  uint8_t prefix_len;
+  // 1 if the link is up, 0 if down (a down NIC is never chosen).
+  uint8_t up;
+  // Address in network order; IPv4 uses `addr[0..4]`.
+  uint8_t addr[16];
+  // Link speed in Mb/s, 0 when unknown.
+  uint32_t speed_mbps;
+} weft_local_nic;
+
+// The (local NIC, peer address) pair `weft_select_nic` chose.
+typedef struct weft_route {
+  // Position of the chosen NIC in the caller's `local` array.
+  uint32_t local_position;
+  // Position of the chosen address in `peer->entries`.
+  uint32_t peer_position;
+  // Family of both addresses.
+  uint8_t family;
+  // `index` of the chosen local NIC.
+  uint8_t local_nic_index;
+  // `nic_index` of the chosen peer entry.
+  uint8_t peer_nic_index;
+  // Prefix length of the subnet both ends share.
+  uint8_t subnet_prefix_len;
+  // Address to connect from.
+  uint8_t local_addr[16];
+  // Address to connect to.
+  uint8_t peer_addr[16];
+  // Network address of the shared subnet.
+  uint8_t subnet_addr[16];
+  // Speed of the pair in Mb/s (the slower known end; 0 when both are unknown).
+  uint32_t speed_mbps;
+} weft_route;
+
 // What one kernel launch receives: where the communicator's device state is, and the work.
 typedef struct weft_kernel_args {
   // Address of the communicator's `DevComm`.
@@ -401,6 +484,49 @@ weft_status weft_coll_work_validate(const struct weft_coll_work *work, uint32_t 
 // # Safety
 // `conn` is NULL or points to a readable `weft_conn_info`.
 weft_status weft_conn_info_validate(const struct weft_conn_info *conn);
+
+// Encodes `handle` into `out` (the bytes NCCL carries between ranks, at most
+// `WEFT_NET_HANDLE_MAXSIZE`) and sets `*written` to the bytes used. The rest of `out`, up
+// to `WEFT_NET_HANDLE_MAXSIZE` bytes, is zeroed so that a 128-byte NCCL handle carries no
+// stale memory to other hosts; bytes beyond 128 are not touched. If `out_len` is too small,
+// returns
+// `WEFT_ERR_BUFFER_TOO_SMALL` and sets `*written` to the size needed. Errors:
+// `WEFT_ERR_TOO_MANY` (count above the maximum, or entries that do not fit in 128 bytes),
+// `WEFT_ERR_BAD_FAMILY`, `WEFT_ERR_BAD_FIELD` (prefix, QP number, speed, reserved),
+// `WEFT_ERR_NULL_ARG`.
+//
+// # Safety
+// Each pointer is NULL or valid: `handle` for reading one `weft_mesh_handle`, `out` for
+// writing `out_len` bytes, `written` for writing one `size_t`.
+weft_status weft_mesh_handle_encode(const struct weft_mesh_handle *handle,
+                                    uint8_t *out,
+                                    size_t out_len,
+                                    size_t *written);
+
+// Decodes the mesh handle in `bytes[0..len]` into `*out` (unused entries zeroed). Trailing
+// bytes after the last entry are ignored, so the whole 128-byte NCCL handle may be passed.
+// On error `*out` is unchanged. Errors: `WEFT_ERR_TRUNCATED`, `WEFT_ERR_BAD_MAGIC`,
+// `WEFT_ERR_BAD_VERSION`, `WEFT_ERR_TOO_MANY`, `WEFT_ERR_BAD_FAMILY`, `WEFT_ERR_BAD_FIELD`,
+// `WEFT_ERR_NULL_ARG`; `weft_last_error()` names the field and the values.
+//
+// # Safety
+// `bytes` is NULL or valid for reading `len` bytes; `out` is NULL or valid for writing one
+// `weft_mesh_handle`.
+weft_status weft_mesh_handle_decode(const uint8_t *bytes, size_t len, struct weft_mesh_handle *out);
+
+// Chooses the (local NIC, peer address) pair to connect over: both ends on one subnet (no
+// routed fallback), the local NIC up, the fastest pair first (see weft-core's `net::select`).
+// `WEFT_ERR_NO_ROUTE` when no pair matches; `weft_last_error()` then lists every address
+// compared and what to check. Other errors: `WEFT_ERR_BAD_FAMILY`, `WEFT_ERR_BAD_FIELD`,
+// `WEFT_ERR_TOO_MANY` (peer count), `WEFT_ERR_NULL_ARG`. On error `*out` is unchanged.
+//
+// # Safety
+// `local` is NULL or valid for reading `n` `weft_local_nic`s; `peer` is NULL or valid for
+// reading one `weft_mesh_handle`; `out` is NULL or valid for writing one `weft_route`.
+weft_status weft_select_nic(const struct weft_local_nic *local,
+                            size_t n,
+                            const struct weft_mesh_handle *peer,
+                            struct weft_route *out);
 
 // Static text of a status code. Never NULL; the string lives as long as the program.
 // Unknown codes give "unknown weft status code".

@@ -76,6 +76,12 @@ static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 176
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 32,
               "device struct sizes");
 
+static_assert(sizeof(weft_mesh_entry) == 28 && offsetof(weft_mesh_entry, qpn) == 20 &&
+                  sizeof(weft_mesh_handle) == 8 + 28 * WEFT_MESH_MAX_ENTRIES &&
+                  sizeof(weft_local_nic) == 24 && sizeof(weft_route) == 64 &&
+                  offsetof(weft_route, speed_mbps) == 60,
+              "mesh handle and route layouts");
+
 void test_versions_and_layout() {
     std::string v = weft_version();
     CHECK(!v.empty());
@@ -250,6 +256,382 @@ void test_validate() {
     EXPECT(weft_conn_info_validate(nullptr), WEFT_ERR_NULL_ARG, "argument `conn` is NULL");
 }
 
+// ---- mesh handles ----
+
+// Deterministic test data without a dependency: xorshift64*.
+struct XorShift {
+    uint64_t s;
+    uint64_t next() {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        return s * 0x2545F4914F6CDD1Dull;
+    }
+    uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
+};
+
+weft_mesh_entry v4_entry(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t prefix) {
+    weft_mesh_entry e;
+    std::memset(&e, 0, sizeof e);
+    e.family = WEFT_FAMILY_IPV4;
+    e.prefix_len = prefix;
+    e.addr[0] = a;
+    e.addr[1] = b;
+    e.addr[2] = c;
+    e.addr[3] = d;
+    return e;
+}
+
+weft_mesh_entry v6_entry(const uint8_t (&addr)[16], uint8_t prefix) {
+    weft_mesh_entry e;
+    std::memset(&e, 0, sizeof e);
+    e.family = WEFT_FAMILY_IPV6;
+    e.prefix_len = prefix;
+    std::memcpy(e.addr, addr, 16);
+    return e;
+}
+
+weft_mesh_handle empty_handle(uint16_t port) {
+    weft_mesh_handle h;
+    std::memset(&h, 0, sizeof h);
+    h.port = port;
+    return h;
+}
+
+bool same_handle(const weft_mesh_handle& a, const weft_mesh_handle& b) {
+    if (a.port != b.port || a.count != b.count || a.reserved != b.reserved) return false;
+    for (uint32_t i = 0; i < a.count; ++i) {
+        const weft_mesh_entry& x = a.entries[i];
+        const weft_mesh_entry& y = b.entries[i];
+        if (x.family != y.family || x.prefix_len != y.prefix_len ||
+            x.nic_index != y.nic_index || x.gid_index != y.gid_index || x.qpn != y.qpn ||
+            x.speed_mbps != y.speed_mbps || std::memcmp(x.addr, y.addr, 16) != 0)
+            return false;
+    }
+    return true;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+    std::string s;
+    char buf[4];
+    for (size_t i = 0; i < n; ++i) {
+        std::snprintf(buf, sizeof buf, "%02x", p[i]);
+        s += buf;
+    }
+    return s;
+}
+
+void test_mesh_exact_bytes() {
+    weft_mesh_handle h = empty_handle(0x1234);
+    h.count = 3;
+    h.entries[0] = v4_entry(10, 1, 2, 3, 24);
+    h.entries[0].nic_index = 1;
+    h.entries[0].gid_index = 3;
+    h.entries[0].qpn = 0x123456;
+    h.entries[0].speed_mbps = 100000;
+    const uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+    const uint8_t b6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2};
+    h.entries[1] = v6_entry(a6, 64);
+    h.entries[1].nic_index = 2;
+    h.entries[1].qpn = 7;
+    h.entries[2] = v6_entry(b6, 64);
+    h.entries[2].nic_index = 3;
+    h.entries[2].speed_mbps = 400000;
+
+    uint8_t out[WEFT_NET_HANDLE_MAXSIZE];
+    std::memset(out, 0xa5, sizeof out);
+    size_t written = 0;
+    EXPECT(weft_mesh_handle_encode(&h, out, sizeof out, &written), WEFT_OK, "");
+    const uint8_t want[] = {
+        0x57, 0x46, 0x4d, 0x48, 0x00, 0x01, 0x12, 0x34, 0x03,  // "WFMH" v1 port count
+        0x04, 0x18, 0x01, 0x03, 0x12, 0x34, 0x56, 0x03, 0xe8,  // v4 /24 nic1 gid3 qpn 1000x100M
+        0x0a, 0x01, 0x02, 0x03,                                // 10.1.2.3
+        0x06, 0x40, 0x02, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00,  // v6 /64 nic2 qpn 7 speed 0
+        0x00,                                                  // shares 0 bytes
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1,
+        0x06, 0x40, 0x03, 0x00, 0x00, 0x00, 0x00, 0x0f, 0xa0,  // v6 /64 nic3 4000x100M
+        0x0f, 0x02,                                            // shares 15 bytes, then ::2
+    };
+    check(written == sizeof want && std::memcmp(out, want, sizeof want) == 0, "exact bytes",
+          __LINE__, hex(out, written));
+    // The rest of NCCL's 128 bytes is zeroed: no stale memory goes over the wire...
+    bool zero_tail = true;
+    for (size_t i = sizeof want; i < WEFT_NET_HANDLE_MAXSIZE; ++i) zero_tail &= out[i] == 0;
+    CHECK(zero_tail);
+    // ...and a larger buffer is not written past 128 bytes.
+    uint8_t big[WEFT_NET_HANDLE_MAXSIZE + 40];
+    std::memset(big, 0xa5, sizeof big);
+    EXPECT(weft_mesh_handle_encode(&h, big, sizeof big, &written), WEFT_OK, "");
+    CHECK(written == sizeof want && std::memcmp(big, want, sizeof want) == 0);
+    CHECK(big[WEFT_NET_HANDLE_MAXSIZE - 1] == 0 && big[WEFT_NET_HANDLE_MAXSIZE] == 0xa5 &&
+          big[sizeof big - 1] == 0xa5);
+
+    weft_mesh_handle back;
+    std::memset(&back, 0x5a, sizeof back);
+    // The whole 128-byte NCCL handle may be passed: trailing bytes are ignored.
+    EXPECT(weft_mesh_handle_decode(out, sizeof out, &back), WEFT_OK, "");
+    CHECK(same_handle(h, back));
+    weft_mesh_handle zeroed = empty_handle(0);
+    CHECK(std::memcmp(&back.entries[3], &zeroed.entries[3], sizeof(weft_mesh_entry) * 6) == 0);
+}
+
+void test_mesh_round_trip_random() {
+    XorShift rng{0x9e3779b97f4a7c15ull};
+    for (int iter = 0; iter < 300; ++iter) {
+        weft_mesh_handle h = empty_handle(static_cast<uint16_t>(rng.next()));
+        // At most 3 IPv6 and 3 IPv4 entries always fit in 128 bytes.
+        uint32_t n6 = rng.below(4), n4 = rng.below(4);
+        for (uint32_t i = 0; i < n6 + n4; ++i) {
+            weft_mesh_entry& e = h.entries[i];
+            bool v6 = i < n6;
+            e.family = v6 ? WEFT_FAMILY_IPV6 : WEFT_FAMILY_IPV4;
+            for (int b = 0; b < (v6 ? 16 : 4); ++b) e.addr[b] = static_cast<uint8_t>(rng.next());
+            e.prefix_len = static_cast<uint8_t>(rng.below(v6 ? 129 : 33));
+            e.nic_index = static_cast<uint8_t>(rng.next());
+            e.gid_index = static_cast<uint8_t>(rng.next());
+            e.qpn = rng.below(0x1000000);
+            e.speed_mbps = rng.below(65536) * 100;
+        }
+        h.count = n6 + n4;
+        uint8_t out[WEFT_NET_HANDLE_MAXSIZE];
+        size_t written = 0;
+        weft_status s = weft_mesh_handle_encode(&h, out, sizeof out, &written);
+        check(s == WEFT_OK, "random handle encodes", __LINE__, last_error());
+        check(written <= WEFT_NET_HANDLE_MAXSIZE && written >= 9, "size", __LINE__);
+        weft_mesh_handle back;
+        std::memset(&back, 0xff, sizeof back);
+        s = weft_mesh_handle_decode(out, written, &back);
+        check(s == WEFT_OK, "random handle decodes", __LINE__, last_error());
+        CHECK(same_handle(h, back));
+        // Every truncation is an error that leaves *out alone.
+        if (iter % 10 == 0) {
+            for (size_t len = 0; len < written; ++len) {
+                weft_mesh_handle untouched = empty_handle(4321);
+                s = weft_mesh_handle_decode(out, len, &untouched);
+                check(s == WEFT_ERR_TRUNCATED, "truncated decode", __LINE__,
+                      std::to_string(len) + ": " + last_error());
+                CHECK(untouched.port == 4321 && untouched.count == 0);
+            }
+        }
+    }
+}
+
+void test_mesh_encode_errors() {
+    uint8_t out[WEFT_NET_HANDLE_MAXSIZE];
+    size_t written = 0;
+    weft_mesh_handle h = empty_handle(1);
+    h.count = WEFT_MESH_MAX_ENTRIES;
+    for (uint32_t i = 0; i < h.count; ++i) h.entries[i] = v4_entry(10, 0, static_cast<uint8_t>(i), 1, 24);
+    EXPECT(weft_mesh_handle_encode(&h, out, sizeof out, &written), WEFT_OK, "");
+    CHECK(written == 126);
+
+    h.count = WEFT_MESH_MAX_ENTRIES + 1;
+    EXPECT(weft_mesh_handle_encode(&h, out, sizeof out, &written), WEFT_ERR_TOO_MANY,
+           "handle->count = 10: a mesh handle holds at most 9 entries");
+    h.count = 0xffffffffu;
+    EXPECT(weft_mesh_handle_encode(&h, out, sizeof out, &written), WEFT_ERR_TOO_MANY,
+           "handle->count = 4294967295");
+
+    // Five unrelated IPv6 addresses do not fit in 128 bytes.
+    weft_mesh_handle big = empty_handle(2);
+    big.count = 5;
+    for (uint32_t i = 0; i < big.count; ++i) {
+        uint8_t a[16] = {0x20, 0x01, static_cast<uint8_t>(0x10 * i + 1), 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+        big.entries[i] = v6_entry(a, 64);
+    }
+    EXPECT(weft_mesh_handle_encode(&big, out, sizeof out, &written), WEFT_ERR_TOO_MANY,
+           "handle->entries[4]: ");
+
+    weft_mesh_handle bad = empty_handle(3);
+    bad.count = 2;
+    bad.entries[0] = v4_entry(10, 0, 0, 1, 24);
+    bad.entries[1] = v4_entry(10, 0, 1, 1, 24);
+    bad.entries[1].family = 5;
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FAMILY,
+           "handle->entries[1].family = 5: expected 4 (IPv4) or 6 (IPv6)");
+    bad.entries[1] = v4_entry(10, 0, 1, 1, 24);
+    bad.entries[1].addr[9] = 1;
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FIELD,
+           "handle->entries[1].addr: family is IPv4 but bytes 4..16 are not zero");
+    bad.entries[1] = v4_entry(10, 0, 1, 1, 33);
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FIELD,
+           "handle->entries[1]: prefix_len: invalid value 33");
+    bad.entries[1] = v4_entry(10, 0, 1, 1, 24);
+    bad.entries[1].qpn = 0x1000000;
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FIELD,
+           "handle->entries[1]: qpn: invalid value 16777216");
+    bad.entries[1].qpn = 1;
+    bad.entries[1].speed_mbps = 150;
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FIELD,
+           "handle->entries[1]: speed");
+    bad.entries[1].speed_mbps = 0;
+    bad.reserved = 1;
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, &written), WEFT_ERR_BAD_FIELD,
+           "argument `handle->reserved` = 1");
+    bad.reserved = 0;
+
+    // A buffer one byte short reports the size needed; exactly that size works.
+    written = 0;
+    EXPECT(weft_mesh_handle_encode(&bad, out, 34, &written), WEFT_ERR_BUFFER_TOO_SMALL,
+           "out_len = 34 but the handle needs 35 bytes");
+    CHECK(written == 35);
+    EXPECT(weft_mesh_handle_encode(&bad, out, written, &written), WEFT_OK, "");
+    CHECK(written == 35);
+
+    EXPECT(weft_mesh_handle_encode(nullptr, out, sizeof out, &written), WEFT_ERR_NULL_ARG,
+           "weft_mesh_handle_encode: argument `handle` is NULL");
+    EXPECT(weft_mesh_handle_encode(&bad, nullptr, sizeof out, &written), WEFT_ERR_NULL_ARG,
+           "argument `out` is NULL");
+    EXPECT(weft_mesh_handle_encode(&bad, out, sizeof out, nullptr), WEFT_ERR_NULL_ARG,
+           "argument `written` is NULL");
+}
+
+void test_mesh_decode_errors() {
+    weft_mesh_handle h = empty_handle(9000);
+    h.count = 2;
+    h.entries[0] = v4_entry(192, 168, 7, 1, 24);
+    h.entries[1] = v4_entry(192, 168, 8, 1, 24);
+    uint8_t good[WEFT_NET_HANDLE_MAXSIZE];
+    size_t n = 0;
+    EXPECT(weft_mesh_handle_encode(&h, good, sizeof good, &n), WEFT_OK, "");
+
+    weft_mesh_handle out = empty_handle(77);
+    uint8_t b[WEFT_NET_HANDLE_MAXSIZE];
+    std::memcpy(b, good, n);
+    b[0] ^= 0x01;
+    EXPECT(weft_mesh_handle_decode(b, n, &out), WEFT_ERR_BAD_MAGIC,
+           "weft_mesh_handle_decode: bad magic 0x5646");
+    std::memcpy(b, good, n);
+    b[5] = 2;
+    EXPECT(weft_mesh_handle_decode(b, n, &out), WEFT_ERR_BAD_VERSION, "unsupported version 2");
+    std::memcpy(b, good, n);
+    b[8] = 10;
+    EXPECT(weft_mesh_handle_decode(b, n, &out), WEFT_ERR_TOO_MANY, "exceeds the maximum of 9");
+    std::memcpy(b, good, n);
+    b[9 + 13] = 5;  // family byte of the second entry
+    EXPECT(weft_mesh_handle_decode(b, n, &out), WEFT_ERR_BAD_FAMILY,
+           "address family 5 is neither IPv4 (4) nor IPv6 (6)");
+    std::memcpy(b, good, n);
+    b[9 + 1] = 40;  // IPv4 prefix length 40
+    EXPECT(weft_mesh_handle_decode(b, n, &out), WEFT_ERR_BAD_FIELD, "prefix_len");
+    EXPECT(weft_mesh_handle_decode(good, 3, &out), WEFT_ERR_TRUNCATED, "truncated");
+    EXPECT(weft_mesh_handle_decode(good, n - 1, &out), WEFT_ERR_TRUNCATED, "truncated");
+    CHECK(out.port == 77 && out.count == 0);  // untouched by every failure
+    EXPECT(weft_mesh_handle_decode(nullptr, n, &out), WEFT_ERR_NULL_ARG,
+           "argument `bytes` is NULL");
+    EXPECT(weft_mesh_handle_decode(good, n, nullptr), WEFT_ERR_NULL_ARG,
+           "argument `out` is NULL");
+    EXPECT(weft_mesh_handle_decode(good, n, &out), WEFT_OK, "");
+    CHECK(same_handle(h, out));
+}
+
+weft_local_nic nic(uint8_t index, uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t prefix,
+                   uint32_t speed, bool up) {
+    weft_local_nic n;
+    std::memset(&n, 0, sizeof n);
+    n.index = index;
+    n.family = WEFT_FAMILY_IPV4;
+    n.prefix_len = prefix;
+    n.up = up ? 1 : 0;
+    n.addr[0] = a;
+    n.addr[1] = b;
+    n.addr[2] = c;
+    n.addr[3] = d;
+    n.speed_mbps = speed;
+    return n;
+}
+
+void test_select_nic() {
+    const weft_local_nic local[] = {
+        nic(0, 192, 168, 1, 10, 24, 100000, true),
+        nic(1, 10, 0, 0, 5, 24, 200000, true),
+        nic(2, 10, 0, 1, 5, 24, 400000, false),
+    };
+    weft_mesh_handle peer = empty_handle(5000);
+    peer.count = 3;
+    peer.entries[0] = v4_entry(10, 0, 1, 7, 24);
+    peer.entries[1] = v4_entry(10, 0, 0, 9, 24);
+    peer.entries[2] = v4_entry(192, 168, 1, 20, 24);
+    peer.entries[1].nic_index = 4;
+
+    weft_route r;
+    std::memset(&r, 0xa5, sizeof r);
+    EXPECT(weft_select_nic(local, 3, &peer, &r), WEFT_OK, "");
+    // 10.0.1.0/24 would be fastest but its NIC is down; 10.0.0.0/24 at 200G beats 100G.
+    CHECK(r.local_position == 1);
+    CHECK(r.peer_position == 1);
+    CHECK(r.family == WEFT_FAMILY_IPV4);
+    CHECK(r.local_nic_index == 1);
+    CHECK(r.peer_nic_index == 4);
+    CHECK(r.subnet_prefix_len == 24);
+    const uint8_t la[16] = {10, 0, 0, 5}, pa[16] = {10, 0, 0, 9}, sa[16] = {10, 0, 0, 0};
+    CHECK(std::memcmp(r.local_addr, la, 16) == 0);
+    CHECK(std::memcmp(r.peer_addr, pa, 16) == 0);
+    CHECK(std::memcmp(r.subnet_addr, sa, 16) == 0);
+    CHECK(r.speed_mbps == 200000);
+
+    // IPv6 pairs with IPv6.
+    weft_local_nic l6;
+    std::memset(&l6, 0, sizeof l6);
+    l6.index = 7;
+    l6.family = WEFT_FAMILY_IPV6;
+    l6.prefix_len = 64;
+    l6.up = 1;
+    const uint8_t a6[16] = {0xfd, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5};
+    const uint8_t p6[16] = {0xfd, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9};
+    std::memcpy(l6.addr, a6, 16);
+    weft_mesh_handle peer6 = empty_handle(5001);
+    peer6.count = 2;
+    peer6.entries[0] = v4_entry(10, 0, 0, 9, 24);
+    peer6.entries[1] = v6_entry(p6, 64);
+    EXPECT(weft_select_nic(&l6, 1, &peer6, &r), WEFT_OK, "");
+    CHECK(r.family == WEFT_FAMILY_IPV6 && r.peer_position == 1 && r.local_position == 0);
+    CHECK(std::memcmp(r.peer_addr, p6, 16) == 0 && r.subnet_prefix_len == 64);
+
+    // No shared subnet: the message lists what was compared.
+    weft_mesh_handle far = empty_handle(5002);
+    far.count = 1;
+    far.entries[0] = v4_entry(172, 16, 0, 1, 24);
+    weft_route untouched = r;
+    EXPECT(weft_select_nic(local, 3, &far, &r), WEFT_ERR_NO_ROUTE, "172.16.0.1");
+    CHECK(last_error().find("192.168.1.10") != std::string::npos);
+    CHECK(std::memcmp(&untouched, &r, sizeof r) == 0);
+    // The only matching NIC is down.
+    weft_mesh_handle only_down = empty_handle(5003);
+    only_down.count = 1;
+    only_down.entries[0] = v4_entry(10, 0, 1, 7, 24);
+    EXPECT(weft_select_nic(local, 3, &only_down, &r), WEFT_ERR_NO_ROUTE, "10.0.1.5");
+    // No local NICs at all.
+    EXPECT(weft_select_nic(local, 0, &peer, &r), WEFT_ERR_NO_ROUTE, "weft_select_nic: ");
+
+    weft_local_nic bad_up = local[0];
+    bad_up.up = 2;
+    EXPECT(weft_select_nic(&bad_up, 1, &peer, &r), WEFT_ERR_BAD_FIELD,
+           "argument `local[0].up` = 2 is invalid: expected 0 or 1");
+    weft_local_nic bad_family = local[0];
+    bad_family.family = 0;
+    EXPECT(weft_select_nic(&bad_family, 1, &peer, &r), WEFT_ERR_BAD_FAMILY,
+           "local[0].family = 0");
+    weft_local_nic bad_prefix = local[0];
+    bad_prefix.prefix_len = 33;
+    EXPECT(weft_select_nic(&bad_prefix, 1, &peer, &r), WEFT_ERR_BAD_FIELD,
+           "argument `local[0].prefix_len` = 33 is invalid: expected at most 32");
+    weft_mesh_handle peer_bad_prefix = peer;
+    peer_bad_prefix.entries[1].prefix_len = 40;
+    EXPECT(weft_select_nic(local, 3, &peer_bad_prefix, &r), WEFT_ERR_BAD_FIELD,
+           "peer->entries[1]: prefix_len: invalid value 40");
+    weft_mesh_handle too_many = peer;
+    too_many.count = 12;
+    EXPECT(weft_select_nic(local, 3, &too_many, &r), WEFT_ERR_TOO_MANY, "peer->count = 12");
+    weft_mesh_handle bad_peer = peer;
+    bad_peer.entries[2].family = 9;
+    EXPECT(weft_select_nic(local, 3, &bad_peer, &r), WEFT_ERR_BAD_FAMILY,
+           "peer->entries[2].family = 9");
+    EXPECT(weft_select_nic(nullptr, 3, &peer, &r), WEFT_ERR_NULL_ARG, "argument `local` is NULL");
+    EXPECT(weft_select_nic(local, 3, nullptr, &r), WEFT_ERR_NULL_ARG, "argument `peer` is NULL");
+    EXPECT(weft_select_nic(local, 3, &peer, nullptr), WEFT_ERR_NULL_ARG, "argument `out` is NULL");
+}
+
 }  // namespace
 
 int main() {
@@ -259,6 +641,11 @@ int main() {
     test_red_ops();
     test_last_error_semantics();
     test_validate();
+    test_mesh_exact_bytes();
+    test_mesh_round_trip_random();
+    test_mesh_encode_errors();
+    test_mesh_decode_errors();
+    test_select_nic();
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 && passed > 0 ? 0 : 1;
 }

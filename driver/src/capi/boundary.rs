@@ -156,7 +156,6 @@ pub(crate) use arg_mut;
 /// `arg_slice!(ptr, len, "name")`: `&[T]` from a pointer and element count, or
 /// `WEFT_ERR_NULL_ARG` when the pointer is NULL (even with `len == 0`, which is then almost
 /// certainly a caller bug), or `WEFT_ERR_BAD_FIELD` when `len` elements cannot exist.
-#[allow(unused_macros)] // until the mesh handle functions land
 macro_rules! arg_slice {
     ($ptr:expr, $len:expr, $name:literal) => {{
         let (ptr, len) = ($ptr, $len);
@@ -170,11 +169,9 @@ macro_rules! arg_slice {
         unsafe { ::core::slice::from_raw_parts(ptr, len) }
     }};
 }
-#[allow(unused_imports)]
 pub(crate) use arg_slice;
 
 /// `arg_slice_mut!(ptr, len, "name")`: `&mut [u8]` for an output buffer; as `arg_slice!`.
-#[allow(unused_macros)] // until the mesh handle functions land
 macro_rules! arg_slice_mut {
     ($ptr:expr, $len:expr, $name:literal) => {{
         let (ptr, len) = ($ptr, $len);
@@ -188,7 +185,6 @@ macro_rules! arg_slice_mut {
         unsafe { ::core::slice::from_raw_parts_mut(ptr, len) }
     }};
 }
-#[allow(unused_imports)]
 pub(crate) use arg_slice_mut;
 
 /// `arg_cstr!(ptr, "name")`: `&str` from a NUL-terminated C string, or `WEFT_ERR_NULL_ARG`,
@@ -211,7 +207,6 @@ pub(crate) use arg_cstr;
 
 /// Rejects element counts whose byte size exceeds `isize::MAX` (what `from_raw_parts`
 /// requires), and pointers not aligned for `T`.
-#[allow(dead_code)]
 pub(crate) fn check_slice_len<T>(ptr: *const T, len: usize, name: &str) -> Result<(), CallError> {
     let fits = len
         .checked_mul(size_of::<T>())

@@ -16,6 +16,7 @@
 pub(crate) mod boundary;
 
 pub mod abi;
+pub mod mesh;
 pub mod status;
 
 pub(crate) use boundary::boundary;
