@@ -16,8 +16,9 @@
 use crate::bootstrap::Bootstrap;
 use crate::conn::{FifoRecvEnd, FifoSendEnd};
 use crate::net::socket::SocketNet;
-use crate::transport::ConnSpec;
 use crate::transport::net::{NetRecvSetup, NetSendSetup, NetTransport};
+use crate::transport::shm::{ShmRecvSetup, ShmSendSetup, ShmTransport};
+use crate::transport::{ConnSpec, PeerInfo, Transport};
 
 use super::error::CommError;
 use super::peers::Peer;
@@ -87,11 +88,13 @@ impl TransportKind {
 /// What a `*_setup` keeps until its `*_connect`.
 #[derive(Debug)]
 pub enum SendSetup {
+    Shm(ShmSendSetup),
     Net(NetSendSetup),
 }
 
 #[derive(Debug)]
 pub enum RecvSetup {
+    Shm(ShmRecvSetup),
     Net(NetRecvSetup<SocketNet>),
 }
 
@@ -99,6 +102,7 @@ pub enum RecvSetup {
 /// connection needs it.
 pub struct Transports {
     pub choice: TransportChoice,
+    shm: ShmTransport,
     net: Option<NetTransport<SocketNet>>,
     make_net: Box<NetFactory>,
 }
@@ -110,32 +114,34 @@ impl std::fmt::Debug for Transports {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transports")
             .field("choice", &self.choice)
+            .field("shm", &self.shm)
             .field("net", &self.net)
             .finish_non_exhaustive()
     }
 }
 
 impl Transports {
-    pub fn new(choice: TransportChoice, make_net: Box<NetFactory>) -> Self {
+    pub fn new(choice: TransportChoice, shm: ShmTransport, make_net: Box<NetFactory>) -> Self {
         Transports {
             choice,
+            shm,
             net: None,
             make_net,
         }
     }
 
-    /// The transport for a connection between `me` and `peer` (the same on both sides:
-    /// it depends only on what both ranks know about both).
+    /// The transport for a connection between `me` and `peer`: the first of P2P (not on
+    /// host memory), SHM, NET whose `can_connect` accepts the pair, unless one is forced.
+    /// The same on both sides: it depends only on what both ranks know about both (and on
+    /// `NCCL_SHM_DISABLE`, which the handshake checks).
     pub fn choose(&self, me: &Peer, peer: &Peer) -> TransportKind {
         match self.choice {
             TransportChoice::Shm => TransportKind::Shm,
             TransportChoice::Net => TransportKind::Net,
-            // SHM joins here (same host and /dev/shm) once its transport is in the tree;
-            // until then every connection goes over NET.
-            TransportChoice::Auto => {
-                let _ = (me, peer);
-                TransportKind::Net
+            TransportChoice::Auto if self.shm.can_connect(&info(me), &info(peer)) => {
+                TransportKind::Shm
             }
+            TransportChoice::Auto => TransportKind::Net,
         }
     }
 
@@ -146,16 +152,6 @@ impl Transports {
         self.net
             .as_ref()
             .ok_or_else(|| "NET transport unavailable".to_string())
-    }
-
-    fn unavailable(kind: TransportKind, spec: ConnSpec) -> CommError {
-        CommError::Transport {
-            transport: kind.name(),
-            peer: spec.peer as usize,
-            channel: spec.channel,
-            detail: "this transport is not available in this build (use --transport net)"
-                .to_string(),
-        }
     }
 
     fn fail(kind: TransportKind, spec: ConnSpec, detail: impl ToString) -> CommError {
@@ -180,7 +176,13 @@ impl Transports {
                     .map_err(|e| Self::fail(kind, spec, e))?;
                 Ok((SendSetup::Net(setup), tagged(kind, info)))
             }
-            TransportKind::Shm => Err(Self::unavailable(kind, spec)),
+            TransportKind::Shm => {
+                let (setup, info) = self
+                    .shm
+                    .send_setup(spec)
+                    .map_err(|e| Self::fail(kind, spec, e))?;
+                Ok((SendSetup::Shm(setup), tagged(kind, info)))
+            }
         }
     }
 
@@ -197,7 +199,13 @@ impl Transports {
                     .map_err(|e| Self::fail(kind, spec, e))?;
                 Ok((RecvSetup::Net(setup), tagged(kind, info)))
             }
-            TransportKind::Shm => Err(Self::unavailable(kind, spec)),
+            TransportKind::Shm => {
+                let (setup, info) = self
+                    .shm
+                    .recv_setup(spec)
+                    .map_err(|e| Self::fail(kind, spec, e))?;
+                Ok((RecvSetup::Shm(setup), tagged(kind, info)))
+            }
         }
     }
 
@@ -208,6 +216,13 @@ impl Transports {
         peer_info: &[u8],
     ) -> Result<FifoSendEnd, CommError> {
         match setup {
+            SendSetup::Shm(setup) => {
+                let kind = TransportKind::Shm;
+                let info = untag(kind, spec, peer_info)?;
+                self.shm
+                    .send_connect(setup, info)
+                    .map_err(|e| Self::fail(kind, spec, e))
+            }
             SendSetup::Net(setup) => {
                 let kind = TransportKind::Net;
                 let info = untag(kind, spec, peer_info)?;
@@ -225,6 +240,13 @@ impl Transports {
         peer_info: &[u8],
     ) -> Result<FifoRecvEnd, CommError> {
         match setup {
+            RecvSetup::Shm(setup) => {
+                let kind = TransportKind::Shm;
+                let info = untag(kind, spec, peer_info)?;
+                self.shm
+                    .recv_connect(setup, info)
+                    .map_err(|e| Self::fail(kind, spec, e))
+            }
             RecvSetup::Net(setup) => {
                 let kind = TransportKind::Net;
                 let info = untag(kind, spec, peer_info)?;
@@ -233,6 +255,16 @@ impl Transports {
                     .map_err(|e| Self::fail(kind, spec, e))
             }
         }
+    }
+}
+
+/// What the transports' `can_connect` looks at, from the all-gathered peer info.
+fn info(p: &Peer) -> PeerInfo {
+    PeerInfo {
+        rank: p.info.rank,
+        host_hash: p.info.host_hash,
+        pid: p.settings.pid,
+        shm_dev: p.info.shm_dev,
     }
 }
 

@@ -47,6 +47,7 @@ use crate::conn::{
 use crate::exec::{ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, lock, p2p};
 use crate::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{NetOptions, NetTransport};
+use crate::transport::shm::ShmTransport;
 use connect::{Planned, Transports};
 use peers::{Peer, Settings};
 
@@ -236,7 +237,8 @@ impl Comm {
             peer_pid: None,
         };
         let rings = rings::rings(&peers, nchannels);
-        let probe = Transports::new(opts.transport, Box::new(|| Err(String::new())));
+        let shm = ShmTransport::new(FifoLayout::default(), waiter.policy, abort.clone());
+        let probe = Transports::new(opts.transport, shm.clone(), Box::new(|| Err(String::new())));
         let any_net = (0..nranks).any(|r| {
             let next = (r + 1) % nranks;
             nranks > 1
@@ -268,7 +270,12 @@ impl Comm {
             let net = SocketNet::new(config).map_err(|e| e.to_string())?;
             NetTransport::new(Arc::new(net), net_options.clone()).map_err(|e| e.to_string())
         };
-        let mut transports = Transports::new(opts.transport, Box::new(make_net));
+        let shm = ShmTransport::new(layout, waiter.policy, abort.clone());
+        let shm = match std::env::var_os("WEFT_SHM_DIR") {
+            Some(dir) => shm.with_dir(dir),
+            None => shm,
+        };
+        let mut transports = Transports::new(opts.transport, shm, Box::new(make_net));
 
         let mut channels = Vec::with_capacity(rings.len());
         let mut channel_kinds = Vec::with_capacity(rings.len());
@@ -428,7 +435,7 @@ impl Comm {
 
     fn count_of(len: usize, dtype: DataType, what: &str) -> Result<usize, CommError> {
         let esize = dtype.size_of_elem();
-        if len % esize != 0 {
+        if !len.is_multiple_of(esize) {
             return Err(CommError::InvalidArgument(format!(
                 "{what} buffer of {len} bytes is not a whole number of {} ({esize}-byte) elements",
                 dtype.name()

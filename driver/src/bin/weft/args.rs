@@ -88,7 +88,7 @@ pub fn parse_size(text: &str) -> Option<u64> {
     };
     let v: f64 = num.trim().parse().ok()?;
     let bytes = v * mult;
-    (bytes.is_finite() && bytes >= 0.0 && bytes < 1e18).then_some(bytes as u64)
+    (bytes.is_finite() && (0.0..1e18).contains(&bytes)).then_some(bytes as u64)
 }
 
 #[cfg(test)]

@@ -140,15 +140,29 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     let num = |s: &str| s.trim().parse::<usize>().ok();
     let role = a.value(&[ROLE_FLAG])?;
     let check_every = a.flag(&["-c", "--check"]);
-    let ranks = a.parsed(&["--ranks"], "a rank count >= 1", num)?.unwrap_or(2);
-    let min_bytes = a.parsed(&["-b", "--minbytes"], "a size such as 8, 1K, 64M", parse_size)?;
-    let max_bytes = a.parsed(&["-e", "--maxbytes"], "a size such as 8, 1K, 64M", parse_size)?;
+    let ranks = a
+        .parsed(&["--ranks"], "a rank count >= 1", num)?
+        .unwrap_or(2);
+    let min_bytes = a.parsed(
+        &["-b", "--minbytes"],
+        "a size such as 8, 1K, 64M",
+        parse_size,
+    )?;
+    let max_bytes = a.parsed(
+        &["-e", "--maxbytes"],
+        "a size such as 8, 1K, 64M",
+        parse_size,
+    )?;
     let factor = a.parsed(&["-f", "--stepfactor"], "a factor >= 1", |s| {
         s.trim().parse::<u64>().ok().filter(|f| *f >= 1)
     })?;
     let step_bytes = a.parsed(&["-i", "--stepbytes"], "a size", parse_size)?;
     let iters = a.parsed(&["-n", "--iters"], "an iteration count", num)?;
-    let warmup = a.parsed(&["-w", "--warmup", "--warmup_iters"], "an iteration count", num)?;
+    let warmup = a.parsed(
+        &["-w", "--warmup", "--warmup_iters"],
+        "an iteration count",
+        num,
+    )?;
     let dtype = a.parsed(&["-d", "--dtype", "--datatype"], "a type name", |s| {
         DataType::from_name(s.trim()).or(match s.trim() {
             "float32" | "f32" => Some(DataType::Float32),
@@ -165,7 +179,10 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     })?;
     let root = a.parsed(&["-r", "--root"], "a rank", num)?.unwrap_or(0);
     let channels = a.parsed(&["--channels"], "a channel count from 1 to 64", |s| {
-        s.trim().parse::<u32>().ok().filter(|c| (1..=64).contains(c))
+        s.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|c| (1..=64).contains(c))
     })?;
     let transport = a.parsed(&["--transport"], "auto, shm or net", TransportChoice::parse)?;
     let timeout = a.parsed(&["--timeout"], "seconds", |s| {
@@ -254,7 +271,8 @@ pub fn main(argv: &[String]) -> ExitCode {
     let joined = if let Some(role) = &args.role {
         parse_role(role).map(|(id, r, n)| {
             // Local runs stay on loopback unless told otherwise.
-            if opts.socket_ifname.is_none() && std::env::var_os("NCCL_SOCKET_IFNAME").is_none()
+            if opts.socket_ifname.is_none()
+                && std::env::var_os("NCCL_SOCKET_IFNAME").is_none()
                 && std::env::var_os("WEFT_SOCKET_IFNAME").is_none()
             {
                 opts.socket_ifname = Some("=lo".to_string());
@@ -290,13 +308,18 @@ pub fn main(argv: &[String]) -> ExitCode {
 
 fn parse_role(role: &str) -> Result<(UniqueId, usize, usize), String> {
     let mut parts = role.split(':');
-    let (Some(hex), Some(r), Some(n), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(hex), Some(r), Some(n), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(format!("{ROLE_FLAG} {role:?}: expected ID:RANK:NRANKS"));
     };
     let id = UniqueId::from_hex(hex).map_err(|e| e.to_string())?;
-    let r = r.parse().map_err(|_| format!("{ROLE_FLAG}: bad rank {r:?}"))?;
-    let n = n.parse().map_err(|_| format!("{ROLE_FLAG}: bad rank count {n:?}"))?;
+    let r = r
+        .parse()
+        .map_err(|_| format!("{ROLE_FLAG}: bad rank {r:?}"))?;
+    let n = n
+        .parse()
+        .map_err(|_| format!("{ROLE_FLAG}: bad rank count {n:?}"))?;
     Ok((id, r, n))
 }
 
@@ -385,7 +408,9 @@ impl Rank<'_> {
         let c = &mut self.comm;
         match (self.args.coll, in_place) {
             (PerfColl::AllReduce, false) => c.all_reduce(send, &mut b.recv[..out_bytes], dtype, op),
-            (PerfColl::AllReduce, true) => c.all_reduce_in_place(&mut b.recv[..out_bytes], dtype, op),
+            (PerfColl::AllReduce, true) => {
+                c.all_reduce_in_place(&mut b.recv[..out_bytes], dtype, op)
+            }
             (PerfColl::ReduceScatter, false) => {
                 c.reduce_scatter(send, &mut b.recv[..out_bytes], dtype, op)
             }
@@ -463,8 +488,8 @@ impl Rank<'_> {
                 self.run_once(b, s, in_place)?;
                 elapsed += t.elapsed();
                 let data = self.data(seed);
-                wrong +=
-                    data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place)) as u64;
+                wrong += data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place))
+                    as u64;
             }
         } else {
             let t = Instant::now();
@@ -574,14 +599,36 @@ fn run_rank(
         let _ = writeln!(
             out,
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-            "algbw", "busbw", "#wrong"
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong"
         );
         let _ = writeln!(
             out,
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
-            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-            "(GB/s)", ""
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            ""
         );
         let _ = out.flush();
     }
@@ -742,10 +789,28 @@ mod test {
 
     #[test]
     fn args() {
-        let a = parse_args(&["all-reduce".into(), "--ranks".into(), "4".into(), "-e".into(), "1M".into()])
-            .unwrap();
-        assert_eq!((a.coll, a.ranks, a.max_bytes, a.factor), (PerfColl::AllReduce, 4, 1 << 20, 2));
+        let a = parse_args(&[
+            "all-reduce".into(),
+            "--ranks".into(),
+            "4".into(),
+            "-e".into(),
+            "1M".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.coll, a.ranks, a.max_bytes, a.factor),
+            (PerfColl::AllReduce, 4, 1 << 20, 2)
+        );
         assert!(parse_args(&["bogus".into()]).is_err());
-        assert!(parse_args(&["reduce".into(), "-b".into(), "2M".into(), "-e".into(), "1M".into()]).is_err());
+        assert!(
+            parse_args(&[
+                "reduce".into(),
+                "-b".into(),
+                "2M".into(),
+                "-e".into(),
+                "1M".into()
+            ])
+            .is_err()
+        );
     }
 }

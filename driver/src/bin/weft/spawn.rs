@@ -81,8 +81,7 @@ fn wait_all(children: &mut Vec<(usize, Child)>, timeout: Duration) -> ExitCode {
                     if !status.success() {
                         failed.push(*rank);
                         first_failure.get_or_insert_with(Instant::now);
-                        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status)
-                        {
+                        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
                             eprintln!("weft perf: rank {rank} was killed by signal {sig}");
                         }
                     }
@@ -98,7 +97,9 @@ fn wait_all(children: &mut Vec<(usize, Child)>, timeout: Duration) -> ExitCode {
         }
         if first_failure.is_some_and(|t| t.elapsed() > grace) {
             for (rank, _) in children.iter() {
-                eprintln!("weft perf: rank {rank} still running {grace:?} after a failure; killing it");
+                eprintln!(
+                    "weft perf: rank {rank} still running {grace:?} after a failure; killing it"
+                );
                 failed.push(*rank);
             }
             kill_all(children);
