@@ -36,7 +36,8 @@ pub enum CommError {
     },
     /// A collective or point-to-point operation failed on this rank.
     Exec(ExecError),
-    /// A peer process on this host is gone: the operation failed because of it.
+    /// A peer process on this host is gone (killed, crashed, or exited after its own
+    /// error): the operation failed because of it.
     PeerDied {
         rank: usize,
         pid: u32,
@@ -110,8 +111,9 @@ impl fmt::Display for CommError {
             CommError::Exec(e) => write!(f, "{e}"),
             CommError::PeerDied { rank, pid, cause } => write!(
                 f,
-                "rank {rank} (pid {pid}) has died: look for its exit status, a crash in its log, \
-                 or the OOM killer (dmesg). The operation here failed with: {cause}"
+                "rank {rank} (pid {pid}) is gone (killed, crashed, or exited after an error): \
+                 look for its exit status and the first error in its log (OOM killer: dmesg). \
+                 The operation here failed with: {cause}"
             ),
             CommError::Failed(first) => write!(
                 f,
