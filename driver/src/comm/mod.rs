@@ -53,9 +53,12 @@ use peers::{Peer, Settings};
 
 /// The default deadline of every wait on a peer (30 s; `WEFT_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Channels by default: measured on a 2-core host with 4 ranks (see docs/benchmarks.md);
-/// a call uses fewer when it is small (32 KiB of traffic per channel, as NCCL).
-pub const DEFAULT_NCHANNELS: u32 = 2;
+/// Most channels chosen by default ([`peers::default_channels`]: one per CPU per local
+/// rank, up to this). Each channel is a thread per rank copying at memory speed; more than
+/// the CPUs can run only adds switching (measured with `weft perf`, 4 ranks on 2 CPUs: 1
+/// channel is fastest). A call uses fewer when it is small (32 KiB of traffic per channel,
+/// as NCCL).
+pub const DEFAULT_MAX_CHANNELS: u32 = 4;
 /// Bytes per FIFO step when a NET connection is involved (NCCL's 512 KiB SIMPLE steps:
 /// every step is a network message).
 pub const NET_STEP_BYTES: usize = 512 * 1024;
@@ -65,7 +68,8 @@ pub const MAX_CHANNELS: u32 = 64;
 /// How a communicator is built. [`CommOptions::from_env`] reads the environment.
 #[derive(Debug, Clone)]
 pub struct CommOptions {
-    /// Channels (rings) to build; `None`: [`DEFAULT_NCHANNELS`]. `WEFT_NCHANNELS`.
+    /// Channels (rings) to build; `None`: one per CPU per rank of the host, at most
+    /// [`DEFAULT_MAX_CHANNELS`] (the same on every rank). `WEFT_NCHANNELS`.
     pub nchannels: Option<u32>,
     /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net`.
     pub transport: TransportChoice,
@@ -78,6 +82,10 @@ pub struct CommOptions {
     /// Bytes per FIFO step; `None`: 128 KiB with SHM only, 512 KiB when NET is involved.
     /// `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (the whole FIFO of 8 steps, as in NCCL).
     pub step_bytes: Option<usize>,
+    /// How FIFO waits spin, yield and sleep (its `timeout` is replaced by `timeout` above);
+    /// `None`: chosen from the number of ranks on this host and its CPUs (see
+    /// [`wait_policy_for`]). `WEFT_WAIT_SPINS`, `WEFT_WAIT_YIELDS`.
+    pub wait: Option<WaitPolicy>,
     /// Interfaces for NET connections (`NCCL_SOCKET_IFNAME` syntax); `None`: the
     /// environment's (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`) or NCCL's default.
     pub socket_ifname: Option<String>,
@@ -92,9 +100,29 @@ impl Default for CommOptions {
             timeout: DEFAULT_TIMEOUT,
             device: None,
             step_bytes: None,
+            wait: None,
             socket_ifname: None,
             bootstrap: BootstrapOptions::default(),
         }
+    }
+}
+
+/// The FIFO wait policy for `local_ranks` rank processes on a host with `cpus` CPUs.
+///
+/// With a CPU per rank, the peer that will post is running: spin a while before yielding.
+/// With more ranks than CPUs (CI machines, laptops), the peer that will post may be waiting
+/// for this very CPU: spin only briefly, then yield it (many times, since a yield that finds
+/// nothing else to run costs well under a microsecond) before sleeping.
+pub fn wait_policy_for(local_ranks: usize, cpus: usize) -> WaitPolicy {
+    let base = WaitPolicy::default();
+    if local_ranks > cpus {
+        WaitPolicy {
+            spins: 16,
+            yields: 2048,
+            ..base
+        }
+    } else {
+        base
     }
 }
 
@@ -137,6 +165,17 @@ impl CommOptions {
                 .ok_or_else(|| bad("WEFT_TIMEOUT", &v, "a positive number of seconds"))?;
             opts.timeout = Duration::from_secs_f64(secs);
             opts.bootstrap.timeout = opts.timeout;
+        }
+        for (var, field) in [("WEFT_WAIT_SPINS", 0), ("WEFT_WAIT_YIELDS", 1)] {
+            if let Some(v) = get(var) {
+                let n: u32 = v.trim().parse().map_err(|_| bad(var, &v, "a count"))?;
+                let policy = opts.wait.get_or_insert_with(WaitPolicy::default);
+                if field == 0 {
+                    policy.spins = n;
+                } else {
+                    policy.yields = n;
+                }
+            }
         }
         for var in ["WEFT_BUFFSIZE", "NCCL_BUFFSIZE"] {
             if let Some(v) = get(var) {
@@ -205,12 +244,15 @@ impl Comm {
                 "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
             )));
         }
-        let nchannels = opts.nchannels.unwrap_or(DEFAULT_NCHANNELS);
-        if !(1..=MAX_CHANNELS).contains(&nchannels) {
-            return Err(CommError::InvalidArgument(format!(
-                "{nchannels} channels: use 1 to {MAX_CHANNELS}"
-            )));
+        if let Some(n) = opts.nchannels {
+            if !(1..=MAX_CHANNELS).contains(&n) {
+                return Err(CommError::InvalidArgument(format!(
+                    "{n} channels: use 1 to {MAX_CHANNELS}"
+                )));
+            }
         }
+        // The calling thread runs channel 0 of every call: its waits must wake on time.
+        crate::exec::pool::tighten_timer_slack();
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         let me = Peer::local(
             rank as u32,
@@ -218,8 +260,10 @@ impl Comm {
             Settings {
                 transport: opts.transport.number(),
                 pid: std::process::id(),
-                nchannels,
+                nchannels: opts.nchannels.unwrap_or(0),
                 step_bytes: opts.step_bytes.map_or(0, |b| b as u64),
+                cpus: std::thread::available_parallelism()
+                    .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
             },
         );
         let gathered = bootstrap.all_gather(&me.encode()?)?;
@@ -229,10 +273,19 @@ impl Comm {
             .map(|(r, bytes)| Peer::decode(r, bytes))
             .collect::<Result<Vec<Peer>, CommError>>()?;
         peers::check(rank, &peers)?;
+        let nchannels = opts
+            .nchannels
+            .unwrap_or_else(|| peers::default_channels(&peers, DEFAULT_MAX_CHANNELS));
 
         let abort = AbortFlag::new();
+        let local_ranks = peers.iter().filter(|p| p.same_host(&me)).count();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let policy = opts
+            .wait
+            .unwrap_or_else(|| wait_policy_for(local_ranks, cpus))
+            .with_timeout(opts.timeout);
         let waiter = Waiter {
-            policy: WaitPolicy::default().with_timeout(opts.timeout),
+            policy,
             abort: abort.clone(),
             peer_pid: None,
         };

@@ -10,8 +10,9 @@ use crate::bootstrap::identity;
 /// "WFTC": the settings block after the peer info.
 const SETTINGS_MAGIC: u32 = 0x5746_5443;
 const SETTINGS_VERSION: u16 = 1;
-/// magic u32, version u16, transport u8, reserved u8, pid u32, nchannels u32, step u64.
-const SETTINGS_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 8;
+/// magic u32, version u16, transport u8, reserved u8, pid u32, nchannels u32, step u64,
+/// cpus u32.
+const SETTINGS_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 8 + 4;
 
 /// The settings every rank must agree on, plus this rank's pid (for dead-peer detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +20,12 @@ pub struct Settings {
     /// `TransportChoice` as a number.
     pub transport: u8,
     pub pid: u32,
+    /// Channels asked for explicitly, 0 for the default.
     pub nchannels: u32,
     /// Bytes per FIFO step asked for explicitly, 0 for the default.
     pub step_bytes: u64,
+    /// CPUs this rank may run on (for the default channel count; not compared).
+    pub cpus: u32,
 }
 
 /// One rank as the others see it.
@@ -64,6 +68,7 @@ impl Peer {
         tail.extend_from_slice(&s.pid.to_be_bytes());
         tail.extend_from_slice(&s.nchannels.to_be_bytes());
         tail.extend_from_slice(&s.step_bytes.to_be_bytes());
+        tail.extend_from_slice(&s.cpus.to_be_bytes());
         out.truncate(PEER_INFO_LEN);
         out.extend_from_slice(&tail);
         Ok(out)
@@ -102,6 +107,7 @@ impl Peer {
             pid: be32(field(8, 4)?),
             nchannels: be32(field(12, 4)?),
             step_bytes: u64::from_be_bytes(field(16, 8)?.try_into().unwrap_or([0; 8])),
+            cpus: be32(field(24, 4)?),
         };
         Ok(Peer { info, settings })
     }
@@ -109,6 +115,18 @@ impl Peer {
     pub fn same_host(&self, other: &Peer) -> bool {
         self.info.host_hash == other.info.host_hash
     }
+}
+
+/// The default channel count, the same on every rank (it depends only on the gathered
+/// peers): a channel is a thread per rank, so each host gets at most one per CPU per local
+/// rank; the host with the fewest CPUs per rank decides, between 1 and `max`.
+pub fn default_channels(peers: &[Peer], max: u32) -> u32 {
+    let per_host = peers.iter().map(|p| {
+        let local = peers.iter().filter(|q| q.same_host(p)).count().max(1);
+        let cpus = usize::try_from(p.settings.cpus).unwrap_or(1).max(1);
+        u32::try_from(cpus / local).unwrap_or(u32::MAX)
+    });
+    per_host.min().unwrap_or(1).clamp(1, max.max(1))
 }
 
 /// Checks what all ranks must share, and that no two ranks of a host share a device.
@@ -174,6 +192,7 @@ mod test {
             pid: 1234,
             nchannels: 2,
             step_bytes: 0,
+            cpus: 8,
         }
     }
 
@@ -215,5 +234,24 @@ mod test {
         let mut e = d;
         e.info.host_hash ^= 1;
         assert!(check(1, &[c, e]).is_ok());
+    }
+
+    #[test]
+    fn default_channels_follow_the_tightest_host() {
+        let mut peers: Vec<Peer> = (0..4).map(|r| Peer::local(r, None, settings())).collect();
+        // 4 ranks on one host of 8 CPUs: 2 channels.
+        assert_eq!(default_channels(&peers, 4), 2);
+        for p in &mut peers {
+            p.settings.cpus = 2;
+        }
+        assert_eq!(default_channels(&peers, 4), 1);
+        for p in &mut peers {
+            p.settings.cpus = 64;
+        }
+        assert_eq!(default_channels(&peers, 4), 4);
+        // Another host with fewer CPUs per rank decides.
+        peers[3].info.host_hash ^= 1;
+        peers[3].settings.cpus = 2;
+        assert_eq!(default_channels(&peers, 4), 2);
     }
 }

@@ -31,6 +31,7 @@ mod test {
             pid: 1,
             nchannels: 3,
             step_bytes: 0,
+            cpus: 2,
         };
         let peers: Vec<Peer> = (0..5).map(|r| Peer::local(r, None, s)).collect();
         let r = rings(&peers, 3);
