@@ -53,10 +53,8 @@ use peers::{Peer, Settings};
 
 /// The default deadline of every wait on a peer (30 s; `WEFT_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Most channels chosen by default ([`peers::default_channels`]: one per CPU per local
-/// rank, up to this). Each channel is a thread per rank copying at memory speed; more than
-/// the CPUs can run only adds switching (measured with `weft perf`, 4 ranks on 2 CPUs: 1
-/// channel is fastest). A call uses fewer when it is small (32 KiB of traffic per channel,
+/// Most channels chosen by default ([`peers::default_channels`]: two per CPU per local
+/// rank, up to this). A call uses fewer when it is small (32 KiB of traffic per channel,
 /// as NCCL).
 pub const DEFAULT_MAX_CHANNELS: u32 = 4;
 /// Bytes per FIFO step when a NET connection is involved (NCCL's 512 KiB SIMPLE steps:
@@ -68,7 +66,7 @@ pub const MAX_CHANNELS: u32 = 64;
 /// How a communicator is built. [`CommOptions::from_env`] reads the environment.
 #[derive(Debug, Clone)]
 pub struct CommOptions {
-    /// Channels (rings) to build; `None`: one per CPU per rank of the host, at most
+    /// Channels (rings) to build; `None`: two per CPU per rank of the host, at most
     /// [`DEFAULT_MAX_CHANNELS`] (the same on every rank). `WEFT_NCHANNELS`.
     pub nchannels: Option<u32>,
     /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net`.
