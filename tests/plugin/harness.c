@@ -1,0 +1,798 @@
+/* Drives libnccl-net-weft.so the way NCCL does: dlopen + dlsym of each exported
+ * ncclNetPlugin_vN, then init, devices, getProperties, polling listen/connect/accept loops,
+ * isend/irecv (tags, grouped receives), test, iflush, regMr/deregMr and close, checking every
+ * byte and every reported size, the request limit, the errors (size and tag mismatch,
+ * malformed handles, CUDA memory, bad arguments) and closing in every order.
+ *
+ *   harness /path/to/libnccl-net-weft.so      (prints "N passed, M failed"; exit 1 on failure)
+ *
+ * Everything runs on loopback in one thread, as NCCL's proxy thread would; every wait has a
+ * deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nccl_net_abi.h"
+
+#define DEADLINE_S 60.0
+#define MAX_RECVS_WEFT 8
+
+static ncclNet_v11_t* n11;
+static ncclNet_v10_t* n10;
+static ncclNet_v9_t* n9;
+static ncclNet_v8_t* n8;
+static void* ctx;
+
+/* ---- the logger NCCL would pass: keeps the last 256 KiB of messages ---- */
+static char logbuf[256 * 1024];
+static size_t loglen;
+static int verbose;
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
+                   ...) {
+  char msg[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (verbose) fprintf(stderr, "[log %d %#lx %s:%d] %s\n", level, flags, file, line, msg);
+  size_t len = strlen(msg);
+  if (loglen + len + 2 > sizeof logbuf) loglen = 0;
+  memcpy(logbuf + loglen, msg, len);
+  loglen += len;
+  logbuf[loglen++] = '\n';
+  logbuf[loglen] = '\0';
+}
+
+static int log_has(const char* needle) { return strstr(logbuf, needle) != NULL; }
+static const char* log_tail(void) { return loglen > 400 ? logbuf + loglen - 400 : logbuf; }
+static void log_clear(void) {
+  loglen = 0;
+  logbuf[0] = '\0';
+}
+
+/* ---- helpers ---- */
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+static void fill_random(unsigned char* p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(next_rand() >> 24);
+}
+
+static char failure[1024];
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      int at_ = snprintf(failure, sizeof failure, "line %d: ", __LINE__);    \
+      snprintf(failure + at_, sizeof failure - (size_t)at_, __VA_ARGS__);    \
+      return 1;                                                              \
+    }                                                                        \
+  } while (0)
+#define CHECK_OK(call) CHECK((call) == ncclSuccess, "%s failed", #call)
+
+/* Polls connect and accept alternately (as NCCL's proxy does) until both give a comm. */
+static int connect_pair(void** send, void** recv, void** listen_out) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = NULL;
+  memset(handle, 0, sizeof handle);
+  CHECK_OK(n11->listen(ctx, 0, handle, &listen));
+  CHECK(listen != NULL, "listen returned success with a NULL listenComm");
+  *send = NULL;
+  *recv = NULL;
+  double start = now();
+  while (*send == NULL || *recv == NULL) {
+    CHECK(now() - start < DEADLINE_S, "handshake did not finish in %.0f s", DEADLINE_S);
+    if (*send == NULL) {
+      double t = now();
+      CHECK_OK(n11->connect(ctx, 0, handle, send, NULL));
+      CHECK(now() - t < 1.0, "connect blocked for %.2f s", now() - t);
+    }
+    if (*recv == NULL) {
+      double t = now();
+      CHECK_OK(n11->accept(listen, recv, NULL));
+      CHECK(now() - t < 1.0, "accept blocked for %.2f s", now() - t);
+    }
+  }
+  if (listen_out)
+    *listen_out = listen;
+  else
+    CHECK_OK(n11->closeListen(listen));
+  return 0;
+}
+
+/* Tests requests round-robin until each is done or failed. rc[i] gets test's result, sizes
+ * row i the reported sizes (NULL row pointers allowed: NCCL may pass sizes == NULL). */
+static int wait_all(void** reqs, int n, int** sizes, ncclResult_t* rc) {
+  int left = n;
+  int* done = calloc((size_t)n, sizeof(int));
+  for (int i = 0; i < n; i++) rc[i] = ncclSuccess;
+  double start = now();
+  while (left > 0) {
+    if (now() - start > DEADLINE_S) {
+      free(done);
+      CHECK(0, "%d of %d requests did not complete in %.0f s", left, n, DEADLINE_S);
+    }
+    for (int i = 0; i < n; i++) {
+      if (done[i]) continue;
+      int d = 0;
+      rc[i] = n11->test(reqs[i], &d, sizes ? sizes[i] : NULL);
+      if (rc[i] != ncclSuccess || d) {
+        done[i] = 1;
+        left--;
+      }
+    }
+  }
+  free(done);
+  return 0;
+}
+
+/* One transfer of `size` bytes into a buffer of `cap` bytes, every byte checked. */
+static int transfer(void* send, void* recv, size_t size, size_t cap, int tag, int optional) {
+  unsigned char* src = malloc(size ? size : 1);
+  unsigned char* dst = malloc(cap ? cap : 1);
+  CHECK(src && dst, "out of memory for %zu bytes", size);
+  fill_random(src, size);
+  memset(dst, 0xa5, cap);
+  void *smr = NULL, *rmr = NULL;
+  CHECK_OK(n11->regMr(send, src, size, NCCL_PTR_HOST, &smr));
+  CHECK_OK(n11->regMr(recv, dst, cap, NCCL_PTR_HOST, &rmr));
+  void* reqs[2] = {NULL, NULL};
+  void* data = dst;
+  int tags[1] = {tag};
+  /* NCCL 2.28 may pass NCCL_NET_OPTIONAL_RECV_COMPLETION in *request for LL protocols. */
+  if (optional) reqs[1] = (void*)NCCL_NET_OPTIONAL_RECV_COMPLETION;
+  CHECK_OK(n11->irecv(recv, 1, &data, &cap, tags, &rmr, NULL, &reqs[1]));
+  CHECK(reqs[1] != NULL && reqs[1] != (void*)NCCL_NET_OPTIONAL_RECV_COMPLETION,
+        "irecv gave no request");
+  CHECK_OK(n11->isend(send, src, size, tag, smr, NULL, &reqs[0]));
+  CHECK(reqs[0] != NULL, "isend gave no request with nothing in flight");
+  int ss[1] = {-1}, rs[1] = {-1};
+  int* sizes[2] = {ss, rs};
+  ncclResult_t rc[2];
+  if (wait_all(reqs, 2, sizes, rc)) return 1;
+  CHECK(rc[0] == ncclSuccess && rc[1] == ncclSuccess, "test failed: send %d recv %d", rc[0],
+        rc[1]);
+  CHECK(ss[0] == (int)size && rs[0] == (int)size, "sizes reported: send %d recv %d, sent %zu",
+        ss[0], rs[0], size);
+  CHECK(memcmp(src, dst, size) == 0, "%zu bytes differ", size);
+  for (size_t i = size; i < cap; i++)
+    CHECK(dst[i] == 0xa5, "byte %zu past the message (of %zu) was written", i, size);
+  CHECK_OK(n11->deregMr(send, smr));
+  CHECK_OK(n11->deregMr(recv, rmr));
+  free(src);
+  free(dst);
+  return 0;
+}
+
+/* ---- the tests ---- */
+
+static int t_symbols(void) {
+  CHECK(n11 && n10 && n9 && n8, "missing symbol: v11 %p v10 %p v9 %p v8 %p", (void*)n11,
+        (void*)n10, (void*)n9, (void*)n8);
+  CHECK(strcmp(n11->name, "weft") == 0 && strcmp(n10->name, "weft") == 0 &&
+            strcmp(n9->name, "weft") == 0 && strcmp(n8->name, "weft") == 0,
+        "plugin names: %s %s %s %s", n11->name, n10->name, n9->name, n8->name);
+  CHECK(n11->init && n11->devices && n11->getProperties && n11->listen && n11->connect &&
+            n11->accept && n11->regMr && n11->deregMr && n11->isend && n11->irecv &&
+            n11->iflush && n11->test && n11->closeSend && n11->closeRecv && n11->closeListen &&
+            n11->finalize,
+        "a required v11 function is NULL");
+  CHECK(n11->getDeviceMr == NULL && n11->irecvConsumed == NULL,
+        "host-only plugin must leave device networking NULL");
+  return 0;
+}
+
+static int t_init_and_properties(void) {
+  void* ctx2 = NULL;
+  ncclNetCommConfig_t config = {-1};
+  CHECK_OK(n11->init(&ctx, 0x1234, &config, logger, NULL));
+  CHECK_OK(n11->init(&ctx2, 0x5678, &config, logger, NULL));
+  CHECK(ctx && ctx2 && ctx != ctx2, "init contexts %p %p", ctx, ctx2);
+  CHECK_OK(n11->finalize(ctx2));
+  CHECK(log_has("NET/weft") && log_has("Socket backend"), "no init message in the log:\n%.400s",
+        log_tail());
+  /* The harness set NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=3. */
+  CHECK(log_has("2 threads x 3 sockets"), "NCCL's socket variables not honoured:\n%.400s", log_tail());
+  int ndev = 0;
+  CHECK_OK(n11->devices(&ndev));
+  CHECK(ndev == 1, "%d devices with NCCL_SOCKET_IFNAME=lo", ndev);
+  ncclNetProperties_v11_t p;
+  memset(&p, 0x5a, sizeof p);
+  CHECK_OK(n11->getProperties(0, &p));
+  CHECK(p.name && strcmp(p.name, "lo") == 0, "name %s", p.name ? p.name : "(null)");
+  CHECK(p.pciPath == NULL, "lo has no PCI path, got %s", p.pciPath);
+  CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", p.ptrSupport);
+  CHECK(p.speed > 0 && p.maxComms > 0 && p.maxRecvs == MAX_RECVS_WEFT && p.port == 0,
+        "speed %d maxComms %d maxRecvs %d port %d", p.speed, p.maxComms, p.maxRecvs, p.port);
+  CHECK(p.latency >= 0.0f && p.forceFlush == 0 && p.netDeviceType == 0 &&
+            p.netDeviceVersion == 0,
+        "latency %f forceFlush %d type %d version %d", p.latency, p.forceFlush, p.netDeviceType,
+        p.netDeviceVersion);
+  CHECK(p.vProps.ndevs == 1 && p.vProps.devs[0] == 0, "vProps %d [%d]", p.vProps.ndevs,
+        p.vProps.devs[0]);
+  CHECK(p.maxP2pBytes >= (1u << 30) && p.maxCollBytes > 0 && p.maxMultiRequestSize == 1,
+        "maxP2pBytes %zu maxCollBytes %zu maxMultiRequestSize %d", p.maxP2pBytes, p.maxCollBytes,
+        p.maxMultiRequestSize);
+  CHECK(n11->getProperties(1, &p) != ncclSuccess, "properties of device 1 of 1");
+  CHECK(n11->getProperties(-1, &p) != ncclSuccess, "properties of device -1");
+
+  /* The older tables report the same device. */
+  CHECK_OK(n8->init(logger));
+  CHECK_OK(n9->init(logger));
+  CHECK_OK(n10->init(logger, NULL));
+  ncclNetProperties_v8_t p8;
+  ncclNetProperties_v9_t p9, p10;
+  CHECK_OK(n8->getProperties(0, &p8));
+  CHECK_OK(n9->getProperties(0, &p9));
+  CHECK_OK(n10->getProperties(0, &p10));
+  CHECK(strcmp(p8.name, "lo") == 0 && p8.ptrSupport == NCCL_PTR_HOST && p8.speed == p.speed &&
+            p8.maxRecvs == p.maxRecvs && p8.maxComms == p.maxComms,
+        "v8 properties differ");
+  CHECK(strcmp(p9.name, "lo") == 0 && p9.maxP2pBytes == p.maxP2pBytes &&
+            p9.vProps.ndevs == 1 && p10.speed == p.speed && p10.maxRecvs == p.maxRecvs,
+        "v9/v10 properties differ");
+  return 0;
+}
+
+static int t_nonblocking_handshake(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *listen = NULL, *send = NULL, *recv = NULL;
+  CHECK_OK(n11->listen(ctx, 0, handle, &listen));
+  /* Nobody connected yet: accept must return at once with no comm. */
+  for (int i = 0; i < 3; i++) {
+    double t = now();
+    CHECK_OK(n11->accept(listen, &recv, NULL));
+    CHECK(recv == NULL && now() - t < 0.5, "accept with no connector: %p after %.2f s", recv,
+          now() - t);
+  }
+  /* The first connect cannot finish without the accept side: it returns NULL at once. */
+  double t = now();
+  CHECK_OK(n11->connect(ctx, 0, handle, &send, NULL));
+  CHECK(now() - t < 0.5, "first connect blocked %.2f s", now() - t);
+  int polls = 0;
+  double start = now();
+  while (send == NULL || recv == NULL) {
+    CHECK(now() - start < DEADLINE_S, "handshake did not finish");
+    if (send == NULL) CHECK_OK(n11->connect(ctx, 0, handle, &send, NULL));
+    if (recv == NULL) CHECK_OK(n11->accept(listen, &recv, NULL));
+    polls++;
+  }
+  CHECK(polls >= 1, "no polling");
+  /* A second connection through the same listen comm. */
+  void *send2 = NULL, *recv2 = NULL;
+  char handle2[NCCL_NET_HANDLE_MAXSIZE];
+  memcpy(handle2, handle, sizeof handle);
+  start = now();
+  while (send2 == NULL || recv2 == NULL) {
+    CHECK(now() - start < DEADLINE_S, "second handshake did not finish");
+    if (send2 == NULL) CHECK_OK(n11->connect(ctx, 0, handle2, &send2, NULL));
+    if (recv2 == NULL) CHECK_OK(n11->accept(listen, &recv2, NULL));
+  }
+  if (transfer(send2, recv2, 1000, 1000, 5, 0)) return 1;
+  if (transfer(send, recv, 777, 1000, 6, 0)) return 1;
+  CHECK_OK(n11->closeListen(listen));
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  CHECK_OK(n11->closeSend(send2));
+  CHECK_OK(n11->closeRecv(recv2));
+  return 0;
+}
+
+static int t_sizes(void) {
+  void *send, *recv;
+  if (connect_pair(&send, &recv, NULL)) return 1;
+  const size_t sizes[] = {0,     1,       3,           4093,          32768,
+                          32769, 65537,   1048576 + 3, 16777216 - 5, (64u << 20) + 11};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t extra = (i % 3) * 17;
+    if (transfer(send, recv, sizes[i], sizes[i] + extra, (int)i, (int)(i & 1))) {
+      size_t at = strlen(failure);
+      snprintf(failure + at, sizeof failure - at, " (size %zu)", sizes[i]);
+      return 1;
+    }
+  }
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  return 0;
+}
+
+static int t_grouped_receives(void) {
+  void *send, *recv;
+  if (connect_pair(&send, &recv, NULL)) return 1;
+  for (int round = 0; round < 4; round++) {
+    int n = round == 0 ? MAX_RECVS_WEFT : 2 + round * 2 - 1; /* 8, 3, 5, 7 */
+    unsigned char *src[MAX_RECVS_WEFT], *dst[MAX_RECVS_WEFT];
+    void *smr[MAX_RECVS_WEFT], *rmr[MAX_RECVS_WEFT], *data[MAX_RECVS_WEFT];
+    size_t caps[MAX_RECVS_WEFT], lens[MAX_RECVS_WEFT];
+    int tags[MAX_RECVS_WEFT], order[MAX_RECVS_WEFT];
+    for (int i = 0; i < n; i++) {
+      caps[i] = 1000 + (size_t)(next_rand() % 200000);
+      lens[i] = caps[i] - (size_t)(next_rand() % 1000);
+      tags[i] = 100 * round + 7 * i + 1;
+      src[i] = malloc(lens[i]);
+      dst[i] = malloc(caps[i]);
+      fill_random(src[i], lens[i]);
+      memset(dst[i], 0, caps[i]);
+      data[i] = dst[i];
+      order[i] = i;
+      CHECK_OK(n11->regMr(send, src[i], lens[i], NCCL_PTR_HOST, &smr[i]));
+      CHECK_OK(n11->regMr(recv, dst[i], caps[i], NCCL_PTR_HOST, &rmr[i]));
+    }
+    for (int i = n - 1; i > 0; i--) { /* sends go in a shuffled tag order */
+      int j = (int)(next_rand() % (uint64_t)(i + 1));
+      int t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    void* reqs[1 + MAX_RECVS_WEFT];
+    CHECK_OK(n11->irecv(recv, n, data, caps, tags, rmr, NULL, &reqs[0]));
+    CHECK(reqs[0] != NULL, "grouped irecv of %d not posted", n);
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
+      CHECK_OK(n11->isend(send, src[i], lens[i], tags[i], smr[i], NULL, &reqs[1 + k]));
+      CHECK(reqs[1 + k] != NULL, "isend %d not posted", k);
+    }
+    int rsizes[MAX_RECVS_WEFT], ssizes[MAX_RECVS_WEFT][1];
+    int* sizes[1 + MAX_RECVS_WEFT];
+    sizes[0] = rsizes;
+    for (int k = 0; k < n; k++) sizes[1 + k] = round == 1 ? NULL : ssizes[k];
+    ncclResult_t rc[1 + MAX_RECVS_WEFT];
+    if (wait_all(reqs, 1 + n, sizes, rc)) return 1;
+    for (int k = 0; k <= n; k++) CHECK(rc[k] == ncclSuccess, "request %d failed: %d", k, rc[k]);
+    for (int i = 0; i < n; i++) {
+      CHECK(rsizes[i] == (int)lens[i], "group of %d, buffer %d (tag %d): size %d, sent %zu", n, i,
+            tags[i], rsizes[i], lens[i]);
+      CHECK(memcmp(src[i], dst[i], lens[i]) == 0, "group of %d, buffer %d: data differ", n, i);
+      CHECK_OK(n11->deregMr(send, smr[i]));
+      CHECK_OK(n11->deregMr(recv, rmr[i]));
+      free(src[i]);
+      free(dst[i]);
+    }
+    if (round != 1)
+      for (int k = 0; k < n; k++)
+        CHECK(ssizes[k][0] == (int)lens[order[k]], "send %d reported %d", k, ssizes[k][0]);
+  }
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  return 0;
+}
+
+static int t_request_limit(void) {
+  void *send, *recv;
+  if (connect_pair(&send, &recv, NULL)) return 1;
+  enum { N = NCCL_NET_MAX_REQUESTS, LEN = 40000 };
+  unsigned char* src = malloc((size_t)N * LEN);
+  unsigned char* dst = malloc((size_t)N * LEN);
+  fill_random(src, (size_t)N * LEN);
+  memset(dst, 0, (size_t)N * LEN);
+  void *smr, *rmr, *extra = NULL;
+  CHECK_OK(n11->regMr(send, src, (size_t)N * LEN, NCCL_PTR_HOST, &smr));
+  CHECK_OK(n11->regMr(recv, dst, (size_t)N * LEN, NCCL_PTR_HOST, &rmr));
+  void* reqs[2 * N];
+  /* No receive posted yet: the sends cannot complete, so 32 are in flight and the 33rd
+   * cannot be posted (NULL request, success). */
+  for (int i = 0; i < N; i++) {
+    CHECK_OK(n11->isend(send, src + (size_t)i * LEN, LEN - (size_t)i, i, smr, NULL, &reqs[i]));
+    CHECK(reqs[i] != NULL, "isend %d of %d not posted", i, N);
+  }
+  CHECK_OK(n11->isend(send, src, 10, N, smr, NULL, &extra));
+  CHECK(extra == NULL, "isend number %d was posted: the limit is %d", N + 1, N);
+  for (int i = 0; i < N; i++) {
+    void* d = dst + (size_t)i * LEN;
+    size_t cap = LEN;
+    int tag = i;
+    CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &rmr, NULL, &reqs[N + i]));
+    CHECK(reqs[N + i] != NULL, "irecv %d of %d not posted", i, N);
+  }
+  void* d = dst;
+  size_t cap = LEN;
+  int tag = N;
+  CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &rmr, NULL, &extra));
+  CHECK(extra == NULL, "irecv number %d was posted: the limit is %d", N + 1, N);
+  int sz[2 * N][1];
+  int* sizes[2 * N];
+  for (int i = 0; i < 2 * N; i++) sizes[i] = sz[i];
+  ncclResult_t rc[2 * N];
+  if (wait_all(reqs, 2 * N, sizes, rc)) return 1;
+  for (int i = 0; i < N; i++) {
+    CHECK(rc[i] == ncclSuccess && rc[N + i] == ncclSuccess, "message %d failed", i);
+    CHECK(sz[N + i][0] == LEN - i && sz[i][0] == LEN - i, "message %d sizes %d %d", i, sz[i][0],
+          sz[N + i][0]);
+    CHECK(memcmp(src + (size_t)i * LEN, dst + (size_t)i * LEN, (size_t)(LEN - i)) == 0,
+          "message %d differs", i);
+  }
+  /* Slots are free again. */
+  if (transfer(send, recv, 12345, 20000, 99, 0)) return 1;
+  CHECK_OK(n11->deregMr(send, smr));
+  CHECK_OK(n11->deregMr(recv, rmr));
+  free(src);
+  free(dst);
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  return 0;
+}
+
+static int t_mismatch(int tag_mismatch) {
+  void *send, *recv;
+  if (connect_pair(&send, &recv, NULL)) return 1;
+  static unsigned char src[4001], dst[2][1000];
+  void *smr, *rmr;
+  CHECK_OK(n11->regMr(send, src, sizeof src, NCCL_PTR_HOST, &smr));
+  CHECK_OK(n11->regMr(recv, dst, sizeof dst, NCCL_PTR_HOST, &rmr));
+  void* data[2] = {dst[0], dst[1]};
+  size_t caps[2] = {1000, 1000};
+  int tags[2] = {1, 2};
+  void* rmrs[2] = {rmr, rmr};
+  void* reqs[2];
+  log_clear();
+  CHECK_OK(n11->irecv(recv, tag_mismatch ? 2 : 1, data, caps, tags, rmrs, NULL, &reqs[1]));
+  size_t len = tag_mismatch ? 10 : sizeof src;
+  CHECK_OK(n11->isend(send, src, len, tag_mismatch ? 9 : 1, smr, NULL, &reqs[0]));
+  CHECK(reqs[0] && reqs[1], "not posted");
+  ncclResult_t rc[2];
+  int s0[2], s1[2];
+  int* sizes[2] = {s0, s1};
+  if (wait_all(reqs, 2, sizes, rc)) return 1;
+  CHECK(rc[0] == ncclInvalidUsage && rc[1] == ncclInvalidUsage,
+        "mismatch must fail both ends with ncclInvalidUsage: send %d recv %d", rc[0], rc[1]);
+  if (tag_mismatch)
+    CHECK(log_has("tag") && log_has("9"), "the error does not name the tag:\n%.400s", log_tail());
+  else
+    CHECK(log_has("4001") && log_has("1000"), "the error does not give both sizes:\n%.400s", log_tail());
+  /* The comms are dead: posting fails with an error, not a hang. */
+  void* r = NULL;
+  CHECK(n11->isend(send, src, 1, 1, smr, NULL, &r) != ncclSuccess && r == NULL,
+        "isend on a failed comm");
+  CHECK_OK(n11->deregMr(send, smr));
+  CHECK_OK(n11->deregMr(recv, rmr));
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  return 0;
+}
+static int t_size_mismatch(void) { return t_mismatch(0); }
+static int t_tag_mismatch(void) { return t_mismatch(1); }
+
+/* Closing in every order, with and without requests in flight. */
+static int t_close_orders(void) {
+  static unsigned char buf[3 << 20], out[3 << 20];
+  for (int order = 0; order < 6; order++) {
+    void *send, *recv, *listen;
+    if (connect_pair(&send, &recv, &listen)) return 1;
+    if (order == 0) { /* listen, send, recv after a transfer */
+      CHECK_OK(n11->closeListen(listen));
+      if (transfer(send, recv, 5000, 5000, 1, 0)) return 1;
+      CHECK_OK(n11->closeSend(send));
+      CHECK_OK(n11->closeRecv(recv));
+    } else if (order == 1) { /* recv, send, listen */
+      if (transfer(send, recv, 70000, 70001, 1, 0)) return 1;
+      CHECK_OK(n11->closeRecv(recv));
+      CHECK_OK(n11->closeSend(send));
+      CHECK_OK(n11->closeListen(listen));
+    } else if (order == 2) { /* send, listen, recv */
+      CHECK_OK(n11->closeSend(send));
+      CHECK_OK(n11->closeListen(listen));
+      CHECK_OK(n11->closeRecv(recv));
+    } else {
+      /* A request in flight when a comm closes: its test fails, the peer's request fails,
+       * nothing hangs. order 3: receiver closes with a receive posted; 4: sender closes with a
+       * large send half done; 5: receiver closes while a large send is pending at the peer. */
+      CHECK_OK(n11->closeListen(listen));
+      void *smr, *rmr, *sreq = NULL, *rreq = NULL;
+      CHECK_OK(n11->regMr(send, buf, sizeof buf, NCCL_PTR_HOST, &smr));
+      CHECK_OK(n11->regMr(recv, out, sizeof out, NCCL_PTR_HOST, &rmr));
+      void* d = out;
+      size_t cap = sizeof out;
+      int tag = 3;
+      if (order != 5) CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &rmr, NULL, &rreq));
+      if (order != 3) CHECK_OK(n11->isend(send, buf, sizeof buf, 3, smr, NULL, &sreq));
+      int done = 0;
+      if (order == 4) {
+        CHECK_OK(n11->deregMr(send, smr));
+        CHECK_OK(n11->closeSend(send));
+        ncclResult_t rc[1];
+        if (wait_all(&rreq, 1, NULL, rc)) return 1;
+        /* The data may even have arrived in full before the close; otherwise an error. */
+        if (rc[0] == ncclSuccess) CHECK(memcmp(buf, out, sizeof buf) == 0, "data differ");
+        CHECK_OK(n11->deregMr(recv, rmr));
+        CHECK_OK(n11->closeRecv(recv));
+      } else {
+        CHECK_OK(n11->deregMr(recv, rmr));
+        CHECK_OK(n11->closeRecv(recv));
+        if (rreq) {
+          ncclResult_t rc = n11->test(rreq, &done, NULL);
+          CHECK(rc != ncclSuccess && !done, "test of a receive on a closed comm: rc %d done %d",
+                rc, done);
+        }
+        if (sreq) {
+          ncclResult_t rc[1];
+          if (wait_all(&sreq, 1, NULL, rc)) return 1;
+          CHECK(rc[0] == ncclRemoteError, "pending send after the peer closed: rc %d", rc[0]);
+        }
+        CHECK_OK(n11->deregMr(send, smr));
+        CHECK_OK(n11->closeSend(send));
+      }
+    }
+  }
+  /* A listen comm closed while a connect to it is under way: connect fails, no hang. */
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *listen = NULL, *send = NULL;
+  CHECK_OK(n11->listen(ctx, 0, handle, &listen));
+  CHECK_OK(n11->connect(ctx, 0, handle, &send, NULL));
+  CHECK_OK(n11->closeListen(listen));
+  ncclResult_t rc = ncclSuccess;
+  double start = now();
+  while (rc == ncclSuccess && send == NULL) {
+    CHECK(now() - start < DEADLINE_S, "connect to a closed listener did not fail");
+    rc = n11->connect(ctx, 0, handle, &send, NULL);
+  }
+  CHECK(rc != ncclSuccess && send == NULL, "connect to a closed listener: rc %d comm %p", rc,
+        send);
+  return 0;
+}
+
+static int t_malformed_handles(void) {
+  char good[NCCL_NET_HANDLE_MAXSIZE], bad[NCCL_NET_HANDLE_MAXSIZE];
+  void *listen = NULL, *send = NULL;
+  CHECK_OK(n11->listen(ctx, 0, good, &listen));
+  for (int kind = 0; kind < 5; kind++) {
+    memcpy(bad, good, sizeof bad);
+    const char* what = "";
+    if (kind == 0) {
+      memset(bad, 0, sizeof bad);
+      what = "all zero";
+    } else if (kind == 1) {
+      fill_random((unsigned char*)bad, sizeof bad);
+      what = "random";
+    } else if (kind == 2) {
+      bad[0] ^= 0x40;
+      what = "magic changed";
+    } else if (kind == 3) {
+      bad[4] ^= 0x7f;
+      bad[5] ^= 0x7f;
+      what = "version changed";
+    } else {
+      memset(bad + 8, 0xff, 32);
+      what = "fields overwritten";
+    }
+    log_clear();
+    send = NULL;
+    ncclResult_t rc = ncclSuccess;
+    double start = now();
+    while (rc == ncclSuccess && send == NULL) {
+      CHECK(now() - start < DEADLINE_S, "malformed handle (%s) neither failed nor connected",
+            what);
+      rc = n11->connect(ctx, 0, bad, &send, NULL);
+    }
+    CHECK(rc != ncclSuccess && send == NULL, "malformed handle (%s) accepted: rc %d", what, rc);
+    CHECK(log_has("connect"), "no message for the malformed handle (%s):\n%.400s", what, log_tail());
+  }
+  /* The listener is still fine. */
+  void* recv = NULL;
+  send = NULL;
+  double start = now();
+  while (send == NULL || recv == NULL) {
+    CHECK(now() - start < DEADLINE_S, "handshake after malformed handles");
+    if (send == NULL) CHECK_OK(n11->connect(ctx, 0, good, &send, NULL));
+    if (recv == NULL) CHECK_OK(n11->accept(listen, &recv, NULL));
+  }
+  if (transfer(send, recv, 3333, 4444, 1, 0)) return 1;
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  CHECK_OK(n11->closeListen(listen));
+  return 0;
+}
+
+static int t_bad_arguments(void) {
+  void *send, *recv;
+  if (connect_pair(&send, &recv, NULL)) return 1;
+  static unsigned char buf[4096];
+  void* mr = (void*)0x1;
+  log_clear();
+  CHECK(n11->regMr(send, buf, sizeof buf, NCCL_PTR_CUDA, &mr) != ncclSuccess && mr == NULL,
+        "CUDA registration accepted");
+  CHECK(log_has("CUDA"), "the CUDA refusal does not say why:\n%.400s", log_tail());
+  mr = (void*)0x1;
+  CHECK(n11->regMr(send, buf, sizeof buf, 0x8, &mr) != ncclSuccess && mr == NULL,
+        "unknown memory type accepted");
+  mr = (void*)0x1;
+  CHECK(n11->regMrDmaBuf == NULL ||
+            (n11->regMrDmaBuf(send, buf, sizeof buf, NCCL_PTR_CUDA, 0, 3, &mr) != ncclSuccess &&
+             mr == NULL),
+        "DMA-BUF registration accepted");
+  void *smr, *rmr, *req = (void*)0x1;
+  CHECK_OK(n11->regMr(send, buf, sizeof buf, NCCL_PTR_HOST, &smr));
+  CHECK_OK(n11->regMr(recv, buf, sizeof buf, NCCL_PTR_HOST, &rmr));
+  CHECK(n11->isend(send, buf, 10, 0, NULL, NULL, &req) != ncclSuccess && req == NULL,
+        "isend without a registration");
+  CHECK(n11->isend(recv, buf, 10, 0, smr, NULL, &req) != ncclSuccess && req == NULL,
+        "isend on a receive comm");
+  void* data[MAX_RECVS_WEFT + 1];
+  size_t caps[MAX_RECVS_WEFT + 1];
+  int tags[MAX_RECVS_WEFT + 1];
+  void* mrs[MAX_RECVS_WEFT + 1];
+  for (int i = 0; i <= MAX_RECVS_WEFT; i++) {
+    data[i] = buf;
+    caps[i] = 16;
+    tags[i] = i;
+    mrs[i] = rmr;
+  }
+  CHECK(n11->irecv(recv, 0, data, caps, tags, mrs, NULL, &req) != ncclSuccess && req == NULL,
+        "irecv with n = 0");
+  CHECK(n11->irecv(recv, MAX_RECVS_WEFT + 1, data, caps, tags, mrs, NULL, &req) != ncclSuccess,
+        "irecv with n > maxRecvs");
+  int done = 7;
+  CHECK(n11->test(NULL, &done, NULL) != ncclSuccess && done == 0, "test(NULL)");
+  CHECK(n11->closeSend(NULL) != ncclSuccess, "closeSend(NULL)");
+  CHECK(n11->closeSend(recv) != ncclSuccess, "closeSend of a receive comm");
+  CHECK(n11->listen(ctx, 5, buf, &req) != ncclSuccess && req == NULL, "listen on device 5");
+  /* iflush of host memory: nothing to wait for, NCCL takes a NULL request as complete. */
+  int isize = 16;
+  req = (void*)0x1;
+  CHECK_OK(n11->iflush(recv, 1, data, &isize, mrs, &req));
+  CHECK(req == NULL, "iflush of host memory returned a request");
+  /* The comms still work after all these refusals. */
+  if (transfer(send, recv, 100, 100, 1, 0)) return 1;
+  CHECK_OK(n11->deregMr(send, smr));
+  CHECK_OK(n11->deregMr(recv, rmr));
+  CHECK_OK(n11->closeSend(send));
+  CHECK_OK(n11->closeRecv(recv));
+  return 0;
+}
+
+/* The older tables end to end: int sizes (v8), size_t sizes (v9), config + profiler handles
+ * (v10). */
+static int t_older_versions(void) {
+  for (int v = 8; v <= 10; v++) {
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *listen = NULL, *send = NULL, *recv = NULL;
+    ncclNetCommConfig_t config = {-1};
+    if (v == 8) CHECK_OK(n8->listen(0, handle, &listen));
+    if (v == 9) CHECK_OK(n9->listen(0, handle, &listen));
+    if (v == 10) CHECK_OK(n10->listen(0, handle, &listen));
+    double start = now();
+    while (send == NULL || recv == NULL) {
+      CHECK(now() - start < DEADLINE_S, "v%d handshake", v);
+      if (send == NULL) {
+        if (v == 8) CHECK_OK(n8->connect(0, handle, &send, NULL));
+        if (v == 9) CHECK_OK(n9->connect(0, handle, &send, NULL));
+        if (v == 10) CHECK_OK(n10->connect(0, &config, handle, &send, NULL));
+      }
+      if (recv == NULL) CHECK_OK(n8->accept(listen, &recv, NULL));
+    }
+    size_t len = 1048576 + 5 + (size_t)v;
+    unsigned char* src = malloc(len);
+    unsigned char* dst = calloc(1, len + 64);
+    fill_random(src, len);
+    void *smr, *rmr, *reqs[2] = {NULL, NULL};
+    CHECK_OK(n8->regMr(send, src, len, NCCL_PTR_HOST, &smr));
+    CHECK_OK(n8->regMr(recv, dst, len + 64, NCCL_PTR_HOST, &rmr));
+    void* d = dst;
+    int tag = v;
+    if (v == 8) {
+      int cap = (int)len + 64;
+      CHECK_OK(n8->irecv(recv, 1, &d, &cap, &tag, &rmr, &reqs[1]));
+      CHECK_OK(n8->isend(send, src, (int)len, v, smr, &reqs[0]));
+      void* neg = (void*)0x1;
+      CHECK(n8->isend(send, src, -1, v, smr, &neg) != ncclSuccess && neg == NULL,
+            "v8 isend of a negative size");
+    } else if (v == 9) {
+      size_t cap = len + 64;
+      CHECK_OK(n9->irecv(recv, 1, &d, &cap, &tag, &rmr, &reqs[1]));
+      CHECK_OK(n9->isend(send, src, len, v, smr, &reqs[0]));
+    } else {
+      size_t cap = len + 64;
+      void* ph = NULL;
+      CHECK_OK(n10->irecv(recv, 1, &d, &cap, &tag, &rmr, &ph, &reqs[1]));
+      CHECK_OK(n10->isend(send, src, len, v, smr, NULL, &reqs[0]));
+    }
+    CHECK(reqs[0] && reqs[1], "v%d: not posted", v);
+    int ss[1], rs[1];
+    int* sizes[2] = {ss, rs};
+    ncclResult_t rc[2];
+    if (wait_all(reqs, 2, sizes, rc)) return 1;
+    CHECK(rc[0] == ncclSuccess && rc[1] == ncclSuccess, "v%d: test failed", v);
+    CHECK(ss[0] == (int)len && rs[0] == (int)len, "v%d: sizes %d %d", v, ss[0], rs[0]);
+    CHECK(memcmp(src, dst, len) == 0, "v%d: data differ", v);
+    CHECK_OK(n8->deregMr(send, smr));
+    CHECK_OK(n8->deregMr(recv, rmr));
+    CHECK_OK(n8->closeSend(send));
+    CHECK_OK(n8->closeRecv(recv));
+    CHECK_OK(n8->closeListen(listen));
+    free(src);
+    free(dst);
+  }
+  return 0;
+}
+
+static int t_finalize(void) {
+  CHECK_OK(n11->finalize(ctx));
+  ctx = NULL;
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s /path/to/libnccl-net-weft.so\n", argv[0]);
+    return 2;
+  }
+  verbose = getenv("HARNESS_VERBOSE") != NULL;
+  /* What a user would set for a loopback run; the thread and socket counts are checked in
+   * the init message. A short connect timeout keeps the closed-listener case quick. */
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+  setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
+  setenv("WEFT_SOCKET_CONNECT_TIMEOUT", "6", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  unsetenv("WEFT_SOCKET_IFNAME");
+  unsetenv("WEFT_SOCKET_NTHREADS");
+  unsetenv("WEFT_NSOCKS_PERTHREAD");
+  unsetenv("WEFT_NET_BACKEND");
+
+  /* Exactly as NCCL: dlopen(RTLD_NOW | RTLD_LOCAL), then dlsym per version. */
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
+    return 2;
+  }
+  n11 = (ncclNet_v11_t*)dlsym(lib, "ncclNetPlugin_v11");
+  n10 = (ncclNet_v10_t*)dlsym(lib, "ncclNetPlugin_v10");
+  n9 = (ncclNet_v9_t*)dlsym(lib, "ncclNetPlugin_v9");
+  n8 = (ncclNet_v8_t*)dlsym(lib, "ncclNetPlugin_v8");
+
+  struct {
+    const char* name;
+    int (*fn)(void);
+  } tests[] = {
+      {"exported symbols", t_symbols},
+      {"init and properties", t_init_and_properties},
+      {"non-blocking listen/connect/accept", t_nonblocking_handshake},
+      {"sizes 0 B to 64 MiB", t_sizes},
+      {"grouped irecv with tags", t_grouped_receives},
+      {"request limit", t_request_limit},
+      {"size mismatch", t_size_mismatch},
+      {"tag mismatch", t_tag_mismatch},
+      {"closing in every order", t_close_orders},
+      {"malformed handles", t_malformed_handles},
+      {"bad arguments", t_bad_arguments},
+      {"v8, v9, v10 tables", t_older_versions},
+      {"finalize", t_finalize},
+  };
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    failure[0] = '\0';
+    double t = now();
+    if (i > 0 && !n11) {
+      printf("SKIP %s (no v11 table)\n", tests[i].name);
+      failed++;
+      continue;
+    }
+    int bad = tests[i].fn();
+    if (bad) {
+      printf("FAIL %s: %s\n", tests[i].name, failure);
+      failed++;
+    } else {
+      printf("ok   %s (%.2f s)\n", tests[i].name, now() - t);
+      passed++;
+    }
+    fflush(stdout);
+  }
+  printf("%d passed, %d failed\n", passed, failed);
+  /* NCCL unloads its net plugin when the last communicator goes; the plugin must survive. */
+  dlclose(lib);
+  return failed ? 1 : 0;
+}
