@@ -24,3 +24,8 @@ pub mod backend;
 pub mod boundary;
 pub mod entry;
 pub mod logger;
+
+// The panic boundary needs unwinding: with panic = "abort" a panic would kill the process
+// that loaded NCCL instead of returning ncclInternalError.
+#[cfg(panic = "abort")]
+compile_error!("weft-nccl-net must be built with panic = \"unwind\" (its panic boundary)");
