@@ -68,6 +68,11 @@ def run(args):
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
+    # The CPU reference runs in every rank at once: share the cores instead of oversubscribing.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    nccl_version = torch.cuda.nccl.version()
+    if isinstance(nccl_version, tuple):
+        nccl_version = ".".join(str(v) for v in nccl_version)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 
     # Odd element counts first: catch partial chunks and off-by-one slicing.
@@ -108,7 +113,7 @@ def run(args):
                 "busbw": busbw,
                 "wrong": int(w.item()),
                 "iters": iters,
-                "nccl": ".".join(str(v) for v in torch.cuda.nccl.version()),
+                "nccl": str(nccl_version),
                 "torch": torch.__version__,
             }
         )
