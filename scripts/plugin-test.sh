@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the NCCL net plugin (debug), copies it to target/debug/libnccl-net-weft.so, compiles
 # the C harness (tests/plugin/harness.c) with cc -Wall -Wextra -Werror and runs it against the
-# library, loading it as NCCL does (dlopen + dlsym of ncclNetPlugin_v11 .. v8). Prints
-# "N passed, M failed" and exits non-zero on a failure. HARNESS_VERBOSE=1 shows the plugin's
+# library, loading it as NCCL does (dlopen + dlsym of ncclNetPlugin_v11 .. v8), in one process
+# and then in two (sender and receiver; the receiver killed mid-transfer). Prints
+# "N passed, M failed" per mode and exits non-zero on a failure. HARNESS_VERBOSE=1 shows the plugin's
 # log lines. Pass a path to test another build of the library instead:
 #
 #   scripts/plugin-test.sh
@@ -20,4 +21,7 @@ fi
 harness="$target_dir/debug/weft-plugin-harness"
 mkdir -p "$(dirname "$harness")"
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O1 -o "$harness" tests/plugin/harness.c -ldl
-exec timeout 600 "$harness" "$(realpath "$lib")"
+lib="$(realpath "$lib")"
+timeout 600 "$harness" "$lib"
+echo "-- two processes"
+timeout 600 "$harness" "$lib" --two-process

@@ -5,17 +5,25 @@
  * malformed handles, CUDA memory, bad arguments) and closing in every order.
  *
  *   harness /path/to/libnccl-net-weft.so      (prints "N passed, M failed"; exit 1 on failure)
+ *   harness /path/to/libnccl-net-weft.so --two-process
  *
- * Everything runs on loopback in one thread, as NCCL's proxy thread would; every wait has a
- * deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines. */
+ * The first form runs everything on loopback in one thread, as NCCL's proxy thread would. The
+ * second forks before loading the library: the child listens and receives, the parent connects
+ * and sends (the handle travels through a pipe, as NCCL's bootstrap would carry it), then the
+ * child is killed with SIGKILL during a 256 MiB transfer and the parent's request must fail.
+ * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nccl_net_abi.h"
 
@@ -725,9 +733,292 @@ static int t_finalize(void) {
   return 0;
 }
 
+
+/* ---- two processes ---- */
+
+static int to_child_handle = -1, from_child = -1, to_child = -1;
+static pid_t child_pid = -1;
+static void* two_send;
+
+/* Bytes that both processes compute from (seed, index). */
+static void pattern(unsigned char* p, size_t n, uint64_t seed) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = (unsigned char)(x >> 32);
+  }
+}
+
+static const size_t two_sizes[] = {1, 65537, (64u << 20) + 11};
+#define TWO_NSIZES (sizeof two_sizes / sizeof two_sizes[0])
+static const int group_tags[4] = {11, 12, 13, 14};
+static const size_t group_lens[4] = {1000, 2000, 300001, 5};
+#define KILL_BYTES ((size_t)256 << 20)
+
+static int write_all(int fd, const void* p, size_t n) {
+  const char* c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Reads exactly n bytes, or a line when line != 0 (n is then the buffer size), with a
+ * deadline. Returns 0 on success. */
+static int read_deadline(int fd, char* p, size_t n, int line) {
+  size_t got = 0;
+  double start = now();
+  while (got < n) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int left_ms = (int)((DEADLINE_S - (now() - start)) * 1000);
+    if (left_ms <= 0 || poll(&pfd, 1, left_ms) <= 0) return -1;
+    ssize_t r = read(fd, p + got, line ? 1 : n - got);
+    if (r <= 0) return -1;
+    got += (size_t)r;
+    if (line && p[got - 1] == '\n') {
+      p[got - 1] = '\0';
+      return 0;
+    }
+    if (line && got == n - 1) return -1;
+  }
+  return 0;
+}
+
+/* The child: receives what the parent sends, checks every byte, reports one line per stage. */
+static int child_stage_receive(void* recv) {
+  for (size_t k = 0; k < TWO_NSIZES; k++) {
+    size_t len = two_sizes[k], cap = len + 100;
+    unsigned char* want = malloc(len);
+    unsigned char* got = malloc(cap);
+    CHECK(want && got, "out of memory");
+    pattern(want, len, len);
+    memset(got, 0, cap);
+    void *mr, *req = NULL;
+    void* d = got;
+    int tag = (int)k;
+    CHECK_OK(n11->regMr(recv, got, cap, NCCL_PTR_HOST, &mr));
+    CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &mr, NULL, &req));
+    int size = -1;
+    int* sizes[1] = {&size};
+    ncclResult_t rc[1];
+    if (wait_all(&req, 1, sizes, rc)) return 1;
+    CHECK(rc[0] == ncclSuccess && size == (int)len, "receive of %zu: rc %d size %d", len, rc[0],
+          size);
+    CHECK(memcmp(want, got, len) == 0, "receive of %zu: data differ", len);
+    CHECK_OK(n11->deregMr(recv, mr));
+    free(want);
+    free(got);
+  }
+  return 0;
+}
+
+static int child_stage_group(void* recv) {
+  unsigned char* bufs[4];
+  void* data[4];
+  size_t caps[4];
+  int tags[4];
+  void* mrs[4];
+  for (int i = 0; i < 4; i++) {
+    caps[i] = group_lens[i] + 7;
+    bufs[i] = calloc(1, caps[i]);
+    data[i] = bufs[i];
+    tags[i] = group_tags[i];
+    CHECK_OK(n11->regMr(recv, bufs[i], caps[i], NCCL_PTR_HOST, &mrs[i]));
+  }
+  void* req = NULL;
+  CHECK_OK(n11->irecv(recv, 4, data, caps, tags, mrs, NULL, &req));
+  int sz[4] = {-1, -1, -1, -1};
+  int* sizes[1] = {sz};
+  ncclResult_t rc[1];
+  if (wait_all(&req, 1, sizes, rc)) return 1;
+  CHECK(rc[0] == ncclSuccess, "grouped receive failed: %d", rc[0]);
+  for (int i = 0; i < 4; i++) {
+    unsigned char* want = malloc(group_lens[i]);
+    pattern(want, group_lens[i], (uint64_t)group_tags[i]);
+    CHECK(sz[i] == (int)group_lens[i], "buffer %d (tag %d): size %d, sent %zu", i, group_tags[i],
+          sz[i], group_lens[i]);
+    CHECK(memcmp(want, bufs[i], group_lens[i]) == 0, "buffer %d (tag %d): data differ", i,
+          group_tags[i]);
+    CHECK_OK(n11->deregMr(recv, mrs[i]));
+    free(want);
+    free(bufs[i]);
+  }
+  return 0;
+}
+
+static void report(int fd, const char* stage, int bad) {
+  char line[1200];
+  snprintf(line, sizeof line, "%s %s%s%s\n", bad ? "FAIL" : "ok", stage, bad ? ": " : "",
+           bad ? failure : "");
+  write_all(fd, line, strlen(line));
+}
+
+static int child_main(int handle_fd, int status_fd, int go_fd) {
+  void* cctx = NULL;
+  ncclNetCommConfig_t config = {-1};
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void *listen = NULL, *recv = NULL;
+  if (!n11 || n11->init(&cctx, 2, &config, logger, NULL) != ncclSuccess ||
+      n11->listen(cctx, 0, handle, &listen) != ncclSuccess)
+    return 3;
+  if (write_all(handle_fd, handle, sizeof handle)) return 4;
+  double start = now();
+  while (recv == NULL) {
+    if (now() - start > DEADLINE_S || n11->accept(listen, &recv, NULL) != ncclSuccess) return 5;
+  }
+  report(status_fd, "receive", child_stage_receive(recv));
+  report(status_fd, "group", child_stage_group(recv));
+  /* Post a large receive, let some data arrive, then die without closing anything. */
+  static unsigned char* big;
+  big = malloc(KILL_BYTES);
+  void *mr, *req = NULL, *d = big;
+  size_t cap = KILL_BYTES;
+  int tag = 99;
+  if (n11->regMr(recv, big, cap, NCCL_PTR_HOST, &mr) != ncclSuccess ||
+      n11->irecv(recv, 1, &d, &cap, &tag, &mr, NULL, &req) != ncclSuccess)
+    return 6;
+  write_all(status_fd, "posted\n", 7);
+  /* The parent posts its send, then says go: the transfer is under way when we die. */
+  char go;
+  if (read_deadline(go_fd, &go, 1, 0)) return 8;
+  usleep(10000);
+  raise(SIGKILL);
+  return 7;
+}
+
+static int parent_expect(const char* stage) {
+  char line[1200];
+  CHECK(read_deadline(from_child, line, sizeof line, 1) == 0,
+        "no word from the receiving process about '%s'", stage);
+  CHECK(strncmp(line, "ok ", 3) == 0, "receiving process: %.900s", line);
+  return 0;
+}
+
+static int t2_handshake(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ncclNetCommConfig_t config = {-1};
+  CHECK_OK(n11->init(&ctx, 1, &config, logger, NULL));
+  CHECK(read_deadline(to_child_handle, handle, sizeof handle, 0) == 0,
+        "no listen handle from the receiving process");
+  two_send = NULL;
+  double start = now();
+  while (two_send == NULL) {
+    CHECK(now() - start < DEADLINE_S, "connect to the other process did not finish");
+    CHECK_OK(n11->connect(ctx, 0, handle, &two_send, NULL));
+  }
+  return 0;
+}
+
+static int t2_sizes(void) {
+  CHECK(two_send, "no connection");
+  for (size_t k = 0; k < TWO_NSIZES; k++) {
+    size_t len = two_sizes[k];
+    unsigned char* src = malloc(len);
+    pattern(src, len, len);
+    void *mr, *req = NULL;
+    CHECK_OK(n11->regMr(two_send, src, len, NCCL_PTR_HOST, &mr));
+    CHECK_OK(n11->isend(two_send, src, len, (int)k, mr, NULL, &req));
+    int size = -1;
+    int* sizes[1] = {&size};
+    ncclResult_t rc[1];
+    if (wait_all(&req, 1, sizes, rc)) return 1;
+    CHECK(rc[0] == ncclSuccess && size == (int)len, "send of %zu: rc %d size %d", len, rc[0],
+          size);
+    CHECK_OK(n11->deregMr(two_send, mr));
+    free(src);
+  }
+  return parent_expect("receive");
+}
+
+static int t2_group(void) {
+  CHECK(two_send, "no connection");
+  const int order[4] = {2, 0, 3, 1};
+  unsigned char* src[4];
+  void *mrs[4], *reqs[4];
+  for (int k = 0; k < 4; k++) {
+    int i = order[k];
+    src[k] = malloc(group_lens[i]);
+    pattern(src[k], group_lens[i], (uint64_t)group_tags[i]);
+    CHECK_OK(n11->regMr(two_send, src[k], group_lens[i], NCCL_PTR_HOST, &mrs[k]));
+    CHECK_OK(n11->isend(two_send, src[k], group_lens[i], group_tags[i], mrs[k], NULL, &reqs[k]));
+    CHECK(reqs[k], "isend %d not posted", k);
+  }
+  ncclResult_t rc[4];
+  if (wait_all(reqs, 4, NULL, rc)) return 1;
+  for (int k = 0; k < 4; k++) {
+    CHECK(rc[k] == ncclSuccess, "send %d failed: %d", k, rc[k]);
+    CHECK_OK(n11->deregMr(two_send, mrs[k]));
+    free(src[k]);
+  }
+  return parent_expect("group");
+}
+
+static int t2_peer_killed(void) {
+  CHECK(two_send, "no connection");
+  unsigned char* src = malloc(KILL_BYTES);
+  memset(src, 0x3c, KILL_BYTES);
+  void *mr, *req = NULL;
+  CHECK_OK(n11->regMr(two_send, src, KILL_BYTES, NCCL_PTR_HOST, &mr));
+  char line[64];
+  CHECK(read_deadline(from_child, line, sizeof line, 1) == 0 && strcmp(line, "posted") == 0,
+        "the receiving process did not post its last receive");
+  CHECK_OK(n11->isend(two_send, src, KILL_BYTES, 99, mr, NULL, &req));
+  CHECK(req != NULL, "isend of 256 MiB not posted");
+  int done = 0;
+  ncclResult_t rc = n11->test(req, &done, NULL);
+  CHECK(rc == ncclSuccess && !done, "256 MiB sent at once? rc %d done %d", rc, done);
+  CHECK(write_all(to_child, "g", 1) == 0, "cannot tell the receiving process to go");
+  double start = now();
+  while (rc == ncclSuccess && !done) {
+    CHECK(now() - start < DEADLINE_S, "a send to a killed process neither failed nor ended");
+    rc = n11->test(req, &done, NULL);
+  }
+  CHECK(!done || rc != ncclSuccess, "256 MiB arrived at a process killed after 10 ms");
+  CHECK(rc == ncclRemoteError || rc == ncclSystemError,
+        "send to a killed peer: rc %d (expected ncclRemoteError or ncclSystemError)", rc);
+  CHECK(log_has("peer"), "the error does not name the peer:\n%.400s", log_tail());
+  CHECK_OK(n11->deregMr(two_send, mr));
+  CHECK_OK(n11->closeSend(two_send));
+  two_send = NULL;
+  free(src);
+  int status = 0;
+  start = now();
+  while (waitpid(child_pid, &status, WNOHANG) == 0) {
+    CHECK(now() - start < DEADLINE_S, "the receiving process did not end");
+    usleep(10000);
+  }
+  child_pid = -1;
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+        "the receiving process ended otherwise (status %#x)", status);
+  CHECK_OK(n11->finalize(ctx));
+  return 0;
+}
+
+static void* lib;
+
+static int load(const char* path) {
+  /* Exactly as NCCL: dlopen(RTLD_NOW | RTLD_LOCAL), then dlsym per version. */
+  lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    return 2;
+  }
+  n11 = (ncclNet_v11_t*)dlsym(lib, "ncclNetPlugin_v11");
+  n10 = (ncclNet_v10_t*)dlsym(lib, "ncclNetPlugin_v10");
+  n9 = (ncclNet_v9_t*)dlsym(lib, "ncclNetPlugin_v9");
+  n8 = (ncclNet_v8_t*)dlsym(lib, "ncclNetPlugin_v8");
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s /path/to/libnccl-net-weft.so\n", argv[0]);
+  int two_process = argc == 3 && strcmp(argv[2], "--two-process") == 0;
+  if (argc != 2 && !two_process) {
+    fprintf(stderr, "usage: %s /path/to/libnccl-net-weft.so [--two-process]\n", argv[0]);
     return 2;
   }
   verbose = getenv("HARNESS_VERBOSE") != NULL;
@@ -743,21 +1034,38 @@ int main(int argc, char** argv) {
   unsetenv("WEFT_NSOCKS_PERTHREAD");
   unsetenv("WEFT_NET_BACKEND");
 
-  /* Exactly as NCCL: dlopen(RTLD_NOW | RTLD_LOCAL), then dlsym per version. */
-  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
-    return 2;
+  if (two_process) {
+    /* Fork before anything is loaded: no threads exist yet. */
+    int hp[2], sp[2], gp[2];
+    if (pipe(hp) || pipe(sp) || pipe(gp)) return 2;
+    child_pid = fork();
+    if (child_pid < 0) return 2;
+    if (child_pid == 0) {
+      close(hp[0]);
+      close(sp[0]);
+      close(gp[1]);
+      _exit(load(argv[1]) ? 2 : child_main(hp[1], sp[1], gp[0]));
+    }
+    close(hp[1]);
+    close(sp[1]);
+    close(gp[0]);
+    to_child = gp[1];
+    to_child_handle = hp[0];
+    from_child = sp[0];
   }
-  n11 = (ncclNet_v11_t*)dlsym(lib, "ncclNetPlugin_v11");
-  n10 = (ncclNet_v10_t*)dlsym(lib, "ncclNetPlugin_v10");
-  n9 = (ncclNet_v9_t*)dlsym(lib, "ncclNetPlugin_v9");
-  n8 = (ncclNet_v8_t*)dlsym(lib, "ncclNetPlugin_v8");
+  if (load(argv[1])) return 2;
 
-  struct {
+  struct test {
     const char* name;
     int (*fn)(void);
-  } tests[] = {
+  };
+  struct test two[] = {
+      {"two processes: connect through a handle from a pipe", t2_handshake},
+      {"two processes: 1 B, 64 KiB + 1, 64 MiB + 11", t2_sizes},
+      {"two processes: grouped receive of 4, shuffled tags", t2_group},
+      {"two processes: receiver killed mid-transfer", t2_peer_killed},
+  };
+  struct test one[] = {
       {"exported symbols", t_symbols},
       {"init and properties", t_init_and_properties},
       {"non-blocking listen/connect/accept", t_nonblocking_handshake},
@@ -772,8 +1080,10 @@ int main(int argc, char** argv) {
       {"v8, v9, v10 tables", t_older_versions},
       {"finalize", t_finalize},
   };
+  struct test* tests = two_process ? two : one;
+  size_t ntests = two_process ? sizeof two / sizeof two[0] : sizeof one / sizeof one[0];
   int passed = 0, failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+  for (size_t i = 0; i < ntests; i++) {
     failure[0] = '\0';
     double t = now();
     if (i > 0 && !n11) {
@@ -791,8 +1101,10 @@ int main(int argc, char** argv) {
     }
     fflush(stdout);
   }
+  if (child_pid > 0) kill(child_pid, SIGKILL);
   printf("%d passed, %d failed\n", passed, failed);
-  /* NCCL unloads its net plugin when the last communicator goes; the plugin must survive. */
+  /* NCCL unloads its net plugin when the last communicator goes; the plugin must survive it
+   * (its threads may still be ending). */
   dlclose(lib);
   return failed ? 1 : 0;
 }

@@ -2,7 +2,8 @@
 //! `libnccl_net_weft.so` to NCCL's name `libnccl-net-weft.so`, compiles the C harness in
 //! `tests/plugin/` with `cc -Wall -Wextra -Werror` and runs it twice: with the full path (as
 //! `NCCL_NET_PLUGIN=/path/...`) and with the bare name on `LD_LIBRARY_PATH` (as
-//! `NCCL_NET_PLUGIN=weft`). The harness prints `N passed, M failed`.
+//! `NCCL_NET_PLUGIN=weft`), then in its two-process mode (connect across processes, the
+//! receiver killed mid-transfer). The harness prints `N passed, M failed`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -60,9 +61,9 @@ fn compile_harness() -> PathBuf {
 }
 
 /// Runs the harness with a deadline; returns its stdout.
-fn run_harness(harness: &Path, lib_arg: &str, lib_dir: Option<&Path>) -> String {
+fn run_harness(harness: &Path, args: &[&str], lib_dir: Option<&Path>) -> String {
     let mut cmd = Command::new(harness);
-    cmd.arg(lib_arg)
+    cmd.args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(dir) = lib_dir {
@@ -105,10 +106,16 @@ fn c_harness_drives_the_plugin_as_nccl_does() {
     let lib = build_plugin();
     let harness = compile_harness();
 
-    let full = run_harness(&harness, lib.to_str().expect("utf-8 path"), None);
+    let path = lib.to_str().expect("utf-8 path");
+
+    let full = run_harness(&harness, &[path], None);
     assert_eq!(counts(&full), (13, 0), "full path run");
 
     // NCCL_NET_PLUGIN=weft: NCCL dlopens "libnccl-net-weft.so" from the library path.
-    let by_name = run_harness(&harness, "libnccl-net-weft.so", lib.parent());
+    let by_name = run_harness(&harness, &["libnccl-net-weft.so"], lib.parent());
     assert_eq!(counts(&by_name), (13, 0), "library path run");
+
+    // Sender and receiver in two processes; the receiver is killed mid-transfer.
+    let two = run_harness(&harness, &[path, "--two-process"], None);
+    assert_eq!(counts(&two), (4, 0), "two-process run");
 }
