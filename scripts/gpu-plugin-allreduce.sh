@@ -15,7 +15,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # Environment: WEFT_PLUGIN (the library; default target/release/libnccl-net-weft.so),
 #   RANKS ("2 4"), SIZES ("64K,1M,8M,64M,128M,512M"), CONFIGS ("weft socket socket4x4"; also
 #   weft:TxS, e.g. weft:8x2, sets WEFT_SOCKET_NTHREADS x WEFT_NSOCKS_PERTHREAD for weft only),
-#   OUT (where logs and results go; default a new temporary directory), RUN_TIMEOUT (300 s).
+#   OUT (where logs and results go; default a new temporary directory), RUN_TIMEOUT (150 s per
+#   torchrun; a normal run takes well under a minute, so the default call fits in 10 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -f shared/scripts/device-env.sh ]]; then
@@ -36,7 +37,7 @@ out="${OUT:-$(mktemp -d /tmp/weft-plugin-allreduce.XXXXXX)}"
 mkdir -p "$out"
 results="$out/allreduce.jsonl"
 : > "$results"
-ngpu="$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)"
+ngpu="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
 echo "plugin $plugin ($(du -h "$plugin" | cut -f1)); $ngpu GPUs; logs in $out"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true
 
@@ -69,7 +70,7 @@ for ranks in $ranks_list; do
         log="$out/$label-$ranks.log"
         port=$((port + 1))
         echo "== $label, $ranks ranks: ${env_args[*]}"
-        if ! env "${env_args[@]}" timeout "${RUN_TIMEOUT:-300}" \
+        if ! env "${env_args[@]}" timeout "${RUN_TIMEOUT:-150}" \
             torchrun --standalone --nproc-per-node "$ranks" --master-port "$port" \
             scripts/gpu_plugin_allreduce.py --label "$label" --out "$results" --sizes "$sizes" \
             > "$log" 2>&1; then
