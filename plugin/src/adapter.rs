@@ -463,7 +463,13 @@ impl<N: Net> PluginNet for Adapter<N> {
         size: usize,
         kind: PtrKind,
     ) -> Result<Obj, NetError> {
-        // SAFETY: contract (NULL and misaligned pointers are refused).
+        if comm.is_null() {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                "NULL comm passed to regMr (needs a send or a receive comm)",
+            ));
+        }
+        // SAFETY: contract (misaligned pointers are refused).
         let tag = unsafe { read_tag(comm, Kind::Send)? };
         let comm = match Kind::from_tag(tag) {
             // SAFETY: the tag says what the object is; registration only reads the comm.
