@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the NCCL net plugin in release mode and gives it the name NCCL looks for:
 #   target/release/libnccl-net-weft.so
+# and the C test harness next to it (target/release/weft-plugin-harness).
 # Use it with NCCL_NET_PLUGIN=$PWD/target/release/libnccl-net-weft.so NCCL_NET=weft, or put
 # target/release on LD_LIBRARY_PATH and set NCCL_NET_PLUGIN=weft.
 #
@@ -21,3 +22,8 @@ echo "built $dst ($(du -h "$dst" | cut -f1))"
 if command -v nm >/dev/null; then
     nm -D --defined-only "$dst" | awk '/ncclNetPlugin_v/ {print "  exports " $3}'
 fi
+# The C harness too: scripts/gpu-plugin-allreduce.sh runs its --bench mode (the plugin alone,
+# NCCL's traffic pattern, no GPU) when it is carried along.
+harness="$target_dir/release/weft-plugin-harness"
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O2 -o "$harness" tests/plugin/harness.c -ldl
+echo "built $harness"

@@ -15,6 +15,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # Environment: WEFT_PLUGIN (the library; default target/release/libnccl-net-weft.so),
 #   RANKS ("2 4"), SIZES ("64K,1M,8M,64M,128M,512M"), CONFIGS ("weft socket socket4x4"; also
 #   weft:TxS, e.g. weft:8x2, sets WEFT_SOCKET_NTHREADS x WEFT_NSOCKS_PERTHREAD for weft only),
+#   BENCH=0 skips the plugin-alone measurement (it needs weft-plugin-harness next to the
+#   library, or HARNESS=path; carry both from scripts/build-plugin.sh),
 #   OUT (where logs and results go; default a new temporary directory), RUN_TIMEOUT (150 s per
 #   torchrun; a normal run takes well under a minute, so the default call fits in 10 minutes).
 set -euo pipefail
@@ -42,6 +44,21 @@ echo "plugin $plugin ($(du -h "$plugin" | cut -f1)); $ngpu GPUs; logs in $out"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true
 
 status=0
+# The plugin alone first (no GPU, no NCCL): two processes in a 2-rank ring's traffic pattern,
+# 8 messages of 512 KiB in flight per connection. Its GB/s per direction bounds what a 2-rank
+# all-reduce through the plugin can reach. Needs the harness carried next to the library
+# (scripts/build-plugin.sh builds it); BENCH=0 skips this.
+harness="${HARNESS:-$(dirname "$plugin")/weft-plugin-harness}"
+if [[ "${BENCH:-1}" != 0 && -x "$harness" ]]; then
+    echo "== plugin alone ($harness --bench): connections each way, weft defaults then WEFT 4x4"
+    for conns in ${BENCH_CONNS:-1 2 4 8}; do
+        env NCCL_SOCKET_IFNAME=lo timeout 120 "$harness" "$plugin" --bench "$conns" 1024 \
+            || { echo "   bench with $conns connections FAILED"; status=1; }
+    done
+    env NCCL_SOCKET_IFNAME=lo WEFT_SOCKET_NTHREADS=4 WEFT_NSOCKS_PERTHREAD=4 timeout 120 \
+        "$harness" "$plugin" --bench 2 1024 | sed 's/^bench:/bench (4x4):/' \
+        || { echo "   bench 4x4 FAILED"; status=1; }
+fi
 port=29500
 for ranks in $ranks_list; do
     if (( ranks > ngpu )); then

@@ -6,11 +6,17 @@
  *
  *   harness /path/to/libnccl-net-weft.so      (prints "N passed, M failed"; exit 1 on failure)
  *   harness /path/to/libnccl-net-weft.so --two-process
+ *   harness /path/to/libnccl-net-weft.so --bench [connections] [MiB per connection] [msg KiB]
  *
  * The first form runs everything on loopback in one thread, as NCCL's proxy thread would. The
  * second forks before loading the library: the child listens and receives, the parent connects
  * and sends (the handle travels through a pipe, as NCCL's bootstrap would carry it), then the
  * child is killed with SIGKILL during a 256 MiB transfer and the parent's request must fail.
+ * The third measures throughput the way NCCL's proxy drives a 2-rank ring: two processes, each
+ * sending to and receiving from the other over several connections, 8 messages in flight per
+ * connection (defaults: 2 connections, 2048 MiB, 512 KiB messages); it uses the caller's
+ * environment (NCCL_SOCKET_NTHREADS, WEFT_SOCKET_NTHREADS, ...), loopback unless
+ * NCCL_SOCKET_IFNAME is set.
  * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1015,13 +1021,181 @@ static int load(const char* path) {
   return 0;
 }
 
+
+/* ---- bench: the plugin's throughput in NCCL's pattern (both directions at once, several
+ * connections, fixed-size messages, 8 in flight per connection as NCCL_STEPS), no GPU ---- */
+
+#define BENCH_MAX_CONNS 32
+#define BENCH_DEPTH 8
+
+static int bench_side(int out_fd, int in_fd, int conns, size_t msg, size_t per_conn,
+                      double* seconds) {
+  void* bctx = NULL;
+  ncclNetCommConfig_t config = {-1};
+  CHECK_OK(n11->init(&bctx, 3, &config, logger, NULL));
+  char mine[BENCH_MAX_CONNS][NCCL_NET_HANDLE_MAXSIZE], theirs[BENCH_MAX_CONNS][NCCL_NET_HANDLE_MAXSIZE];
+  void *listen[BENCH_MAX_CONNS], *send[BENCH_MAX_CONNS], *recv[BENCH_MAX_CONNS];
+  for (int c = 0; c < conns; c++) {
+    CHECK_OK(n11->listen(bctx, 0, mine[c], &listen[c]));
+    send[c] = recv[c] = NULL;
+  }
+  CHECK(write_all(out_fd, mine, sizeof mine[0] * (size_t)conns) == 0, "handle pipe");
+  CHECK(read_deadline(in_fd, (char*)theirs, sizeof theirs[0] * (size_t)conns, 0) == 0,
+        "no handles from the other process");
+  int left = 2 * conns;
+  double start = now();
+  while (left > 0) {
+    CHECK(now() - start < DEADLINE_S, "bench handshakes did not finish");
+    for (int c = 0; c < conns; c++) {
+      if (!send[c]) {
+        CHECK_OK(n11->connect(bctx, 0, theirs[c], &send[c], NULL));
+        if (send[c]) left--;
+      }
+      if (!recv[c]) {
+        CHECK_OK(n11->accept(listen[c], &recv[c], NULL));
+        if (recv[c]) left--;
+      }
+    }
+  }
+  unsigned char* sbuf = malloc(msg * BENCH_DEPTH * (size_t)conns);
+  unsigned char* rbuf = malloc(msg * BENCH_DEPTH * (size_t)conns);
+  CHECK(sbuf && rbuf, "out of memory");
+  memset(sbuf, 0x5a, msg * BENCH_DEPTH * (size_t)conns);
+  memset(rbuf, 0, msg * BENCH_DEPTH * (size_t)conns);
+  void *smr[BENCH_MAX_CONNS], *rmr[BENCH_MAX_CONNS];
+  void *sreq[BENCH_MAX_CONNS][BENCH_DEPTH], *rreq[BENCH_MAX_CONNS][BENCH_DEPTH];
+  size_t sposted[BENCH_MAX_CONNS], sdone[BENCH_MAX_CONNS], rposted[BENCH_MAX_CONNS],
+      rdone[BENCH_MAX_CONNS];
+  for (int c = 0; c < conns; c++) {
+    CHECK_OK(n11->closeListen(listen[c]));
+    CHECK_OK(n11->regMr(send[c], sbuf + (size_t)c * msg * BENCH_DEPTH, msg * BENCH_DEPTH,
+                        NCCL_PTR_HOST, &smr[c]));
+    CHECK_OK(n11->regMr(recv[c], rbuf + (size_t)c * msg * BENCH_DEPTH, msg * BENCH_DEPTH,
+                        NCCL_PTR_HOST, &rmr[c]));
+    sposted[c] = sdone[c] = rposted[c] = rdone[c] = 0;
+  }
+  /* Start together. */
+  CHECK(write_all(out_fd, "s", 1) == 0, "sync");
+  char go;
+  CHECK(read_deadline(in_fd, &go, 1, 0) == 0, "no start from the other process");
+  size_t total = per_conn * (size_t)conns * 2;
+  size_t finished = 0;
+  start = now();
+  while (finished < total) {
+    CHECK(now() - start < 10 * DEADLINE_S, "bench did not finish");
+    for (int c = 0; c < conns; c++) {
+      /* Post in order, test in order: NCCL's proxy does the same per connection. */
+      while (sposted[c] < per_conn && sposted[c] - sdone[c] < BENCH_DEPTH) {
+        size_t slot = sposted[c] % BENCH_DEPTH;
+        void* r = NULL;
+        CHECK_OK(n11->isend(send[c], sbuf + ((size_t)c * BENCH_DEPTH + slot) * msg, msg, 0,
+                            smr[c], NULL, &r));
+        if (!r) break;
+        sreq[c][slot] = r;
+        sposted[c]++;
+      }
+      while (rposted[c] < per_conn && rposted[c] - rdone[c] < BENCH_DEPTH) {
+        size_t slot = rposted[c] % BENCH_DEPTH;
+        void* d = rbuf + ((size_t)c * BENCH_DEPTH + slot) * msg;
+        size_t cap = msg;
+        int tag = 0;
+        void* r = NULL;
+        CHECK_OK(n11->irecv(recv[c], 1, &d, &cap, &tag, &rmr[c], NULL, &r));
+        if (!r) break;
+        rreq[c][slot] = r;
+        rposted[c]++;
+      }
+      int done = 0, size = 0;
+      if (sdone[c] < sposted[c]) {
+        CHECK_OK(n11->test(sreq[c][sdone[c] % BENCH_DEPTH], &done, &size));
+        if (done) {
+          CHECK(size == (int)msg, "send size %d", size);
+          sdone[c]++;
+          finished++;
+        }
+      }
+      done = 0;
+      if (rdone[c] < rposted[c]) {
+        CHECK_OK(n11->test(rreq[c][rdone[c] % BENCH_DEPTH], &done, &size));
+        if (done) {
+          CHECK(size == (int)msg, "receive size %d", size);
+          rdone[c]++;
+          finished++;
+        }
+      }
+    }
+  }
+  *seconds = now() - start;
+  CHECK(rbuf[0] == 0x5a && rbuf[msg * BENCH_DEPTH * (size_t)conns - 1] == 0x5a, "no data");
+  for (int c = 0; c < conns; c++) {
+    CHECK_OK(n11->deregMr(send[c], smr[c]));
+    CHECK_OK(n11->deregMr(recv[c], rmr[c]));
+    CHECK_OK(n11->closeSend(send[c]));
+    CHECK_OK(n11->closeRecv(recv[c]));
+  }
+  CHECK_OK(n11->finalize(bctx));
+  free(sbuf);
+  free(rbuf);
+  return 0;
+}
+
+/* harness LIB --bench [connections] [MiB per connection and direction] [message KiB] */
+static int bench(const char* path, int argc, char** argv) {
+  int conns = argc > 3 ? atoi(argv[3]) : 2;
+  size_t mib = argc > 4 ? (size_t)atol(argv[4]) : 2048;
+  size_t msg = (argc > 5 ? (size_t)atol(argv[5]) : 512) * 1024;
+  if (conns < 1 || conns > BENCH_MAX_CONNS || msg == 0 || mib == 0) {
+    fprintf(stderr, "bench: 1..%d connections, sizes > 0\n", BENCH_MAX_CONNS);
+    return 2;
+  }
+  size_t per_conn = (mib << 20) / msg;
+  int a[2], b[2];
+  if (pipe(a) || pipe(b)) return 2;
+  pid_t pid = fork();
+  if (pid < 0) return 2;
+  double secs = 0;
+  int bad;
+  if (pid == 0) {
+    close(a[0]);
+    close(b[1]);
+    bad = load(path) || bench_side(a[1], b[0], conns, msg, per_conn, &secs);
+    if (bad) fprintf(stderr, "bench (second process) failed: %s\n", failure);
+    _exit(bad ? 1 : 0);
+  }
+  close(a[1]);
+  close(b[0]);
+  bad = load(path) || bench_side(b[1], a[0], conns, msg, per_conn, &secs);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (bad || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    printf("bench failed: %s\n", bad ? failure : "in the second process");
+    return 1;
+  }
+  double bytes = (double)per_conn * (double)msg * conns;
+  printf("bench: %d connections each way, %zu KiB messages, %d in flight per connection, "
+         "%zu MiB per connection and direction: %.2f s, %.2f GB/s per direction "
+         "(= 2-rank all-reduce busbw ceiling), %.2f GB/s both directions\n",
+         conns, msg >> 10, BENCH_DEPTH, (size_t)(per_conn * msg) >> 20, secs, bytes / secs / 1e9,
+         2 * bytes / secs / 1e9);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   int two_process = argc == 3 && strcmp(argv[2], "--two-process") == 0;
-  if (argc != 2 && !two_process) {
-    fprintf(stderr, "usage: %s /path/to/libnccl-net-weft.so [--two-process]\n", argv[0]);
+  int bench_mode = argc >= 3 && strcmp(argv[2], "--bench") == 0;
+  if (argc != 2 && !two_process && !bench_mode) {
+    fprintf(stderr,
+            "usage: %s /path/to/libnccl-net-weft.so [--two-process | --bench [connections] "
+            "[MiB per connection] [message KiB]]\n",
+            argv[0]);
     return 2;
   }
   verbose = getenv("HARNESS_VERBOSE") != NULL;
+  if (bench_mode) {
+    /* The caller's environment (NCCL_SOCKET_NTHREADS, WEFT_* ...), loopback by default. */
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    return bench(argv[1], argc, argv);
+  }
   /* What a user would set for a loopback run; the thread and socket counts are checked in
    * the init message. A short connect timeout keeps the closed-listener case quick. */
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
