@@ -39,3 +39,17 @@ pub fn effective_speed_mbps(local: &LocalNic, peer: &PeerAddr) -> u32 {
         (l, p) => l.min(p),
     }
 }
+
+/// A peer's mesh handle entry is what NIC selection compares against: the handle carries
+/// exactly the fields a [`PeerAddr`] needs (the QP number and GID index stay with the entry,
+/// for the transport that connects over the chosen pair).
+impl From<&crate::wire::mesh_handle::MeshEntry> for PeerAddr {
+    fn from(entry: &crate::wire::mesh_handle::MeshEntry) -> Self {
+        PeerAddr {
+            addr: entry.addr,
+            prefix_len: entry.prefix_len,
+            nic_index: entry.nic_index,
+            speed_mbps: entry.speed_mbps,
+        }
+    }
+}

@@ -336,3 +336,38 @@ proptest! {
         prop_assert!(plan.route(connections).is_none());
     }
 }
+
+#[test]
+fn mesh_handle_entries_select_like_peer_addrs() {
+    use crate::wire::mesh_handle::{MeshEntry, MeshHandle};
+    let mut handle = MeshHandle::new(4242);
+    for (i, addr) in ["10.0.1.2", "10.0.2.2", "fd00:0:0:3::2"].iter().enumerate() {
+        let addr: IpAddr = addr.parse().unwrap();
+        let prefix_len = if addr.is_ipv4() { 24 } else { 64 };
+        handle
+            .push(MeshEntry {
+                addr,
+                prefix_len,
+                nic_index: i as u8,
+                qpn: 0x1234,
+                gid_index: 3,
+                speed_mbps: 100_000,
+            })
+            .unwrap();
+    }
+    let mut bytes = [0u8; 128];
+    let n = handle.emit(&mut bytes).unwrap();
+    let parsed = MeshHandle::parse(&bytes[..n]).unwrap();
+    let peers: std::vec::Vec<PeerAddr> = parsed.entries().iter().map(PeerAddr::from).collect();
+    let local = [LocalNic {
+        index: 7,
+        addr: "10.0.2.1".parse().unwrap(),
+        prefix_len: 24,
+        speed_mbps: 200_000,
+        up: true,
+    }];
+    let route = select(&local, &peers).unwrap();
+    assert_eq!(route.peer.addr, "10.0.2.2".parse::<IpAddr>().unwrap());
+    assert_eq!(route.peer.nic_index, 1);
+    assert_eq!(route.speed_mbps, 100_000);
+}

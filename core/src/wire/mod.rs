@@ -2,7 +2,7 @@
 //!
 //! Each format follows smoltcp's two levels: a checked view over bytes (`new_checked`
 //! validates length, magic, version and counts once; after that, accessors never panic) and
-//! a plain `Repr` with `parse(&view)`, `emit(&self, &mut view)` and `buffer_len()`. Integers
+//! a plain `Repr` with `parse(&[u8])` (or `from_view(&view)`), `emit(&self, &mut [u8])` and `buffer_len()`. Integers
 //! are big-endian (`zerocopy::byteorder::network_endian`) so the same handle means the same
 //! bytes on every host. Raw header structs stay private to their module.
 
@@ -10,6 +10,7 @@ pub mod bootstrap;
 pub mod connect;
 pub mod mesh_handle;
 pub mod socket_handle;
+pub mod socket_stream;
 
 use core::fmt;
 

@@ -1,0 +1,771 @@
+//! One connection's message protocol: the control socket, the request table and matching.
+//!
+//! The receiver announces each posted buffer on the control socket (a *clear-to-send* frame:
+//! group size, index in the group, tag, capacity). The sender matches its sends, in the order
+//! they were posted, against the oldest announced group by tag, and answers with a
+//! *ready-to-send* frame (index, tag, actual size). A message of at most [`INLINE_MAX`] bytes
+//! follows its frame on the control socket; a larger one goes in pieces over the data sockets
+//! (see [`super::data_threads`]). A send larger than the buffer it matched, or whose tag is not
+//! in the group, is refused by the sender, which tells the receiver; both report the error
+//! with both sizes.
+//!
+//! The frames are `weft_core::wire::socket_stream::ControlFrameRepr`.
+//!
+//! Everything here runs in the caller's thread (`isend`, `irecv`, `test`) under the comm's
+//! lock and never blocks; the data threads run on their own. Once a comm failed or closed, its
+//! data threads are stopped and joined before the error is returned, so no thread touches a
+//! user buffer after the caller has been told the request ended.
+
+use std::collections::VecDeque;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::super::{Completion, NET_MAX_RECVS, NET_MAX_REQUESTS, NetError, NetErrorKind};
+use weft_core::wire::socket_stream::{ControlFrameRepr, FRAME_LEN, FrameKind};
+
+use super::data_threads::{DataThreads, Direction, Piece};
+use super::sys;
+
+/// Messages up to this size travel on the control socket, right behind their frame: no
+/// thread hop, lowest latency. A protocol constant: both ends must agree.
+pub(super) const INLINE_MAX: usize = 32 * 1024;
+/// The smallest piece a large message is cut into (NCCL's MIN_CHUNKSIZE).
+pub(super) const MIN_PIECE: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RecvBuf {
+    addr: usize,
+    cap: usize,
+    tag: u32,
+}
+
+// A receive carries its 8 buffers inline; the table has only 32 slots, so boxing would buy
+// nothing but an allocation per irecv.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Op {
+    Free,
+    Send {
+        addr: usize,
+        size: usize,
+        tag: u32,
+        matched: bool,
+        /// For inline sends: the control-stream offset once the payload has left.
+        inline_end: Option<u64>,
+    },
+    Recv {
+        bufs: [RecvBuf; NET_MAX_RECVS],
+        n: usize,
+        sizes: [Option<usize>; NET_MAX_RECVS],
+    },
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    op: Op,
+}
+
+/// A group of receive buffers the peer announced (sender side).
+#[derive(Debug, Clone, Copy, Default)]
+struct CtsGroup {
+    n: usize,
+    got: usize,
+    tags: [u32; NET_MAX_RECVS],
+    caps: [u64; NET_MAX_RECVS],
+    used: [bool; NET_MAX_RECVS],
+}
+
+#[derive(Debug)]
+struct InlineRx {
+    slot: usize,
+    addr: usize,
+    len: usize,
+    got: usize,
+}
+
+/// Which end of the connection this comm is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Send,
+    Recv,
+}
+
+#[derive(Debug)]
+struct State {
+    control: TcpStream,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Control bytes handed to the kernel since the start (to complete inline sends).
+    out_sent: u64,
+    out_queued: u64,
+    inbuf: Box<[u8]>,
+    in_start: usize,
+    in_end: usize,
+    inline_rx: Option<InlineRx>,
+    slots: Vec<Slot>,
+    error: Option<NetError>,
+    closed: bool,
+    data: DataThreads,
+    next_socket: usize,
+    /// Sender: sends not yet matched, in posting order.
+    unmatched: VecDeque<usize>,
+    /// Sender: announced receive groups, oldest first, and the one being announced.
+    groups: VecDeque<CtsGroup>,
+    partial: Option<CtsGroup>,
+    /// Receiver: receives with buffers not yet matched, in announcement order.
+    posted: VecDeque<usize>,
+}
+
+/// One end of an established connection, shared by its comm handle and its requests.
+#[derive(Debug)]
+pub(super) struct Conn {
+    state: Mutex<State>,
+    role: Role,
+    peer: SocketAddr,
+}
+
+impl Conn {
+    pub fn new(
+        role: Role,
+        control: TcpStream,
+        data: Vec<TcpStream>,
+        threads: usize,
+        peer: SocketAddr,
+    ) -> Result<Arc<Conn>, NetError> {
+        let direction = match role {
+            Role::Send => Direction::Send,
+            Role::Recv => Direction::Recv,
+        };
+        let data = DataThreads::start(data, threads, direction, peer)?;
+        Ok(Arc::new(Conn {
+            state: Mutex::new(State {
+                control,
+                out: Vec::new(),
+                out_pos: 0,
+                out_sent: 0,
+                out_queued: 0,
+                inbuf: vec![0u8; 64 * 1024].into_boxed_slice(),
+                in_start: 0,
+                in_end: 0,
+                inline_rx: None,
+                slots: (0..NET_MAX_REQUESTS)
+                    .map(|_| Slot {
+                        generation: 0,
+                        op: Op::Free,
+                    })
+                    .collect(),
+                error: None,
+                closed: false,
+                data,
+                next_socket: 0,
+                unmatched: VecDeque::new(),
+                groups: VecDeque::new(),
+                partial: None,
+                posted: VecDeque::new(),
+            }),
+            role,
+            peer,
+        }))
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Posts a send; `Ok(None)` when all request slots are taken.
+    pub fn post_send(
+        &self,
+        addr: usize,
+        size: usize,
+        tag: u32,
+    ) -> Result<Option<(usize, u32)>, NetError> {
+        let mut st = self.lock();
+        st.usable(self)?;
+        st.progress(self);
+        st.usable(self)?;
+        let Some(idx) = st.free_slot() else {
+            return Ok(None);
+        };
+        st.slots[idx].op = Op::Send {
+            addr,
+            size,
+            tag,
+            matched: false,
+            inline_end: None,
+        };
+        st.unmatched.push_back(idx);
+        st.progress(self);
+        Ok(Some((idx, st.slots[idx].generation)))
+    }
+
+    /// Posts a grouped receive; `Ok(None)` when all request slots are taken.
+    pub fn post_recv(
+        &self,
+        bufs: &[(usize, usize, u32)],
+    ) -> Result<Option<(usize, u32)>, NetError> {
+        if bufs.is_empty() || bufs.len() > NET_MAX_RECVS {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!(
+                    "irecv with {} buffers: a grouped receive takes 1 to {NET_MAX_RECVS}",
+                    bufs.len()
+                ),
+            )
+            .peer(self.peer));
+        }
+        let mut st = self.lock();
+        st.usable(self)?;
+        st.progress(self);
+        st.usable(self)?;
+        let Some(idx) = st.free_slot() else {
+            return Ok(None);
+        };
+        let mut rb = [RecvBuf::default(); NET_MAX_RECVS];
+        for (dst, &(addr, cap, tag)) in rb.iter_mut().zip(bufs) {
+            *dst = RecvBuf { addr, cap, tag };
+        }
+        let n = bufs.len();
+        for (i, b) in rb[..n].iter().enumerate() {
+            st.queue_frame(ControlFrameRepr {
+                kind: FrameKind::ClearToSend,
+                index: i as u8,
+                count: n as u8,
+                tag: b.tag,
+                size: b.cap as u64,
+            });
+        }
+        st.slots[idx].op = Op::Recv {
+            bufs: rb,
+            n,
+            sizes: [None; NET_MAX_RECVS],
+        };
+        st.posted.push_back(idx);
+        st.progress(self);
+        Ok(Some((idx, st.slots[idx].generation)))
+    }
+
+    /// Progresses the connection and reports whether request (`idx`, `generation`) is done.
+    pub fn test(&self, idx: usize, generation: u32) -> Result<Option<Completion>, NetError> {
+        let mut st = self.lock();
+        st.progress(self);
+        let stale = match st.slots.get(idx) {
+            Some(s) => s.generation != generation || matches!(s.op, Op::Free),
+            None => true,
+        };
+        if stale {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                "test: this request already completed (or failed) and was released",
+            )
+            .peer(self.peer)
+            .hint("test each request until it reports done once, then drop it"));
+        }
+        if let Some(done) = st.completion(idx) {
+            st.release(idx);
+            return Ok(Some(done));
+        }
+        if st.error.is_some() || st.closed {
+            let err = st.usable(self).err().unwrap_or_else(|| {
+                NetError::new(NetErrorKind::Closed, "test on a failed comm").peer(self.peer)
+            });
+            st.release(idx);
+            return Err(err);
+        }
+        Ok(None)
+    }
+
+    /// Stops the data threads and closes the sockets. In-flight requests fail afterwards.
+    pub fn close(&self) {
+        let mut st = self.lock();
+        if st.closed {
+            return;
+        }
+        st.closed = true;
+        st.data.stop();
+        // Flush what the peer may still need (the last inline sends), briefly.
+        st.flush_until(Instant::now() + Duration::from_millis(200));
+        // Unread input would make close() send a reset that can destroy data the peer has
+        // not read yet; drain it first.
+        let fd = st.control.as_raw_fd();
+        let mut sink = [0u8; 4096];
+        for _ in 0..64 {
+            match sys::recv(fd, &mut sink) {
+                Ok(n) if n > 0 => continue,
+                _ => break,
+            }
+        }
+        let _ = st.control.shutdown(Shutdown::Both);
+    }
+}
+
+impl State {
+    fn usable(&self, conn: &Conn) -> Result<(), NetError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        if self.closed {
+            return Err(
+                NetError::new(NetErrorKind::Closed, "use of a closed socket comm").peer(conn.peer),
+            );
+        }
+        Ok(())
+    }
+
+    fn free_slot(&self) -> Option<usize> {
+        self.slots.iter().position(|s| matches!(s.op, Op::Free))
+    }
+
+    fn release(&mut self, idx: usize) {
+        if let Some(s) = self.slots.get_mut(idx) {
+            s.op = Op::Free;
+            s.generation = s.generation.wrapping_add(1);
+        }
+    }
+
+    fn completion(&self, idx: usize) -> Option<Completion> {
+        let slot = self.slots.get(idx)?;
+        if self.data.shared().pending[idx].load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        match &slot.op {
+            Op::Free => None,
+            Op::Send {
+                size,
+                matched,
+                inline_end,
+                ..
+            } => {
+                let flushed = inline_end.is_none_or(|end| self.out_sent >= end);
+                (*matched && flushed).then(|| Completion::new(&[*size]))
+            }
+            Op::Recv { n, sizes, .. } => {
+                if self.inline_rx.as_ref().is_some_and(|rx| rx.slot == idx) {
+                    return None;
+                }
+                let mut out = [0usize; NET_MAX_RECVS];
+                for (o, s) in out.iter_mut().zip(&sizes[..*n]) {
+                    *o = (*s)?;
+                }
+                Some(Completion::new(&out[..*n]))
+            }
+        }
+    }
+
+    fn queue_frame(&mut self, f: ControlFrameRepr) {
+        match f.to_bytes() {
+            Ok(bytes) => {
+                self.out.extend_from_slice(&bytes);
+                self.out_queued += FRAME_LEN as u64;
+            }
+            // Frames are built from checked group sizes; reaching this is a bug in this file.
+            Err(e) => log::error!("NET/Socket: internal error: unencodable frame {f:?}: {e}"),
+        }
+    }
+
+    /// Does everything possible without blocking; a failure poisons the comm.
+    fn progress(&mut self, conn: &Conn) {
+        if self.error.is_some() || self.closed {
+            return;
+        }
+        let result = (|| {
+            self.flush(conn)?;
+            self.read_control(conn)?;
+            if conn.role == Role::Send {
+                self.match_sends(conn)?;
+            }
+            self.flush(conn)?;
+            if self.data.shared().failed.load(Ordering::Acquire) {
+                let err = self
+                    .data
+                    .shared()
+                    .error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                return Err(err.unwrap_or_else(|| {
+                    NetError::new(
+                        NetErrorKind::Io(std::io::ErrorKind::Other),
+                        "a data socket failed",
+                    )
+                    .peer(conn.peer)
+                }));
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            self.fail(e);
+        }
+    }
+
+    fn fail(&mut self, err: NetError) {
+        log::warn!("NET/Socket: {err}");
+        // Join the data threads before anyone learns of the failure: after that, no thread
+        // touches a user buffer.
+        self.data.stop();
+        // Let the peer learn of errors we found (too large / no such tag frames), briefly.
+        self.flush_until(Instant::now() + Duration::from_millis(200));
+        if self.error.is_none() {
+            self.error = Some(err);
+        }
+    }
+
+    fn flush(&mut self, conn: &Conn) -> Result<(), NetError> {
+        let fd = self.control.as_raw_fd();
+        while self.out_pos < self.out.len() {
+            match sys::send(fd, &self.out[self.out_pos..]) {
+                Ok(n) => {
+                    self.out_pos += n;
+                    self.out_sent += n as u64;
+                }
+                Err(e) if sys::would_block(&e) => break,
+                Err(e) => {
+                    return Err(NetError::io("send on the control socket", &e)
+                        .peer(conn.peer)
+                        .hint("the peer process exited or closed its comm; look at its log"));
+                }
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        Ok(())
+    }
+
+    fn flush_until(&mut self, deadline: Instant) {
+        let fd = self.control.as_raw_fd();
+        while self.out_pos < self.out.len() && Instant::now() < deadline {
+            match sys::send(fd, &self.out[self.out_pos..]) {
+                Ok(n) => {
+                    self.out_pos += n;
+                    self.out_sent += n as u64;
+                }
+                Err(e) if sys::would_block(&e) => {
+                    let _ = sys::poll_one(fd, libc::POLLOUT, 10);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn read_control(&mut self, conn: &Conn) -> Result<(), NetError> {
+        let fd = self.control.as_raw_fd();
+        loop {
+            // Use what is buffered first.
+            loop {
+                let avail = self.in_end - self.in_start;
+                if let Some(rx) = &mut self.inline_rx {
+                    if avail == 0 {
+                        break;
+                    }
+                    let take = avail.min(rx.len - rx.got);
+                    // SAFETY: `rx.addr..rx.addr+rx.len` is the matched receive buffer, which
+                    // `irecv`'s contract keeps valid and exclusively ours until the request
+                    // completes; it cannot complete while `inline_rx` points at it.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut((rx.addr + rx.got) as *mut u8, take)
+                    };
+                    dst.copy_from_slice(&self.inbuf[self.in_start..self.in_start + take]);
+                    self.in_start += take;
+                    rx.got += take;
+                    if rx.got == rx.len {
+                        self.inline_rx = None;
+                    }
+                } else if avail >= FRAME_LEN {
+                    let mut b = [0u8; FRAME_LEN];
+                    b.copy_from_slice(&self.inbuf[self.in_start..self.in_start + FRAME_LEN]);
+                    self.in_start += FRAME_LEN;
+                    let frame = ControlFrameRepr::parse(&b).map_err(|e| {
+                        NetError::new(NetErrorKind::Protocol, "bad control frame from the peer")
+                            .peer(conn.peer)
+                            .cause(e)
+                            .hint("both ends must run the same weft build")
+                    })?;
+                    self.handle_frame(conn, frame)?;
+                } else {
+                    break;
+                }
+            }
+            if self.in_start == self.in_end {
+                self.in_start = 0;
+                self.in_end = 0;
+            }
+            // Large inline remainders go straight into the user's buffer.
+            let result = match &mut self.inline_rx {
+                Some(rx) if self.in_start == self.in_end && rx.len - rx.got >= 4096 => {
+                    // SAFETY: as above: the matched, exclusively ours receive buffer.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (rx.addr + rx.got) as *mut u8,
+                            rx.len - rx.got,
+                        )
+                    };
+                    match sys::recv(fd, dst) {
+                        Ok(n) if n > 0 => {
+                            rx.got += n;
+                            if rx.got == rx.len {
+                                self.inline_rx = None;
+                            }
+                            continue;
+                        }
+                        other => other,
+                    }
+                }
+                _ => {
+                    if self.in_start > 0 {
+                        self.inbuf.copy_within(self.in_start..self.in_end, 0);
+                        self.in_end -= self.in_start;
+                        self.in_start = 0;
+                    }
+                    let end = self.in_end;
+                    match sys::recv(fd, &mut self.inbuf[end..]) {
+                        Ok(n) if n > 0 => {
+                            self.in_end += n;
+                            continue;
+                        }
+                        other => other,
+                    }
+                }
+            };
+            return match result {
+                Ok(_) => Err(NetError::new(
+                    NetErrorKind::PeerClosed,
+                    "the peer closed the control connection",
+                )
+                .peer(conn.peer)
+                .hint("the peer process exited or closed its comm; look at its log")),
+                Err(e) if sys::would_block(&e) => Ok(()),
+                Err(e) => Err(NetError::io("receive on the control socket", &e)
+                    .peer(conn.peer)
+                    .hint("the peer process exited or closed its comm; look at its log")),
+            };
+        }
+    }
+
+    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<(), NetError> {
+        let protocol = |what: String| {
+            NetError::new(NetErrorKind::Protocol, what)
+                .peer(conn.peer)
+                .hint("both ends must run the same weft build")
+        };
+        match (conn.role, f.kind) {
+            (Role::Send, FrameKind::ClearToSend) => {
+                let n = usize::from(f.count);
+                let i = usize::from(f.index);
+                if n == 0 || n > NET_MAX_RECVS || i >= n {
+                    return Err(protocol(format!("bad receive announcement {i}/{n}")));
+                }
+                let mut g = match self.partial.take() {
+                    Some(g) if g.n == n && g.got == i => g,
+                    None if i == 0 => CtsGroup {
+                        n,
+                        ..CtsGroup::default()
+                    },
+                    _ => {
+                        return Err(protocol(format!(
+                            "receive announcement {i}/{n} out of order"
+                        )));
+                    }
+                };
+                g.tags[i] = f.tag;
+                g.caps[i] = f.size;
+                g.got += 1;
+                if g.got == g.n {
+                    self.groups.push_back(g);
+                } else {
+                    self.partial = Some(g);
+                }
+                Ok(())
+            }
+            (Role::Recv, FrameKind::ReadyToSend | FrameKind::TooLarge | FrameKind::NoSuchTag) => {
+                let Some(&idx) = self.posted.front() else {
+                    return Err(protocol("data announced with no receive posted".into()));
+                };
+                let Op::Recv { bufs, n, sizes } = &mut self.slots[idx].op else {
+                    return Err(protocol("receive slot lost".into()));
+                };
+                let tags: Vec<u32> = bufs[..*n].iter().map(|b| b.tag).collect();
+                if f.kind == FrameKind::NoSuchTag {
+                    return Err(NetError::new(
+                        NetErrorKind::TagMismatch { tag: f.tag },
+                        format!(
+                            "the peer sent tag {} but the receive it must match expects tags {tags:?}",
+                            f.tag
+                        ),
+                    )
+                    .peer(conn.peer)
+                    .hint("post the sends of one grouped receive together, with the receive's tags"));
+                }
+                let i = usize::from(f.index);
+                let Some(buf) = bufs[..*n].get(i).copied() else {
+                    return Err(protocol(format!("data for buffer {i} of a group of {n}")));
+                };
+                let size = usize::try_from(f.size).unwrap_or(usize::MAX);
+                if f.kind == FrameKind::TooLarge {
+                    return Err(NetError::new(
+                        NetErrorKind::Truncated {
+                            send_size: size,
+                            recv_size: buf.cap,
+                        },
+                        format!(
+                            "message truncated: the peer sends {size} bytes with tag {} but the \
+                             receive buffer holds {} bytes",
+                            f.tag, buf.cap
+                        ),
+                    )
+                    .peer(conn.peer)
+                    .hint("post receive buffers at least as large as the matching sends"));
+                }
+                if sizes[i].is_some() || buf.tag != f.tag || size > buf.cap {
+                    return Err(protocol(format!(
+                        "data for buffer {i} (tag {}, {size} bytes) does not fit the posted \
+                         receive (tag {}, {} bytes)",
+                        f.tag, buf.tag, buf.cap
+                    )));
+                }
+                sizes[i] = Some(size);
+                let all = sizes[..*n].iter().all(Option::is_some);
+                if size <= INLINE_MAX {
+                    if size > 0 {
+                        self.inline_rx = Some(InlineRx {
+                            slot: idx,
+                            addr: buf.addr,
+                            len: size,
+                            got: 0,
+                        });
+                    }
+                } else {
+                    self.queue_pieces(idx, buf.addr, size);
+                }
+                if all {
+                    self.posted.pop_front();
+                }
+                Ok(())
+            }
+            (_, kind) => Err(protocol(format!("unexpected control frame {kind:?}"))),
+        }
+    }
+
+    /// Cuts `size` bytes at `addr` into pieces on consecutive data sockets. Both ends call
+    /// this in the same message order, so they cut and place identically.
+    fn queue_pieces(&mut self, slot: usize, addr: usize, size: usize) {
+        let sockets = self.data.sockets().max(1);
+        let piece = size.div_ceil(sockets).max(MIN_PIECE);
+        let count = size.div_ceil(piece);
+        self.data.shared().pending[slot].fetch_add(count, Ordering::AcqRel);
+        for i in 0..count {
+            let off = i * piece;
+            let len = piece.min(size - off);
+            let socket = (self.next_socket + i) % sockets;
+            self.data.enqueue(
+                socket,
+                Piece {
+                    slot,
+                    addr: addr + off,
+                    len,
+                },
+            );
+        }
+        self.next_socket = (self.next_socket + count) % sockets;
+    }
+
+    fn match_sends(&mut self, conn: &Conn) -> Result<(), NetError> {
+        while let Some(&idx) = self.unmatched.front() {
+            let Some(group) = self.groups.front_mut() else {
+                break;
+            };
+            let Op::Send {
+                addr, size, tag, ..
+            } = self.slots[idx].op
+            else {
+                self.unmatched.pop_front();
+                continue;
+            };
+            let n = group.n;
+            let Some(k) = (0..n).find(|&k| !group.used[k] && group.tags[k] == tag) else {
+                let tags = group.tags[..n].to_vec();
+                self.queue_frame(ControlFrameRepr {
+                    kind: FrameKind::NoSuchTag,
+                    index: 0,
+                    count: 0,
+                    tag,
+                    size: size as u64,
+                });
+                return Err(NetError::new(
+                    NetErrorKind::TagMismatch { tag },
+                    format!(
+                        "send of {size} bytes with tag {tag}: the receive it must match expects tags {tags:?}"
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post the sends of one grouped receive together, with the receive's tags"));
+            };
+            let cap = group.caps[k];
+            if size as u64 > cap {
+                self.queue_frame(ControlFrameRepr {
+                    kind: FrameKind::TooLarge,
+                    index: k as u8,
+                    count: n as u8,
+                    tag,
+                    size: size as u64,
+                });
+                return Err(NetError::new(
+                    NetErrorKind::Truncated {
+                        send_size: size,
+                        recv_size: usize::try_from(cap).unwrap_or(usize::MAX),
+                    },
+                    format!(
+                        "message truncated: send of {size} bytes with tag {tag} matched a \
+                         receive buffer of {cap} bytes"
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post receive buffers at least as large as the matching sends"));
+            }
+            group.used[k] = true;
+            let group_done = group.used[..n].iter().all(|&u| u);
+            self.queue_frame(ControlFrameRepr {
+                kind: FrameKind::ReadyToSend,
+                index: k as u8,
+                count: n as u8,
+                tag,
+                size: size as u64,
+            });
+            let mut inline_end = None;
+            if size <= INLINE_MAX {
+                if size > 0 {
+                    // SAFETY: `isend`'s contract keeps `addr..addr+size` valid and unmodified
+                    // until the request completes, and it has not completed.
+                    let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
+                    self.out.extend_from_slice(payload);
+                    self.out_queued += size as u64;
+                }
+                inline_end = Some(self.out_queued);
+            } else {
+                self.queue_pieces(idx, addr, size);
+            }
+            if let Op::Send {
+                matched,
+                inline_end: end,
+                ..
+            } = &mut self.slots[idx].op
+            {
+                *matched = true;
+                *end = inline_end;
+            }
+            self.unmatched.pop_front();
+            if group_done {
+                self.groups.pop_front();
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! The helper threads that move large messages over a connection's data sockets.
+//!
+//! A message above the inline limit is cut into pieces, one per data socket (at least
+//! [`super::comm::MIN_PIECE`] bytes each); both ends cut it the same way and queue the pieces
+//! on the same sockets in the same order, so each socket carries a plain byte stream and no
+//! framing. Each thread owns a few sockets and moves their queued pieces with nonblocking
+//! `send`/`recv`, sleeping in `poll` (1 ms, so that an abort is seen quickly) when the
+//! kernel's buffers are full and on a condition variable when it has nothing queued.
+//!
+//! A finished piece decrements its request's counter in [`DataShared::pending`]; the comm
+//! completes a request once its counter is zero. The first failure is stored in
+//! [`DataShared`] and stops every thread of the connection.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::super::{NET_MAX_REQUESTS, NetError, NetErrorKind};
+use super::sys;
+
+/// Which way a connection's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    Send,
+    Recv,
+}
+
+/// A contiguous part of one request's buffer, moved over one data socket.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Piece {
+    /// The request slot whose counter this piece decrements when done.
+    pub slot: usize,
+    /// Start address (as an integer so pieces can cross threads; see the comm's safety notes).
+    pub addr: usize,
+    pub len: usize,
+}
+
+/// State shared between a comm and its threads.
+#[derive(Debug)]
+pub(super) struct DataShared {
+    /// Pieces still queued or moving, per request slot.
+    pub pending: [AtomicUsize; NET_MAX_REQUESTS],
+    /// Set (with `error`) by the first thread that fails.
+    pub failed: AtomicBool,
+    pub error: Mutex<Option<NetError>>,
+    /// Tells every thread to return.
+    pub abort: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    /// Newly queued pieces, per socket of this thread.
+    queues: Mutex<Vec<VecDeque<Piece>>>,
+    wake: Condvar,
+}
+
+/// The threads of one connection and the queues that feed them.
+#[derive(Debug)]
+pub(super) struct DataThreads {
+    shared: Arc<DataShared>,
+    inboxes: Vec<Arc<Inbox>>,
+    handles: Vec<JoinHandle<()>>,
+    sockets: usize,
+}
+
+impl DataThreads {
+    /// Starts `threads` threads over `sockets` (socket `i` goes to thread `i % threads`).
+    pub fn start(
+        sockets: Vec<TcpStream>,
+        threads: usize,
+        direction: Direction,
+        peer: SocketAddr,
+    ) -> Result<Self, NetError> {
+        let shared = Arc::new(DataShared {
+            pending: std::array::from_fn(|_| AtomicUsize::new(0)),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            abort: AtomicBool::new(false),
+        });
+        let nsockets = sockets.len();
+        let threads = threads.clamp(1, nsockets.max(1));
+        let mut per_thread: Vec<Vec<(usize, TcpStream)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (i, s) in sockets.into_iter().enumerate() {
+            per_thread[i % threads].push((i, s));
+        }
+        let mut this = DataThreads {
+            shared,
+            inboxes: Vec::new(),
+            handles: Vec::new(),
+            sockets: nsockets,
+        };
+        for (t, socks) in per_thread.into_iter().enumerate() {
+            let inbox = Arc::new(Inbox {
+                queues: Mutex::new(socks.iter().map(|_| VecDeque::new()).collect()),
+                wake: Condvar::new(),
+            });
+            let worker = Worker {
+                sockets: socks,
+                inbox: Arc::clone(&inbox),
+                shared: Arc::clone(&this.shared),
+                direction,
+                peer,
+            };
+            let name = format!(
+                "weft-sock-{}{t}",
+                if direction == Direction::Send {
+                    "tx"
+                } else {
+                    "rx"
+                }
+            );
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || worker.run())
+                .map_err(|e| {
+                    NetError::io("start a socket helper thread", &e)
+                        .hint("the process may be out of threads; lower NCCL_SOCKET_NTHREADS")
+                });
+            match handle {
+                Ok(h) => {
+                    this.inboxes.push(inbox);
+                    this.handles.push(h);
+                }
+                Err(e) => {
+                    this.stop();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(this)
+    }
+
+    pub fn shared(&self) -> &Arc<DataShared> {
+        &self.shared
+    }
+
+    /// How many data sockets the connection has.
+    pub fn sockets(&self) -> usize {
+        self.sockets
+    }
+
+    /// Queues `piece` on data socket `socket`. The caller has already counted it in
+    /// `pending[piece.slot]`.
+    pub fn enqueue(&self, socket: usize, piece: Piece) {
+        let threads = self.inboxes.len().max(1);
+        let Some(inbox) = self.inboxes.get(socket % threads) else {
+            return;
+        };
+        let mut queues = inbox.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(q) = queues.get_mut(socket / threads) {
+            q.push_back(piece);
+        }
+        drop(queues);
+        inbox.wake.notify_one();
+    }
+
+    /// Stops and joins every thread (their sockets close as they return). Idempotent.
+    pub fn stop(&mut self) {
+        self.shared.abort.store(true, Ordering::Release);
+        for inbox in &self.inboxes {
+            // Take the lock so a thread between its check and its wait cannot miss this.
+            drop(inbox.queues.lock().unwrap_or_else(PoisonError::into_inner));
+            inbox.wake.notify_all();
+        }
+        for h in self.handles.drain(..) {
+            if h.join().is_err() {
+                log::warn!("a socket helper thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for DataThreads {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Worker {
+    sockets: Vec<(usize, TcpStream)>,
+    inbox: Arc<Inbox>,
+    shared: Arc<DataShared>,
+    direction: Direction,
+    peer: SocketAddr,
+}
+
+/// How long a thread with work but no ready socket sleeps before looking for new pieces and
+/// for an abort.
+const POLL_MS: i32 = 1;
+/// How long an idle thread sleeps before checking for an abort it was not woken for.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+impl Worker {
+    fn run(self) {
+        let n = self.sockets.len();
+        let mut queues: Vec<VecDeque<Piece>> = (0..n).map(|_| VecDeque::new()).collect();
+        let mut offsets = vec![0usize; n];
+        let mut pollfds: Vec<libc::pollfd> = Vec::with_capacity(n);
+        let events = match self.direction {
+            Direction::Send => libc::POLLOUT,
+            Direction::Recv => libc::POLLIN,
+        };
+        loop {
+            if self.shared.abort.load(Ordering::Acquire) {
+                return;
+            }
+            {
+                let mut inbox = self
+                    .inbox
+                    .queues
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let idle =
+                    queues.iter().all(VecDeque::is_empty) && inbox.iter().all(VecDeque::is_empty);
+                if idle {
+                    if self.shared.abort.load(Ordering::Acquire) {
+                        return;
+                    }
+                    inbox = self
+                        .inbox
+                        .wake
+                        .wait_timeout(inbox, IDLE_WAIT)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                for (local, new) in queues.iter_mut().zip(inbox.iter_mut()) {
+                    local.extend(new.drain(..));
+                }
+            }
+            let mut progressed = false;
+            for (i, (global, stream)) in self.sockets.iter().enumerate() {
+                let fd = stream.as_raw_fd();
+                while let Some(piece) = queues[i].front().copied() {
+                    let done = offsets[i];
+                    let rest = piece.len - done;
+                    let addr = piece.addr + done;
+                    let result = match self.direction {
+                        // SAFETY: `addr..addr+rest` lies inside a buffer that `isend`'s
+                        // contract keeps valid and unmodified until the request completes;
+                        // the request cannot complete while this piece is pending, and the
+                        // comm joins this thread before it reports an error or closes.
+                        Direction::Send => sys::send(fd, unsafe {
+                            std::slice::from_raw_parts(addr as *const u8, rest)
+                        }),
+                        // SAFETY: as above, under `irecv`'s contract the buffer is writable
+                        // and used by no one else until the request completes.
+                        Direction::Recv => sys::recv(fd, unsafe {
+                            std::slice::from_raw_parts_mut(addr as *mut u8, rest)
+                        }),
+                    };
+                    match result {
+                        Ok(0) => {
+                            self.fail(
+                                NetError::new(
+                                    NetErrorKind::PeerClosed,
+                                    format!(
+                                        "{} data socket {global}: the peer closed the connection \
+                                         with {rest} of {} bytes of a piece left",
+                                        self.verb(),
+                                        piece.len
+                                    ),
+                                )
+                                .peer(self.peer)
+                                .hint(
+                                    "the peer process exited or closed its comm; look at its log",
+                                ),
+                            );
+                            return;
+                        }
+                        Ok(moved) => {
+                            progressed = true;
+                            offsets[i] = done + moved;
+                            if offsets[i] == piece.len {
+                                offsets[i] = 0;
+                                queues[i].pop_front();
+                                if let Some(p) = self.shared.pending.get(piece.slot) {
+                                    p.fetch_sub(1, Ordering::Release);
+                                }
+                            }
+                        }
+                        Err(e) if sys::would_block(&e) => break,
+                        Err(e) => {
+                            self.fail(
+                                NetError::io(format!("{} data socket {global}", self.verb()), &e)
+                                    .peer(self.peer)
+                                    .hint("the peer or the network failed; look at the peer's log and at `ip link`"),
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+            if !progressed {
+                pollfds.clear();
+                for (i, (_, stream)) in self.sockets.iter().enumerate() {
+                    if !queues[i].is_empty() {
+                        pollfds.push(libc::pollfd {
+                            fd: stream.as_raw_fd(),
+                            events,
+                            revents: 0,
+                        });
+                    }
+                }
+                if !pollfds.is_empty() {
+                    if let Err(e) = sys::poll(&mut pollfds, POLL_MS) {
+                        self.fail(NetError::io("poll data sockets", &e).peer(self.peer));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self.direction {
+            Direction::Send => "send on",
+            Direction::Recv => "receive on",
+        }
+    }
+
+    fn fail(&self, err: NetError) {
+        let mut slot = self
+            .shared
+            .error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(err);
+        }
+        self.shared.failed.store(true, Ordering::Release);
+        self.shared.abort.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,533 @@
+//! `SocketNet`: the NET backend over TCP sockets (NCCL's `net_socket.cc` counterpart).
+//!
+//! Devices are the interfaces chosen by [`interface`] (NCCL_SOCKET_IFNAME rules). Each
+//! connection is one control socket plus several data sockets served by helper threads
+//! ([`data_threads`]); the control socket carries the matching protocol ([`comm`]) and small
+//! messages, large messages are split across the data sockets. Connect and accept are
+//! nonblocking state machines ([`handshake`]). Everything that waits has a deadline or an
+//! abort path, and a peer that goes away turns into an error from `test`.
+//!
+//! Environment (WEFT_ name first, then NCCL's):
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `WEFT_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` | interfaces: `eth,ens`, `^docker`, `=eth0` | NCCL's rule |
+//! | `WEFT_SOCKET_FAMILY`, `NCCL_SOCKET_FAMILY` | `AF_INET` or `AF_INET6` | both, IPv4 first |
+//! | `WEFT_SOCKET_NTHREADS`, `NCCL_SOCKET_NTHREADS` | helper threads per connection (1..=16) | 4 |
+//! | `WEFT_NSOCKS_PERTHREAD`, `NCCL_NSOCKS_PERTHREAD` | data sockets per thread (threads x this <= 64) | 1 |
+//! | `WEFT_SOCKET_CONNECT_TIMEOUT` | seconds a connect may take, handshake included | 120 |
+
+mod comm;
+mod data_threads;
+mod handshake;
+pub mod interface;
+mod sys;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_core::wire::socket_handle::{MAX_DATA_SOCKETS, MAX_THREADS, SocketHandleRepr};
+
+use self::comm::Conn;
+pub use self::handshake::{SocketConnecting, SocketListenComm};
+use self::interface::{Family, Interface};
+use super::{
+    CommRef, Completion, NET_MAX_RECVS, Net, NetError, NetErrorKind, NetHandle, NetProperties,
+    PtrKind, PtrSupport, RecvBuffer,
+};
+
+/// How the socket backend is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// `NCCL_SOCKET_IFNAME` syntax; `None` applies NCCL's default order.
+    pub ifname: Option<String>,
+    /// Restrict to one address family.
+    pub family: Option<Family>,
+    /// Helper threads per connection.
+    pub threads: u8,
+    /// Data sockets per helper thread.
+    pub sockets_per_thread: u8,
+    /// How long a connect (TCP connects plus handshake) may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            ifname: None,
+            family: None,
+            threads: 4,
+            sockets_per_thread: 1,
+            connect_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn env_first(env: Lookup<'_>, names: &[&str]) -> Option<(String, String)> {
+    names.iter().find_map(|&n| {
+        env(n)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (n.to_string(), v))
+    })
+}
+
+fn env_number(
+    env: Lookup<'_>,
+    names: &[&str],
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, NetError> {
+    let Some((name, value)) = env_first(env, names) else {
+        return Ok(None);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(NetError::new(
+            NetErrorKind::InvalidArgument,
+            format!("{name}={value}: expected a number from {min} to {max}"),
+        )),
+    }
+}
+
+impl SocketConfig {
+    /// Reads the environment (see the module table). A malformed value is an error that
+    /// names the variable.
+    pub fn from_env() -> Result<SocketConfig, NetError> {
+        SocketConfig::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// As [`Self::from_env`], reading variables through `env`.
+    pub fn from_lookup(env: Lookup<'_>) -> Result<SocketConfig, NetError> {
+        let mut c = SocketConfig {
+            ifname: env_first(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]).map(|(_, v)| v),
+            ..SocketConfig::default()
+        };
+        if let Some((name, v)) = env_first(env, &["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"]) {
+            c.family = Some(Family::parse(&v).ok_or_else(|| {
+                NetError::new(
+                    NetErrorKind::InvalidArgument,
+                    format!("{name}={v}: expected AF_INET or AF_INET6"),
+                )
+            })?);
+        }
+        if let Some(t) = env_number(
+            env,
+            &["WEFT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS"],
+            1,
+            u64::from(MAX_THREADS),
+        )? {
+            c.threads = t as u8;
+        }
+        if let Some(s) = env_number(
+            env,
+            &["WEFT_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD"],
+            1,
+            u64::from(MAX_DATA_SOCKETS),
+        )? {
+            c.sockets_per_thread = s as u8;
+        }
+        if let Some(secs) = env_number(env, &["WEFT_SOCKET_CONNECT_TIMEOUT"], 1, 86_400)? {
+            c.connect_timeout = Duration::from_secs(secs);
+        }
+        c.data_sockets()?;
+        Ok(c)
+    }
+
+    /// Data sockets per connection (threads x sockets per thread), checked against NCCL's
+    /// limit of 64.
+    pub fn data_sockets(&self) -> Result<u8, NetError> {
+        let n = u32::from(self.threads) * u32::from(self.sockets_per_thread);
+        if self.threads == 0
+            || self.threads > MAX_THREADS
+            || n == 0
+            || n > u32::from(MAX_DATA_SOCKETS)
+        {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!(
+                    "{} threads x {} sockets per thread: need 1..={MAX_THREADS} threads and at \
+                     most {MAX_DATA_SOCKETS} sockets in all",
+                    self.threads, self.sockets_per_thread
+                ),
+            )
+            .hint("adjust NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD"));
+        }
+        Ok(n as u8)
+    }
+}
+
+/// The socket NET backend.
+#[derive(Debug)]
+pub struct SocketNet {
+    config: SocketConfig,
+    devices: Vec<Interface>,
+}
+
+impl SocketNet {
+    /// Chooses interfaces per the environment.
+    pub fn from_env() -> Result<SocketNet, NetError> {
+        SocketNet::new(SocketConfig::from_env()?)
+    }
+
+    /// Chooses interfaces per `config`; an error (listing what exists) if none matches.
+    pub fn new(config: SocketConfig) -> Result<SocketNet, NetError> {
+        config.data_sockets()?;
+        let available = interface::system_interfaces(config.family)?;
+        let devices = interface::choose_interfaces(&available, config.ifname.as_deref());
+        if devices.is_empty() {
+            return Err(interface::no_interface_error(
+                &available,
+                config.ifname.as_deref(),
+            ));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            log::info!("NET/Socket : Using [{i}]{}:{}", d.name, d.addr.ip());
+        }
+        Ok(SocketNet { config, devices })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &SocketConfig {
+        &self.config
+    }
+
+    /// The chosen interfaces, in device order.
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.devices
+    }
+
+    fn device(&self, dev: usize) -> Result<&Interface, NetError> {
+        self.devices.get(dev).ok_or_else(|| {
+            NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!(
+                    "socket device {dev} does not exist ({} devices)",
+                    self.devices.len()
+                ),
+            )
+        })
+    }
+}
+
+fn read_sys(name: &str, file: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/{file}"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The sending end of a socket connection.
+#[derive(Debug)]
+pub struct SocketSendComm {
+    conn: Arc<Conn>,
+}
+
+impl SocketSendComm {
+    fn new(conn: Arc<Conn>) -> Self {
+        SocketSendComm { conn }
+    }
+    /// The listener's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.conn.peer()
+    }
+}
+
+impl Drop for SocketSendComm {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// The receiving end of a socket connection.
+#[derive(Debug)]
+pub struct SocketRecvComm {
+    conn: Arc<Conn>,
+}
+
+impl SocketRecvComm {
+    fn new(conn: Arc<Conn>) -> Self {
+        SocketRecvComm { conn }
+    }
+    /// The connector's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.conn.peer()
+    }
+}
+
+impl Drop for SocketRecvComm {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// A socket memory registration: host memory needs none, so this only records the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMemHandle {
+    /// Start of the registered range.
+    pub addr: usize,
+    /// Length of the registered range.
+    pub size: usize,
+}
+
+/// An in-flight socket send or receive. Dropping one before `test` reported it done leaves
+/// its slot (one of 32) busy and its buffer in use until the comm is closed.
+#[derive(Debug)]
+pub struct SocketRequest {
+    conn: Arc<Conn>,
+    slot: usize,
+    generation: u32,
+}
+
+impl Net for SocketNet {
+    type ListenComm = SocketListenComm;
+    type SendComm = SocketSendComm;
+    type RecvComm = SocketRecvComm;
+    type Connecting = SocketConnecting;
+    type MemHandle = SocketMemHandle;
+    type Request = SocketRequest;
+
+    fn name(&self) -> &str {
+        "Socket"
+    }
+
+    fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn properties(&self, dev: usize) -> Result<NetProperties, NetError> {
+        let d = self.device(dev)?;
+        let pci_path = std::fs::canonicalize(format!("/sys/class/net/{}/device", d.name))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        // NCCL's default when the kernel reports no speed (virtual NICs, lo): 10 Gb/s.
+        let speed_mbps = read_sys(&d.name, "speed")
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|&s| s > 0)
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(10_000);
+        Ok(NetProperties {
+            name: d.name.clone(),
+            pci_path,
+            guid: dev as u64,
+            ptr_support: PtrSupport::HOST,
+            reg_is_global: true,
+            speed_mbps,
+            port: 0,
+            latency_us: 0.0,
+            max_comms: 65_536,
+            max_recvs: NET_MAX_RECVS as u32,
+        })
+    }
+
+    fn listen(&self, dev: usize) -> Result<(NetHandle, SocketListenComm), NetError> {
+        let d = self.device(dev)?;
+        let listen =
+            SocketListenComm::bind(d.addr, self.config.data_sockets()?, self.config.threads)?;
+        let mut handle = NetHandle::default();
+        listen.handle().emit(&mut handle.0).map_err(|e| {
+            NetError::new(NetErrorKind::InvalidHandle(e), "encode the listen handle").cause(e)
+        })?;
+        Ok((handle, listen))
+    }
+
+    fn connect(
+        &self,
+        dev: usize,
+        handle: &NetHandle,
+        state: &mut Option<SocketConnecting>,
+    ) -> Result<Option<SocketSendComm>, NetError> {
+        self.device(dev)?;
+        if state.is_none() {
+            let repr = SocketHandleRepr::parse_bytes(&handle.0).map_err(|e| {
+                NetError::new(
+                    NetErrorKind::InvalidHandle(e),
+                    "connect: the listen handle is invalid",
+                )
+                .cause(e)
+                .hint("the handle must come unchanged from the peer's listen (same weft build)")
+            })?;
+            *state = Some(SocketConnecting::start(repr, self.config.connect_timeout)?);
+        }
+        let Some(connecting) = state.as_mut() else {
+            return Ok(None);
+        };
+        match connecting.poll() {
+            Ok(Some(comm)) => {
+                *state = None;
+                Ok(Some(comm))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                *state = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn accept(&self, listen: &mut SocketListenComm) -> Result<Option<SocketRecvComm>, NetError> {
+        listen.poll_accept()
+    }
+
+    unsafe fn reg_mr(
+        &self,
+        _comm: CommRef<'_, SocketSendComm, SocketRecvComm>,
+        data: *mut u8,
+        size: usize,
+        kind: PtrKind,
+    ) -> Result<SocketMemHandle, NetError> {
+        if kind != PtrKind::Host {
+            return Err(NetError::new(
+                NetErrorKind::Unsupported,
+                "register CUDA memory with the socket backend",
+            )
+            .hint(
+                "sockets move host memory only (ptr_support = HOST); stage through host buffers",
+            ));
+        }
+        Ok(SocketMemHandle {
+            addr: data as usize,
+            size,
+        })
+    }
+
+    fn dereg_mr(&self, _mr: SocketMemHandle) -> Result<(), NetError> {
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &self,
+        comm: &mut SocketSendComm,
+        data: *const u8,
+        size: usize,
+        tag: u32,
+        _mr: &SocketMemHandle,
+    ) -> Result<Option<SocketRequest>, NetError> {
+        if data.is_null() && size > 0 {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!("isend of {size} bytes from a null pointer"),
+            ));
+        }
+        Ok(comm
+            .conn
+            .post_send(data as usize, size, tag)?
+            .map(|(slot, generation)| SocketRequest {
+                conn: Arc::clone(&comm.conn),
+                slot,
+                generation,
+            }))
+    }
+
+    unsafe fn irecv(
+        &self,
+        comm: &mut SocketRecvComm,
+        bufs: &[RecvBuffer<'_, SocketMemHandle>],
+    ) -> Result<Option<SocketRequest>, NetError> {
+        if let Some(b) = bufs.iter().find(|b| b.data.is_null() && b.size > 0) {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!("irecv of {} bytes into a null pointer", b.size),
+            ));
+        }
+        // post_recv rejects 0 or more than NET_MAX_RECVS buffers.
+        let raw: Vec<(usize, usize, u32)> = bufs
+            .iter()
+            .map(|b| (b.data as usize, b.size, b.tag))
+            .collect();
+        Ok(comm
+            .conn
+            .post_recv(&raw)?
+            .map(|(slot, generation)| SocketRequest {
+                conn: Arc::clone(&comm.conn),
+                slot,
+                generation,
+            }))
+    }
+
+    unsafe fn iflush(
+        &self,
+        _comm: &mut SocketRecvComm,
+        _bufs: &[RecvBuffer<'_, SocketMemHandle>],
+    ) -> Result<Option<SocketRequest>, NetError> {
+        // Host memory written by recv(2) is visible once the request completed.
+        Ok(None)
+    }
+
+    fn test(&self, request: &mut SocketRequest) -> Result<Option<Completion>, NetError> {
+        request.conn.test(request.slot, request.generation)
+    }
+
+    fn close_send(&self, comm: SocketSendComm) -> Result<(), NetError> {
+        drop(comm);
+        Ok(())
+    }
+
+    fn close_recv(&self, comm: SocketRecvComm) -> Result<(), NetError> {
+        drop(comm);
+        Ok(())
+    }
+
+    fn close_listen(&self, comm: SocketListenComm) -> Result<(), NetError> {
+        drop(comm);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<SocketConfig, NetError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        SocketConfig::from_lookup(&move |n| {
+            vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn defaults_and_nccl_names() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c, SocketConfig::default());
+        assert_eq!((c.threads, c.sockets_per_thread), (4, 1));
+        let c = config(&[
+            ("NCCL_SOCKET_IFNAME", "^docker"),
+            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+            ("NCCL_SOCKET_NTHREADS", "2"),
+            ("NCCL_NSOCKS_PERTHREAD", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.ifname.as_deref(), Some("^docker"));
+        assert_eq!(c.family, Some(Family::V6));
+        assert_eq!(c.data_sockets().unwrap(), 6);
+    }
+
+    #[test]
+    fn weft_names_win_and_bad_values_name_the_variable() {
+        let c = config(&[
+            ("WEFT_SOCKET_IFNAME", "=lo"),
+            ("NCCL_SOCKET_IFNAME", "eth"),
+            ("WEFT_SOCKET_NTHREADS", "8"),
+            ("NCCL_SOCKET_NTHREADS", "1"),
+            ("WEFT_SOCKET_CONNECT_TIMEOUT", "7"),
+        ])
+        .unwrap();
+        assert_eq!(c.ifname.as_deref(), Some("=lo"));
+        assert_eq!(c.threads, 8);
+        assert_eq!(c.connect_timeout, Duration::from_secs(7));
+        let e = config(&[("NCCL_SOCKET_NTHREADS", "17")]).unwrap_err();
+        assert!(e.to_string().contains("NCCL_SOCKET_NTHREADS=17"), "{e}");
+        let e = config(&[("NCCL_SOCKET_FAMILY", "AF_UNIX")]).unwrap_err();
+        assert!(e.to_string().contains("AF_INET or AF_INET6"), "{e}");
+        let e = config(&[
+            ("NCCL_SOCKET_NTHREADS", "16"),
+            ("NCCL_NSOCKS_PERTHREAD", "5"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("at most 64"), "{e}");
+    }
+}
