@@ -1,0 +1,324 @@
+//! Launch descriptors: what one collective call asks of the channels that run it.
+//!
+//! The host fills a `CollWork`, the kernel (or CPU executor) reads it. Enumerated fields are
+//! `u32` so that a corrupt or foreign value is an error from `validate`, not undefined
+//! behaviour.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::MAX_CHANNELS;
+use super::kinds::{Algorithm, CollKind, DataType, Protocol, RedOp};
+use crate::wire::ParseError;
+
+/// One collective call as the channels that run it see it.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct CollWork {
+    /// Address of the input buffer.
+    pub send_buff: u64,
+    /// Address of the output buffer (equal to `send_buff` for an in-place call).
+    pub recv_buff: u64,
+    /// Elements per rank, as the user passed it to the collective.
+    pub count: u64,
+    /// Operator argument: the divisor of `Avg` (nranks), as the bits of a `u64`; else 0.
+    pub red_op_arg: u64,
+    /// Bytes each channel moves per step of the ring program (a multiple of the element size).
+    pub chunk_size: u32,
+    /// Root rank of Broadcast and Reduce; ignored otherwise.
+    pub root: u32,
+    /// `CollKind`.
+    pub coll: u32,
+    /// `DataType`.
+    pub dtype: u32,
+    /// `RedOp`; ignored by collectives that do not reduce.
+    pub redop: u32,
+    /// `Algorithm`.
+    pub algorithm: u32,
+    /// `Protocol`.
+    pub protocol: u32,
+    /// First channel that runs this work.
+    pub channel_lo: u32,
+    /// Number of consecutive channels from `channel_lo`.
+    pub channel_count: u32,
+    /// FIFO steps per slice (the unit of one post).
+    pub slice_steps: u32,
+    /// FIFO steps per chunk (a multiple of `slice_steps`).
+    pub chunk_steps: u32,
+    /// Must be zero: room for a later field without changing the size.
+    pub reserved: u32,
+}
+
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<CollWork>() == 80);
+    assert!(align_of::<CollWork>() == 8);
+    assert!(offset_of!(CollWork, send_buff) == 0);
+    assert!(offset_of!(CollWork, recv_buff) == 8);
+    assert!(offset_of!(CollWork, count) == 16);
+    assert!(offset_of!(CollWork, red_op_arg) == 24);
+    assert!(offset_of!(CollWork, chunk_size) == 32);
+    assert!(offset_of!(CollWork, root) == 36);
+    assert!(offset_of!(CollWork, coll) == 40);
+    assert!(offset_of!(CollWork, dtype) == 44);
+    assert!(offset_of!(CollWork, redop) == 48);
+    assert!(offset_of!(CollWork, algorithm) == 52);
+    assert!(offset_of!(CollWork, protocol) == 56);
+    assert!(offset_of!(CollWork, channel_lo) == 60);
+    assert!(offset_of!(CollWork, channel_count) == 64);
+    assert!(offset_of!(CollWork, slice_steps) == 68);
+    assert!(offset_of!(CollWork, chunk_steps) == 72);
+    assert!(offset_of!(CollWork, reserved) == 76);
+};
+
+/// A `CollWork` whose enumerated fields were checked, in typed form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollSpec {
+    pub coll: CollKind,
+    pub dtype: DataType,
+    pub redop: RedOp,
+    pub algorithm: Algorithm,
+    pub protocol: Protocol,
+    /// `count * size_of_elem`, known not to overflow.
+    pub bytes: u64,
+}
+
+impl CollWork {
+    /// Checks every field a reader relies on and returns the typed values: known enum
+    /// values, a channel range inside `[0, MAX_CHANNELS)`, a root below `nranks` for rooted
+    /// collectives, a chunk that is a non-zero multiple of the element size, chunk steps a
+    /// multiple of slice steps, `reserved` zero, and a byte count that fits a `u64`.
+    pub fn validate(&self, nranks: u32) -> Result<CollSpec, ParseError> {
+        let coll = CollKind::try_from(self.coll)?;
+        let dtype = DataType::try_from(self.dtype)?;
+        let redop = RedOp::try_from(self.redop)?;
+        let algorithm = Algorithm::try_from(self.algorithm)?;
+        let protocol = Protocol::try_from(self.protocol)?;
+        let bad = |field, value: u32| ParseError::BadField {
+            field,
+            value: u64::from(value),
+        };
+        let channel_end = self
+            .channel_lo
+            .checked_add(self.channel_count)
+            .filter(|end| *end <= MAX_CHANNELS);
+        if self.channel_count == 0 || channel_end.is_none() {
+            return Err(bad("work channel_count", self.channel_count));
+        }
+        if coll.has_root() && self.root >= nranks {
+            return Err(bad("work root", self.root));
+        }
+        let elem = u32::try_from(dtype.size_of_elem()).unwrap_or(u32::MAX);
+        if self.chunk_size == 0 || self.chunk_size.checked_rem(elem) != Some(0) {
+            return Err(bad("work chunk_size", self.chunk_size));
+        }
+        if self.slice_steps == 0 || self.chunk_steps.checked_rem(self.slice_steps) != Some(0) {
+            return Err(bad("work slice_steps", self.slice_steps));
+        }
+        if self.chunk_steps == 0 {
+            return Err(bad("work chunk_steps", 0));
+        }
+        if self.reserved != 0 {
+            return Err(bad("work reserved", self.reserved));
+        }
+        let bytes = dtype.bytes_for(self.count).ok_or(ParseError::BadField {
+            field: "work count",
+            value: self.count,
+        })?;
+        Ok(CollSpec {
+            coll,
+            dtype,
+            redop,
+            algorithm,
+            protocol,
+            bytes,
+        })
+    }
+
+    /// Whether the output overwrites the input.
+    pub const fn in_place(&self) -> bool {
+        self.send_buff == self.recv_buff
+    }
+}
+
+/// What one kernel launch receives: where the communicator's device state is, and the work.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct KernelArgs {
+    /// Address of the communicator's `DevComm`.
+    pub comm: u64,
+    /// The collective to run.
+    pub work: CollWork,
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<KernelArgs>() == 88);
+    assert!(offset_of!(KernelArgs, comm) == 0);
+    assert!(offset_of!(KernelArgs, work) == 8);
+};
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all_reduce() -> CollWork {
+        CollWork {
+            send_buff: 0x7000_0000,
+            recv_buff: 0x7100_0000,
+            count: 1_000_003,
+            red_op_arg: 0,
+            chunk_size: 131_072 * 3,
+            root: 0,
+            coll: CollKind::AllReduce as u32,
+            dtype: DataType::Bfloat16 as u32,
+            redop: RedOp::Max as u32,
+            algorithm: Algorithm::Ring as u32,
+            protocol: Protocol::Simple as u32,
+            channel_lo: 5,
+            channel_count: 11,
+            slice_steps: 2,
+            chunk_steps: 4,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn valid_work_gives_typed_spec() {
+        let w = all_reduce();
+        assert_eq!(
+            w.validate(7),
+            Ok(CollSpec {
+                coll: CollKind::AllReduce,
+                dtype: DataType::Bfloat16,
+                redop: RedOp::Max,
+                algorithm: Algorithm::Ring,
+                protocol: Protocol::Simple,
+                bytes: 2_000_006,
+            })
+        );
+        assert!(!w.in_place());
+        assert!(
+            CollWork {
+                recv_buff: w.send_buff,
+                ..w
+            }
+            .in_place()
+        );
+        // The root is ignored by collectives without one.
+        assert!(CollWork { root: 99, ..w }.validate(7).is_ok());
+        let last = CollWork {
+            channel_lo: 63,
+            channel_count: 1,
+            ..w
+        };
+        assert!(last.validate(7).is_ok());
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let w = all_reduce();
+        let field = |w: CollWork| match w.validate(7) {
+            Err(ParseError::BadField { field, .. }) => field,
+            other => panic!("expected BadField, got {other:?}"),
+        };
+        assert_eq!(field(CollWork { coll: 8, ..w }), "collective");
+        assert_eq!(field(CollWork { dtype: 10, ..w }), "data type");
+        assert_eq!(field(CollWork { redop: 5, ..w }), "reduction op");
+        assert_eq!(field(CollWork { algorithm: 7, ..w }), "algorithm");
+        assert_eq!(field(CollWork { protocol: 3, ..w }), "protocol");
+        assert_eq!(
+            field(CollWork {
+                channel_count: 0,
+                ..w
+            }),
+            "work channel_count"
+        );
+        assert_eq!(
+            field(CollWork {
+                channel_lo: 60,
+                channel_count: 5,
+                ..w
+            }),
+            "work channel_count"
+        );
+        assert_eq!(
+            field(CollWork {
+                channel_lo: u32::MAX,
+                channel_count: 2,
+                ..w
+            }),
+            "work channel_count"
+        );
+        let bcast = CollWork {
+            coll: CollKind::Broadcast as u32,
+            root: 7,
+            ..w
+        };
+        assert_eq!(field(bcast), "work root");
+        assert!(CollWork { root: 6, ..bcast }.validate(7).is_ok());
+        assert_eq!(field(CollWork { chunk_size: 0, ..w }), "work chunk_size");
+        assert_eq!(
+            field(CollWork {
+                chunk_size: 131_071,
+                ..w
+            }),
+            "work chunk_size"
+        );
+        assert_eq!(
+            field(CollWork {
+                slice_steps: 0,
+                ..w
+            }),
+            "work slice_steps"
+        );
+        assert_eq!(
+            field(CollWork {
+                slice_steps: 3,
+                ..w
+            }),
+            "work slice_steps"
+        );
+        assert_eq!(
+            field(CollWork {
+                chunk_steps: 0,
+                ..w
+            }),
+            "work chunk_steps"
+        );
+        assert_eq!(field(CollWork { reserved: 1, ..w }), "work reserved");
+        assert_eq!(
+            field(CollWork {
+                count: u64::MAX,
+                ..w
+            }),
+            "work count"
+        );
+    }
+
+    proptest! {
+        /// Every field lands at its offset; validate never panics on any bytes.
+        #[test]
+        fn bytes_round_trip_and_validate_never_panics(
+            raw in proptest::collection::vec(any::<u8>(), 88),
+            nranks in any::<u32>(),
+        ) {
+            let args = KernelArgs::read_from_bytes(&raw).unwrap();
+            prop_assert_eq!(args.as_bytes(), &raw[..]);
+            let w = args.work;
+            prop_assert_eq!(args.comm, u64::from_ne_bytes(raw[0..8].try_into().unwrap()));
+            prop_assert_eq!(w.count, u64::from_ne_bytes(raw[24..32].try_into().unwrap()));
+            prop_assert_eq!(w.dtype, u32::from_ne_bytes(raw[52..56].try_into().unwrap()));
+            prop_assert_eq!(w.reserved, u32::from_ne_bytes(raw[84..88].try_into().unwrap()));
+            if let Ok(spec) = w.validate(nranks) {
+                prop_assert_eq!(spec.dtype as u32, w.dtype);
+                prop_assert_eq!(u128::from(spec.bytes),
+                    u128::from(w.count) * spec.dtype.size_of_elem() as u128);
+            }
+        }
+    }
+}
