@@ -2,6 +2,9 @@
 //!
 //! - [`bootstrap`]: unique id, root rendezvous, the ring of TCP sockets, all-gather, barrier.
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
+//! - [`conn`]: host FIFO connections (step/credit protocol over shared memory), ends and waits.
+//! - [`transport`]: the `Transport` trait (NCCL's `ncclTransport`), the SHM and NET transports.
+//! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 //! - [`exec`]: executors; [`exec::reduce`] holds the CPU executor's reduction kernels.
@@ -12,8 +15,14 @@
 pub mod bootstrap;
 pub mod capi;
 /// cbindgen:ignore
+pub mod conn;
+/// cbindgen:ignore
 pub mod exec;
 /// cbindgen:ignore
 pub mod launcher;
 /// cbindgen:ignore
 pub mod net;
+/// cbindgen:ignore
+pub mod proxy;
+/// cbindgen:ignore
+pub mod transport;

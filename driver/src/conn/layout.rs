@@ -1,0 +1,198 @@
+//! The bytes of one connection: a header of cache-line-separated counters, then the slots.
+//!
+//! ```text
+//! offset    0  ident: magic, version, slots, step_bytes      (written once, before sharing)
+//!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
+//!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
+//!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
+//!         512  state: closed/aborted bits, both pids          (either side, rarely)
+//!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
+//! ```
+//!
+//! Each counter sits alone in a 128-byte line: the sender polls `head` while the receiver
+//! writes it and the other way round for `tail`, and a counter sharing a line with the other
+//! side's counter would bounce that line on every post. 128 rather than 64 because x86's
+//! adjacent-line prefetcher pulls lines in pairs. The slots start on a page so that each is
+//! page-aligned whenever `step_bytes` is a multiple of 4096 (good for copies, and for
+//! registering the buffer with a NIC or the GPU later).
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+
+use weft_core::fifo::NCCL_STEPS;
+
+/// "weftFIFO" in ASCII: identifies connection memory (a peer mapping a file of something else
+/// sees a clear error instead of garbage counters).
+pub const FIFO_MAGIC: u64 = u64::from_be_bytes(*b"weftFIFO");
+/// Bumped whenever the header layout changes.
+pub const FIFO_VERSION: u64 = 1;
+/// Where slot 0 starts.
+pub const DATA_OFFSET: usize = 4096;
+/// Alignment of the whole region (the slots are page-aligned).
+pub const REGION_ALIGN: usize = 4096;
+
+/// Default bytes per step for host memory: 128 KiB, a 1 MiB ring of 8 slots.
+///
+/// NCCL's SIMPLE default (4 MiB buffer, 512 KiB steps) is sized for GPU copies over PCIe or
+/// NVLink. On the host, both sides copy with the CPU: a ring that fits in a core's L2 (2 MiB
+/// here; 1-2 MiB on current x86 servers) lets the receiver read what the sender just wrote
+/// from cache or L3 instead of DRAM, while 128 KiB per step keeps the per-step cost of the
+/// head/tail handshake (a few cache-line transfers, well under a microsecond) below 1% of the
+/// step's copy time. `examples/shm_bw.rs` measures the trade-off; see the report in
+/// docs/benchmarks.md.
+pub const DEFAULT_STEP_BYTES: usize = 128 * 1024;
+
+/// A 128-byte-aligned, 128-byte-padded cell, so that no two of them share a cache line pair.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub(crate) struct Line<T>(pub(crate) T);
+
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Ident {
+    pub(crate) magic: AtomicU64,
+    pub(crate) version: AtomicU64,
+    pub(crate) slots: AtomicU64,
+    pub(crate) step_bytes: AtomicU64,
+}
+
+/// Bits of [`State::flags`].
+pub(crate) mod flags {
+    pub(crate) const SENDER_CLOSED: u64 = 1;
+    pub(crate) const RECEIVER_CLOSED: u64 = 2;
+    pub(crate) const SENDER_ABORTED: u64 = 4;
+    pub(crate) const RECEIVER_ABORTED: u64 = 8;
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The abort/error word: `flags::*` bits, set with `fetch_or`, never cleared.
+    pub(crate) flags: AtomicU64,
+    /// The pids of both ends (0 = not attached yet), for dead-peer detection and diagnostics.
+    pub(crate) sender_pid: AtomicU32,
+    pub(crate) receiver_pid: AtomicU32,
+}
+
+/// The header at offset 0 of every connection's memory. Every field is an atomic: the memory
+/// is shared with another thread or process, and any bit pattern is a valid value, so a
+/// corrupt or hostile peer can produce wrong numbers (which the protocol checks) but never
+/// undefined behaviour on our side.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct FifoHeader {
+    pub(crate) ident: Line<Ident>,
+    pub(crate) head: Line<AtomicU64>,
+    pub(crate) tail: Line<AtomicU64>,
+    pub(crate) sizes: Line<[AtomicI64; NCCL_STEPS]>,
+    pub(crate) state: Line<State>,
+}
+
+const _: () = {
+    assert!(size_of::<FifoHeader>() == 5 * 128);
+    assert!(size_of::<FifoHeader>() <= DATA_OFFSET);
+    assert!(align_of::<FifoHeader>() <= REGION_ALIGN);
+    assert!(std::mem::offset_of!(FifoHeader, head) == 128);
+    assert!(std::mem::offset_of!(FifoHeader, tail) == 256);
+    assert!(std::mem::offset_of!(FifoHeader, sizes) == 384);
+    assert!(std::mem::offset_of!(FifoHeader, state) == 512);
+};
+
+/// A layout parameter out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayoutError {
+    pub field: &'static str,
+    pub value: u64,
+    pub rule: &'static str,
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bad FIFO buffer layout: {} = {} ({})",
+            self.field, self.value, self.rule
+        )
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+/// How many slots a connection has and how big each is: the size of its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FifoLayout {
+    slots: usize,
+    step_bytes: usize,
+}
+
+impl Default for FifoLayout {
+    fn default() -> Self {
+        FifoLayout {
+            slots: NCCL_STEPS,
+            step_bytes: DEFAULT_STEP_BYTES,
+        }
+    }
+}
+
+impl FifoLayout {
+    /// `slots`: a power of two up to [`NCCL_STEPS`]; `step_bytes`: a positive multiple of 64
+    /// (slots start on cache lines) with a whole ring under 4 GiB (sizes are 32-bit counts).
+    pub fn new(slots: usize, step_bytes: usize) -> Result<Self, LayoutError> {
+        let as_u64 = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        if !slots.is_power_of_two() || slots > NCCL_STEPS {
+            return Err(LayoutError {
+                field: "slots",
+                value: as_u64(slots),
+                rule: "a power of two up to 8",
+            });
+        }
+        let ring = step_bytes.checked_mul(slots);
+        if step_bytes == 0 || step_bytes % 64 != 0 || ring.is_none_or(|r| u32::try_from(r).is_err())
+        {
+            return Err(LayoutError {
+                field: "step_bytes",
+                value: as_u64(step_bytes),
+                rule: "a positive multiple of 64, with slots * step_bytes under 4 GiB",
+            });
+        }
+        Ok(FifoLayout { slots, step_bytes })
+    }
+
+    /// 8 slots sized from the environment: `WEFT_SHM_BUFFSIZE`, else NCCL's `NCCL_BUFFSIZE`
+    /// (both the whole ring in bytes, as in NCCL), rounded down to a multiple of 64 per
+    /// step; [`DEFAULT_STEP_BYTES`] when neither is set. A value that does not parse or is
+    /// out of range is an error naming the variable, never silently ignored.
+    pub fn from_env() -> Result<Self, LayoutError> {
+        for var in ["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"] {
+            if let Ok(text) = std::env::var(var) {
+                let bad = LayoutError {
+                    field: var,
+                    value: 0,
+                    rule: "bytes for the whole ring of 8 slots, e.g. 1048576",
+                };
+                let total: usize = text.trim().parse().map_err(|_| bad)?;
+                let step = (total / NCCL_STEPS) & !63;
+                return Self::new(NCCL_STEPS, step).map_err(|e| LayoutError {
+                    field: var,
+                    value: u64::try_from(total).unwrap_or(u64::MAX),
+                    rule: e.rule,
+                });
+            }
+        }
+        Ok(Self::default())
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    pub fn step_bytes(&self) -> usize {
+        self.step_bytes
+    }
+
+    /// Bytes of memory the connection needs: header page plus the ring. Cannot overflow:
+    /// `new` keeps the ring under 4 GiB.
+    pub fn total_bytes(&self) -> usize {
+        DATA_OFFSET.saturating_add(self.slots.saturating_mul(self.step_bytes))
+    }
+}
