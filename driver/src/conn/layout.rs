@@ -147,7 +147,9 @@ impl FifoLayout {
             });
         }
         let ring = step_bytes.checked_mul(slots);
-        if step_bytes == 0 || step_bytes % 64 != 0 || ring.is_none_or(|r| u32::try_from(r).is_err())
+        if step_bytes == 0
+            || !step_bytes.is_multiple_of(64)
+            || ring.is_none_or(|r| u32::try_from(r).is_err())
         {
             return Err(LayoutError {
                 field: "step_bytes",
