@@ -5,7 +5,8 @@
 //!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
 //!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
 //!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
-//!         512  state: closed/aborted bits, both pids          (either side, rarely)
+//!         512  state: closed/aborted bits, both pids and      (either side, rarely)
+//!                     pid namespaces
 //!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
 //! ```
 //!
@@ -72,7 +73,19 @@ pub(crate) struct State {
     /// The pids of both ends (0 = not attached yet), for dead-peer detection and diagnostics.
     pub(crate) sender_pid: AtomicU32,
     pub(crate) receiver_pid: AtomicU32,
+    /// The inode of each end's pid namespace: a pid is only checked from the same namespace
+    /// (containers sharing /dev/shm may have different ones).
+    pub(crate) sender_pidns: AtomicU64,
+    pub(crate) receiver_pidns: AtomicU64,
 }
+
+/// Where the receiver's pid namespace sits in the memory (for the stale-segment sweep, which
+/// reads it from a file without mapping it).
+pub const RECEIVER_PIDNS_OFFSET: usize =
+    std::mem::offset_of!(FifoHeader, state) + std::mem::offset_of!(State, receiver_pidns);
+/// Where the receiver's pid sits.
+pub const RECEIVER_PID_OFFSET: usize =
+    std::mem::offset_of!(FifoHeader, state) + std::mem::offset_of!(State, receiver_pid);
 
 /// The header at offset 0 of every connection's memory. Every field is an atomic: the memory
 /// is shared with another thread or process, and any bit pattern is a valid value, so a
@@ -96,6 +109,8 @@ const _: () = {
     assert!(std::mem::offset_of!(FifoHeader, tail) == 256);
     assert!(std::mem::offset_of!(FifoHeader, sizes) == 384);
     assert!(std::mem::offset_of!(FifoHeader, state) == 512);
+    assert!(RECEIVER_PID_OFFSET == 512 + 12);
+    assert!(RECEIVER_PIDNS_OFFSET == 512 + 24);
 };
 
 /// A layout parameter out of range.
@@ -147,7 +162,9 @@ impl FifoLayout {
             });
         }
         let ring = step_bytes.checked_mul(slots);
-        if step_bytes == 0 || step_bytes % 64 != 0 || ring.is_none_or(|r| u32::try_from(r).is_err())
+        if step_bytes == 0
+            || !step_bytes.is_multiple_of(64)
+            || ring.is_none_or(|r| u32::try_from(r).is_err())
         {
             return Err(LayoutError {
                 field: "step_bytes",
