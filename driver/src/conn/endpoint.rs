@@ -125,8 +125,11 @@ impl Side {
                     by: AbortSource::Peer,
                 });
             }
-            if let Some(value) = poll()? {
-                return Ok(value);
+            match poll() {
+                Ok(Some(value)) => return Ok(value),
+                Ok(None) => {}
+                // The two ends disagree: nothing good comes from the peer waiting on us.
+                Err(err) => return fail(err),
             }
             // Closing is normal after the last post: only an error when nothing is left.
             if seen & peer_closed != 0 {

@@ -35,12 +35,16 @@ pub const REGION_ALIGN: usize = 4096;
 /// Default bytes per step for host memory: 128 KiB, a 1 MiB ring of 8 slots.
 ///
 /// NCCL's SIMPLE default (4 MiB buffer, 512 KiB steps) is sized for GPU copies over PCIe or
-/// NVLink. On the host, both sides copy with the CPU: a ring that fits in a core's L2 (2 MiB
-/// here; 1-2 MiB on current x86 servers) lets the receiver read what the sender just wrote
-/// from cache or L3 instead of DRAM, while 128 KiB per step keeps the per-step cost of the
-/// head/tail handshake (a few cache-line transfers, well under a microsecond) below 1% of the
-/// step's copy time. `examples/shm_bw.rs` measures the trade-off; see the report in
-/// docs/benchmarks.md.
+/// NVLink. On the host both sides copy with the CPU, and two things favour a smaller ring:
+/// - cache: a 1 MiB ring fits a core's L2 (1-2 MiB on current x86 servers) and stays in L3,
+///   so the receiver reads what the sender just wrote from cache rather than DRAM, while
+///   128 KiB per step keeps the per-step head/tail handshake (a few cache-line transfers,
+///   under a microsecond) around 1% of the step's copy time;
+/// - /dev/shm: Docker's default is 64 MiB. Eight local ranks with four channels each hold
+///   32 connections: 32 MiB at 1 MiB each, but all 64 MiB at 2 MiB and 128+ MiB at NCCL's 4 MiB.
+///
+/// `examples/shm_bw.rs` measures the trade-off; larger steps gain a little bandwidth when the
+/// ranks have cores to themselves (set `WEFT_SHM_BUFFSIZE`).
 pub const DEFAULT_STEP_BYTES: usize = 128 * 1024;
 
 /// A 128-byte-aligned, 128-byte-padded cell, so that no two of them share a cache line pair.
