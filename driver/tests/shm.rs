@@ -121,7 +121,16 @@ fn child_role() {
     let mut stdin = std::io::stdin().lock();
     let mut line = String::new();
     let (seed, count) = (env_u64(SEED), env_u64(COUNT));
-    let code = if role == "send" {
+    let code = if role == "idle" {
+        // Connects as the sender, then posts nothing until the parent closes our stdin.
+        let (setup, blob) = shm.send_setup(spec).unwrap();
+        println!("BLOB {}", hex(&blob));
+        stdin.read_line(&mut line).unwrap();
+        let _send = shm.send_connect(setup, &unhex(line.trim())).unwrap();
+        println!("\nCONNECTED");
+        let _ = stdin.read_line(&mut line);
+        0
+    } else if role == "send" {
         let (setup, blob) = shm.send_setup(spec).unwrap();
         println!("BLOB {}", hex(&blob));
         stdin.read_line(&mut line).unwrap();
@@ -185,6 +194,18 @@ impl Peer {
             if let Some((_, hex)) = line.split_once("BLOB ") {
                 return unhex(hex.trim());
             }
+        }
+    }
+
+    fn wait_for_line(&mut self, marker: &str) {
+        let mut line = String::new();
+        while !line.contains(marker) {
+            line.clear();
+            assert_ne!(
+                self.stdout.read_line(&mut line).unwrap(),
+                0,
+                "child ended before {marker}"
+            );
         }
     }
 
@@ -388,6 +409,34 @@ fn sweep_removes_segments_of_dead_creators_only() {
     peer.child.wait().unwrap();
     assert!(!left[0].exists(), "segment of a dead process kept");
     assert!(decoy_kept);
+}
+
+/// A live sender that posts nothing: the receiver's wait ends at the deadline with an error
+/// naming the transport, both ranks, the channel and the variable to raise.
+#[test]
+fn an_idle_peer_ends_in_a_timeout_naming_the_connection() {
+    let shm = transport(4096, Duration::from_millis(300));
+    let mut peer = Peer::spawn("idle", 4096, 0, 0, 0);
+    let (setup, blob) = shm.recv_setup(spec()).unwrap();
+    peer.give_blob(&blob);
+    let mut recv = shm.recv_connect(setup, &peer.blob()).unwrap();
+    peer.wait_for_line("CONNECTED"); // the child has mapped the segment
+    let start = Instant::now();
+    let err = recv.acquire().map(|_| ()).unwrap_err();
+    let waited = start.elapsed();
+    drop(peer.child.stdin.take());
+    assert!(peer.child.wait().unwrap().success());
+    assert!(matches!(err, ConnError::Timeout { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("SHM recv connection rank 1 -> rank 0, channel 2: timed out"),
+        "{text}"
+    );
+    assert!(text.contains("WEFT_CONN_TIMEOUT"), "{text}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
 }
 
 /// A /dev/shm too small for the segment: a clear error with both sizes and the docker hint.
