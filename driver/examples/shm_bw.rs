@@ -7,6 +7,7 @@
 //! cargo run --release -p weft-driver --example shm_bw -- [MiB per run] [step KiB ...]
 //! ```
 //! Defaults: 1024 MiB per run, steps of 16, 32, 64, 128, 256 and 512 KiB (8 slots each).
+//! Last, an 8-byte ping-pong over two connections gives the one-way latency.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -56,6 +57,86 @@ fn sender(step: usize, slices: u64) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The ping-pong partner: receives on connection B, echoes on connection A.
+fn echo(rounds: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let shm = transport(4096)?;
+    let a = ConnSpec {
+        rank: 1,
+        peer: 0,
+        channel: 0,
+    };
+    let b = ConnSpec {
+        rank: 1,
+        peer: 0,
+        channel: 1,
+    };
+    let (send_setup, _) = shm.send_setup(a)?;
+    let (recv_setup, blob) = shm.recv_setup(b)?;
+    println!("\nBLOB {}", hex(&blob));
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let mut send = shm.send_connect(send_setup, &unhex(line.trim()))?;
+    let mut recv = shm.recv_connect(recv_setup, &[])?;
+    let mut buf = [0u8; 8];
+    for _ in 0..rounds {
+        let got = recv.recv_into(&mut buf)?;
+        send.send(&buf[..got])?;
+    }
+    Ok(())
+}
+
+/// Median one-way latency of 8-byte messages, in microseconds.
+fn latency(rounds: u64) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ROLE, format!("echo {rounds}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let shm = transport(4096)?;
+    let a = ConnSpec {
+        rank: 0,
+        peer: 1,
+        channel: 0,
+    };
+    let b = ConnSpec {
+        rank: 0,
+        peer: 1,
+        channel: 1,
+    };
+    let (recv_setup, blob) = shm.recv_setup(a)?;
+    let (send_setup, _) = shm.send_setup(b)?;
+    let stdin = child.stdin.as_mut().ok_or("no child stdin")?;
+    writeln!(stdin, "{}", hex(&blob))?;
+    stdin.flush()?;
+    let mut out = std::io::BufReader::new(child.stdout.take().ok_or("no child stdout")?);
+    let mut line = String::new();
+    let peer_blob = loop {
+        line.clear();
+        if out.read_line(&mut line)? == 0 {
+            return Err("echo process ended without its connect info".into());
+        }
+        if let Some((_, hex)) = line.split_once("BLOB ") {
+            break unhex(hex.trim());
+        }
+    };
+    let mut send = shm.send_connect(send_setup, &peer_blob)?;
+    let mut recv = shm.recv_connect(recv_setup, &[])?;
+    let mut buf = [0u8; 8];
+    let mut times = Vec::with_capacity(rounds as usize);
+    for i in 0..rounds {
+        let start = Instant::now();
+        send.send(&i.to_le_bytes())?;
+        recv.recv_into(&mut buf)?;
+        times.push(start.elapsed());
+        if u64::from_le_bytes(buf) != i {
+            return Err(format!("round {i}: echo returned {}", u64::from_le_bytes(buf)).into());
+        }
+    }
+    child.wait()?;
+    times.sort();
+    Ok(times[times.len() / 2].as_secs_f64() * 1e6 / 2.0)
+}
+
 /// One run: returns GB/s seen by the receiver (first byte to last byte).
 fn run(step: usize, total: u64) -> Result<f64, Box<dyn std::error::Error>> {
     let slices = total / step as u64;
@@ -97,6 +178,9 @@ fn run(step: usize, total: u64) -> Result<f64, Box<dyn std::error::Error>> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(role) = std::env::var(ROLE) {
+        if let Some(rounds) = role.strip_prefix("echo ") {
+            return echo(rounds.parse()?);
+        }
         let mut it = role.split(' ').map(|v| v.parse::<u64>());
         let (Some(Ok(step)), Some(Ok(slices))) = (it.next(), it.next()) else {
             return Err(format!("bad {ROLE}={role}").into());
@@ -123,5 +207,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let gbs = run(step, total)?;
         println!("{:>7} KiB {:>6} KiB {gbs:>8.2}", kib, kib * 8);
     }
+    println!(
+        "# 8-byte one-way latency (median of 20000 round trips / 2): {:.2} us",
+        latency(20000)?
+    );
     Ok(())
 }

@@ -93,8 +93,9 @@ impl Side {
     }
 
     /// Polls until `poll` yields, an abort is seen, the peer closes or dies, or the deadline
-    /// passes. `counters` gives (our step, peer's counter) for the timeout message. Every
-    /// failure also raises this end's abort bit: the peer stops waiting on us promptly.
+    /// passes. `counters` gives (our step, peer's counter) for the timeout message. A failure
+    /// of ours (timeout, local abort, dead peer, protocol error) also raises this end's abort
+    /// bit, so the peer stops waiting on us promptly.
     fn wait<T>(
         &self,
         waiting_for: WaitFor,
