@@ -86,7 +86,8 @@ def header(opts, torch):
         f"# gloo_allreduce: nranks {opts.ranks} minBytes {opts.min_bytes} maxBytes {opts.max_bytes} "
         f"step: {opts.factor}(factor) warmup iters: {opts.warmup} iters: {opts.iters} validation: 1",
         f"# torch {torch.__version__}, backend gloo, host memory (GLOO_SOCKET_IFNAME="
-        f"{os.environ['GLOO_SOCKET_IFNAME']}); out-of-place = copy + all_reduce",
+        f"{os.environ['GLOO_SOCKET_IFNAME']}), {opts.threads} torch thread(s) per rank; "
+        "out-of-place = copy + all_reduce",
         "#",
         "#" + f"{'out-of-place':>74}{'in-place':>31}",
         line(cols),
@@ -111,6 +112,9 @@ def rank_main(rank, opts, rendezvous, total_wrong):
     import torch
     import torch.distributed as dist
 
+    # Gloo reduces on its own threads; torch's intra-op pool only serves the copy and the check,
+    # and N ranks x (cores) spinning OpenMP threads would slow those and disturb Gloo's.
+    torch.set_num_threads(opts.threads)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=opts.ranks, timeout=timedelta(seconds=opts.timeout))
     n = opts.ranks
@@ -175,12 +179,14 @@ def main():
     parser.add_argument("-f", dest="factor", type=int, default=2)
     parser.add_argument("-n", "--iters", dest="iters", type=int, default=20)
     parser.add_argument("-w", "--warmup", dest="warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads per rank, for the copy and the check (default 1)")
     parser.add_argument("--timeout", type=int, default=600,
                         help="seconds before the whole run is stopped (default 600)")
     opts = parser.parse_args()
-    if opts.ranks < 1 or opts.factor < 2 or opts.iters < 1 or opts.warmup < 0 or \
+    if opts.ranks < 1 or opts.threads < 1 or opts.factor < 2 or opts.iters < 1 or opts.warmup < 0 or \
             opts.min_bytes < 4 or opts.max_bytes < opts.min_bytes:
-        parser.error("need ranks >= 1, factor >= 2, iters >= 1, warmup >= 0, 4 <= MIN <= MAX")
+        parser.error("need ranks >= 1, threads >= 1, factor >= 2, iters >= 1, warmup >= 0, 4 <= MIN <= MAX")
 
     ctx = mp.get_context("spawn")
     total_wrong = ctx.Value("q", 0)

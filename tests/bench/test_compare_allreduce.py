@@ -1,5 +1,6 @@
 """Tests of bench/compare_allreduce.py on hand-written nccl-tests-style samples, and (where
-mpicc and mpirun exist) of bench/mpi_allreduce.c end to end on sizes that are not powers of two.
+mpicc and mpirun exist) of bench/mpi_allreduce.c and (where torch imports) bench/gloo_allreduce.py
+end to end on sizes that are not powers of two.
 
     python3 -m unittest discover -s tests/bench -v
 """
@@ -109,6 +110,24 @@ class MpiAllreduceTest(unittest.TestCase):
             self.assertEqual((row.oop[3], row.ip[3]), ("0", "0"))
             # busbw = algbw * 2(n-1)/n with n = 3, within the printing's rounding.
             self.assertAlmostEqual(row.oop[2], row.oop[1] * 4 / 3, delta=0.011)
+        self.assertIn("# Out of bounds values : 0 OK", run.stdout)
+
+
+def torch_imports():
+    return subprocess.run([sys.executable, "-c", "import torch.distributed"], capture_output=True).returncode == 0
+
+
+@unittest.skipUnless(torch_imports(), "torch does not import with this python")
+class GlooAllreduceTest(unittest.TestCase):
+    def test_every_size_checked_and_parsed(self):
+        run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gloo_allreduce.py"), "--ranks", "3",
+                              "-b", "12", "-e", "30000", "-f", "3", "-n", "2", "-w", "1", "--timeout", "300"],
+                             capture_output=True, text=True, timeout=360)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        rows = cmp.parse(run.stdout)
+        self.assertEqual(sorted(rows), [12, 36, 108, 324, 972, 2916, 8748, 26244])
+        for size, row in rows.items():
+            self.assertEqual((row.count, row.oop[3], row.ip[3]), (size // 4, "0", "0"))
         self.assertIn("# Out of bounds values : 0 OK", run.stdout)
 
 
