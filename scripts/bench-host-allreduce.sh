@@ -124,5 +124,5 @@ fi
 
 [ ${#COMPARE[@]} -gt 0 ] || die "nothing was run (--no-weft --no-mpi and no Gloo)" 2
 echo
-echo "== all-reduce, $RANKS ranks, host memory, float sum, $ITERS iterations ($(hostname), $(nproc) cores)"
+echo "== all-reduce, $RANKS ranks, host memory, float sum, $ITERS iterations ($(uname -n), $(nproc) cores)"
 python3 "$ROOT/bench/compare_allreduce.py" "${COMPARE[@]}" | tee "$OUT/table.txt"

@@ -22,5 +22,5 @@ export CUDA_VISIBLE_DEVICES=""
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python3 -c 'import torch' 2>/dev/null \
     || { echo "gpu-host-allreduce: 'import torch' fails with $(command -v python3): Gloo cannot run" >&2; exit 2; }
-echo "gpu-host-allreduce: $(hostname), $(nproc) cores, $(python3 -c 'import torch; print("torch", torch.__version__)')"
+echo "gpu-host-allreduce: $(uname -n), $(nproc) cores, $(python3 -c 'import torch; print("torch", torch.__version__)')"
 exec "$ROOT/scripts/bench-host-allreduce.sh" --no-mpi --gloo "$@"
