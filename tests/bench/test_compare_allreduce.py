@@ -37,6 +37,15 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(big.ip, (9800.0, 6.85, 10.27, "0"))
         self.assertEqual(rows[1024].ip[3], "N/A")
 
+    def test_reads_a_real_weft_perf_output(self):
+        # Captured from `weft perf` itself, so the parser follows the real format, header included.
+        rows = cmp.parse(read("weft-perf-comm-d35faee.txt"))
+        self.assertEqual(sorted(rows), [8 << i for i in range(24)])
+        for size, row in rows.items():
+            self.assertEqual((row.count, row.type, row.redop), (size // 4, "float", "sum"))
+            self.assertEqual((row.oop[3], row.ip[3]), ("0", "0"))
+        self.assertEqual(rows[67108864].oop, (23099.0, 2.91, 4.36, "0"))
+
     def test_load_picks_out_of_place_or_in_place_time_and_busbw(self):
         self.assertEqual(cmp.load("weft", sample("sample-weft-perf.txt"), "oop")[1048576], (350.0, 4.49))
         self.assertEqual(cmp.load("gloo", sample("sample-gloo.txt"), "ip")[67108864], (32500.0, 3.10))
