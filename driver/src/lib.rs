@@ -2,10 +2,10 @@
 //!
 //! - [`bootstrap`]: unique id, root rendezvous, the ring of TCP sockets, all-gather, barrier.
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
-//! - [`conn`]: host FIFO connections (shared header, slots, waits with deadlines).
-//! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
-//! - [`transport`]: how connections are built; [`transport::net`] over a `Net` backend.
+//! - [`conn`]: host FIFO connections (step/credit protocol over shared memory), ends and waits.
+//! - [`transport`]: the `Transport` trait (NCCL's `ncclTransport`), the SHM and NET transports.
 //! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
+//! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`comm`]: the communicator: init (bootstrap, peers, rings, connections) and collectives.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.

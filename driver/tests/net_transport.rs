@@ -848,3 +848,32 @@ fn through_the_transport_trait() {
     reader.join().unwrap().unwrap();
     t0.free_send(send);
 }
+
+#[test]
+fn stopped_peer_process_ends_in_the_wait_deadline() {
+    // A SIGSTOPped peer keeps its sockets open (the kernel still acknowledges), so only the
+    // executor's deadline can end the wait: it must, naming the peer.
+    let t0 = transport(STEP, Duration::from_millis(1500), AbortFlag::new());
+    let (mut child, send, mut recv) = parent_connect(&t0, "stream");
+    let mut out = vec![0u8; STEP];
+    for _ in 0..20 {
+        recv.recv_into(&mut out).unwrap();
+    }
+    let pid = child.child.id() as libc::pid_t;
+    // SAFETY: signalling our own child process by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let started = Instant::now();
+    let err = loop {
+        match recv.recv_into(&mut out) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    let waited = started.elapsed();
+    child.child.kill().unwrap();
+    child.child.wait().unwrap();
+    assert!(matches!(err, ConnError::Timeout { .. }), "{err}");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_names_rank_1(&err);
+    drop(send);
+}

@@ -23,7 +23,7 @@ use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice, StepReceiver,
 use super::error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 use super::layout::flags;
 use super::region::FifoRegion;
-use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, process_alive};
+use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive};
 
 /// How an end waits and when it gives up: the deadline policy, the communicator's abort
 /// flag, and the peer's pid for dead-peer detection (`None`: take it from the connection
@@ -65,15 +65,19 @@ impl Side {
         }
     }
 
+    /// The peer's pid to watch: the waiter's, else the header's when the peer recorded one
+    /// from our pid namespace (a pid from another namespace names some other process here).
     fn peer_pid(&self) -> Option<u32> {
+        if self.waiter.peer_pid.is_some() {
+            return self.waiter.peer_pid;
+        }
         let state = &self.region.header().state.0;
-        let from_header = match self.conn.dir {
-            Direction::Send => state.receiver_pid.load(Ordering::Relaxed),
-            Direction::Recv => state.sender_pid.load(Ordering::Relaxed),
+        let (pid, pidns) = match self.conn.dir {
+            Direction::Send => (&state.receiver_pid, &state.receiver_pidns),
+            Direction::Recv => (&state.sender_pid, &state.sender_pidns),
         };
-        self.waiter
-            .peer_pid
-            .or((from_header != 0).then_some(from_header))
+        let pid = pid.load(Ordering::Relaxed);
+        (pid != 0 && pidns.load(Ordering::Relaxed) == pid_namespace()).then_some(pid)
     }
 
     /// Marks this end aborted in the shared word, so the peer's waits end too.
@@ -89,8 +93,9 @@ impl Side {
     }
 
     /// Polls until `poll` yields, an abort is seen, the peer closes or dies, or the deadline
-    /// passes. `counters` gives (our step, peer's counter) for the timeout message. Every
-    /// failure also raises this end's abort bit: the peer stops waiting on us promptly.
+    /// passes. `counters` gives (our step, peer's counter) for the timeout message. A failure
+    /// of ours (timeout, local abort, dead peer, protocol error) also raises this end's abort
+    /// bit, so the peer stops waiting on us promptly.
     fn wait<T>(
         &self,
         waiting_for: WaitFor,
@@ -124,8 +129,11 @@ impl Side {
                     },
                 });
             }
-            if let Some(value) = poll()? {
-                return Ok(value);
+            match poll() {
+                Ok(Some(value)) => return Ok(value),
+                Ok(None) => {}
+                // The two ends disagree: nothing good comes from the peer waiting on us.
+                Err(err) => return fail(err),
             }
             // Closing is normal after the last post: only an error when nothing is left.
             if seen & peer_closed != 0 {
@@ -198,13 +206,7 @@ pub struct SendSlot<'a> {
 impl FifoSendEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
-        let pid = std::process::id();
-        region
-            .header()
-            .state
-            .0
-            .sender_pid
-            .store(pid, Ordering::Relaxed);
+        region.record_owner(Direction::Send);
         FifoSendEnd {
             side: Side {
                 region,
@@ -401,13 +403,7 @@ pub struct RecvSlot<'a> {
 impl FifoRecvEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
-        let pid = std::process::id();
-        region
-            .header()
-            .state
-            .0
-            .receiver_pid
-            .store(pid, Ordering::Relaxed);
+        region.record_owner(Direction::Recv);
         FifoRecvEnd {
             side: Side {
                 region,

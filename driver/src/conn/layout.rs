@@ -5,7 +5,8 @@
 //!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
 //!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
 //!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
-//!         512  state: closed/aborted bits, both pids          (either side, rarely)
+//!         512  state: closed/aborted bits, both pids and      (either side, rarely)
+//!                     pid namespaces
 //!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
 //! ```
 //!
@@ -34,12 +35,16 @@ pub const REGION_ALIGN: usize = 4096;
 /// Default bytes per step for host memory: 128 KiB, a 1 MiB ring of 8 slots.
 ///
 /// NCCL's SIMPLE default (4 MiB buffer, 512 KiB steps) is sized for GPU copies over PCIe or
-/// NVLink. On the host, both sides copy with the CPU: a ring that fits in a core's L2 (2 MiB
-/// here; 1-2 MiB on current x86 servers) lets the receiver read what the sender just wrote
-/// from cache or L3 instead of DRAM, while 128 KiB per step keeps the per-step cost of the
-/// head/tail handshake (a few cache-line transfers, well under a microsecond) below 1% of the
-/// step's copy time. `examples/shm_bw.rs` measures the trade-off; see the report in
-/// docs/benchmarks.md.
+/// NVLink. On the host both sides copy with the CPU, and two things favour a smaller ring:
+/// - cache: a 1 MiB ring fits a core's L2 (1-2 MiB on current x86 servers) and stays in L3,
+///   so the receiver reads what the sender just wrote from cache rather than DRAM, while
+///   128 KiB per step keeps the per-step head/tail handshake (a few cache-line transfers,
+///   under a microsecond) around 1% of the step's copy time;
+/// - /dev/shm: Docker's default is 64 MiB. Eight local ranks with four channels each hold
+///   32 connections: 32 MiB at 1 MiB each, but all 64 MiB at 2 MiB and 128+ MiB at NCCL's 4 MiB.
+///
+/// `examples/shm_bw.rs` measures the trade-off; larger steps gain a little bandwidth when the
+/// ranks have cores to themselves (set `WEFT_SHM_BUFFSIZE`).
 pub const DEFAULT_STEP_BYTES: usize = 128 * 1024;
 
 /// A 128-byte-aligned, 128-byte-padded cell, so that no two of them share a cache line pair.
@@ -72,7 +77,19 @@ pub(crate) struct State {
     /// The pids of both ends (0 = not attached yet), for dead-peer detection and diagnostics.
     pub(crate) sender_pid: AtomicU32,
     pub(crate) receiver_pid: AtomicU32,
+    /// The inode of each end's pid namespace: a pid is only checked from the same namespace
+    /// (containers sharing /dev/shm may have different ones).
+    pub(crate) sender_pidns: AtomicU64,
+    pub(crate) receiver_pidns: AtomicU64,
 }
+
+/// Where the receiver's pid namespace sits in the memory (for the stale-segment sweep, which
+/// reads it from a file without mapping it).
+pub const RECEIVER_PIDNS_OFFSET: usize =
+    std::mem::offset_of!(FifoHeader, state) + std::mem::offset_of!(State, receiver_pidns);
+/// Where the receiver's pid sits.
+pub const RECEIVER_PID_OFFSET: usize =
+    std::mem::offset_of!(FifoHeader, state) + std::mem::offset_of!(State, receiver_pid);
 
 /// The header at offset 0 of every connection's memory. Every field is an atomic: the memory
 /// is shared with another thread or process, and any bit pattern is a valid value, so a
@@ -96,6 +113,8 @@ const _: () = {
     assert!(std::mem::offset_of!(FifoHeader, tail) == 256);
     assert!(std::mem::offset_of!(FifoHeader, sizes) == 384);
     assert!(std::mem::offset_of!(FifoHeader, state) == 512);
+    assert!(RECEIVER_PID_OFFSET == 512 + 12);
+    assert!(RECEIVER_PIDNS_OFFSET == 512 + 24);
 };
 
 /// A layout parameter out of range.
@@ -147,7 +166,9 @@ impl FifoLayout {
             });
         }
         let ring = step_bytes.checked_mul(slots);
-        if step_bytes == 0 || step_bytes % 64 != 0 || ring.is_none_or(|r| u32::try_from(r).is_err())
+        if step_bytes == 0
+            || !step_bytes.is_multiple_of(64)
+            || ring.is_none_or(|r| u32::try_from(r).is_err())
         {
             return Err(LayoutError {
                 field: "step_bytes",

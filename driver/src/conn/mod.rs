@@ -12,6 +12,28 @@
 //! `try_acquire` never blocks (for a proxy thread that polls many connections). Blocking waits
 //! end on data, on the shared [`AbortFlag`], on the peer closing, aborting or dying, or on the
 //! [`WaitPolicy`] deadline, each with a [`ConnError`] that names the connection.
+//!
+//! ```
+//! use weft::conn::{ConnId, Direction, FifoLayout, Waiter, local_pair};
+//!
+//! let conn = ConnId { transport: "local", rank: 0, peer: 1, channel: 0, dir: Direction::Send };
+//! let (mut send, mut recv) = local_pair(FifoLayout::default(), conn, Waiter::default())?;
+//! let producer = std::thread::spawn(move || -> Result<(), weft::conn::ConnError> {
+//!     for i in 0..100u32 {
+//!         let mut slot = send.acquire()?; // waits for credit
+//!         slot.buf()[..4].copy_from_slice(&i.to_le_bytes());
+//!         slot.post(4)?; // size, then tail (Release)
+//!     }
+//!     Ok(())
+//! });
+//! for i in 0..100u32 {
+//!     let slot = recv.acquire()?; // waits for data (tail, Acquire)
+//!     assert_eq!(slot.data(), &i.to_le_bytes()[..]);
+//!     slot.release()?; // credit back (head, Release)
+//! }
+//! producer.join().unwrap()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod endpoint;
 mod error;
@@ -28,7 +50,7 @@ pub use error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 pub use layout::{DEFAULT_STEP_BYTES, FifoLayout, LayoutError};
 pub use memory::{FifoMemory, HeapMemory};
 pub use region::FifoRegion;
-pub use wait::{AbortFlag, DEFAULT_TIMEOUT, TIMEOUT_ENV, WaitPolicy, process_alive};
+pub use wait::{AbortFlag, DEFAULT_TIMEOUT, TIMEOUT_ENV, WaitPolicy, pid_namespace, process_alive};
 
 /// A connection inside this process: both ends over one heap region (the NET transport's
 /// executor/proxy pair, and tests). Both ends share `waiter`'s policy and abort flag.

@@ -11,6 +11,7 @@ use super::layout::{
     DATA_OFFSET, FIFO_MAGIC, FIFO_VERSION, FifoHeader, FifoLayout, LayoutError, REGION_ALIGN,
 };
 use super::memory::{FifoMemory, HeapMemory};
+use super::wait::pid_namespace;
 
 /// A connection's memory whose header holds a valid FIFO of a known layout. Cloning shares
 /// the memory (one clone per end); the memory is freed or unmapped when the last clone goes.
@@ -60,6 +61,8 @@ impl FifoRegion {
         header.state.0.flags.store(0, Ordering::Relaxed);
         header.state.0.sender_pid.store(0, Ordering::Relaxed);
         header.state.0.receiver_pid.store(0, Ordering::Relaxed);
+        header.state.0.sender_pidns.store(0, Ordering::Relaxed);
+        header.state.0.receiver_pidns.store(0, Ordering::Relaxed);
         // Release: a peer that reads the magic with Acquire sees the whole header above.
         ident.magic.store(FIFO_MAGIC, Ordering::Release);
         Ok(region)
@@ -168,6 +171,20 @@ impl FifoRegion {
             },
             waiter,
         )
+    }
+
+    /// Records this process as the connection's sender or receiver (pid and pid namespace),
+    /// so the peer can tell when it dies. The ends do this when they are made; a creator may
+    /// do it earlier, so that a peer that connects first can already watch it.
+    pub fn record_owner(&self, dir: Direction) {
+        let state = &self.header().state.0;
+        let (pid, pidns) = match dir {
+            Direction::Send => (&state.sender_pid, &state.sender_pidns),
+            Direction::Recv => (&state.receiver_pid, &state.receiver_pidns),
+        };
+        // Relaxed: read only by liveness checks, which tolerate a late or missing value.
+        pidns.store(pid_namespace(), Ordering::Relaxed);
+        pid.store(std::process::id(), Ordering::Relaxed);
     }
 
     pub(crate) fn header(&self) -> &FifoHeader {

@@ -110,6 +110,19 @@ fn fast_sender_waits_for_a_slow_receiver() {
     stream(layout, FifoGeometry::P2P, 400, 3, 7);
 }
 
+/// Twelve busy threads on a machine of a few cores: the spin/yield/sleep backoff lets every
+/// pair progress (a waiter that only spun would starve the peer sharing its core).
+#[test]
+fn oversubscribed_pairs_all_finish() {
+    let layout = FifoLayout::new(8, 1088).unwrap();
+    let pairs: Vec<_> = (0..6)
+        .map(|seed| std::thread::spawn(move || stream(layout, FifoGeometry::P2P, 700, seed, 0)))
+        .collect();
+    for pair in pairs {
+        pair.join().unwrap();
+    }
+}
+
 #[test]
 fn sender_gets_no_ninth_slot_until_one_is_released() {
     let (mut send, mut recv) = local_pair(

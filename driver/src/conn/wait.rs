@@ -158,6 +158,14 @@ impl Backoff {
     }
 }
 
+/// The inode of this process's pid namespace (0 if /proc does not say): two pids are only
+/// comparable when their namespaces match.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino()))
+}
+
 /// Whether process `pid` still exists and is not a zombie. A zombie counts as dead: a rank
 /// whose parent (the launcher) has not reaped it yet will never post again. Our own pid is
 /// always alive; a process we may not signal (EPERM) exists.

@@ -15,8 +15,7 @@
 pub mod net;
 pub mod shm;
 
-use std::hash::Hasher;
-
+use crate::bootstrap::identity;
 use crate::conn::{FifoRecvEnd, FifoSendEnd};
 
 /// What a transport needs to know about a rank to decide whether it can reach it. The
@@ -24,7 +23,7 @@ use crate::conn::{FifoRecvEnd, FifoSendEnd};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerInfo {
     pub rank: u32,
-    /// Same value on ranks of one host (and one boot): hostname and kernel boot id, hashed.
+    /// Same value on ranks of one host (`bootstrap::identity::host_hash`).
     pub host_hash: u64,
     pub pid: u32,
     /// Device number of /dev/shm: ranks in different containers on one host see different
@@ -37,43 +36,9 @@ impl PeerInfo {
     pub fn local(rank: u32) -> Self {
         PeerInfo {
             rank,
-            host_hash: host_hash(),
+            host_hash: identity::host_hash(),
             pid: std::process::id(),
-            shm_dev: shm::dev_of(std::path::Path::new(shm::DEFAULT_DIR)).unwrap_or(0),
-        }
-    }
-}
-
-/// FNV-1a of the hostname and the boot id, as NCCL's `getHostHash` (which also honours
-/// `NCCL_HOSTID`; so do we).
-pub fn host_hash() -> u64 {
-    let mut hasher = Fnv1a::default();
-    if let Ok(id) = std::env::var("NCCL_HOSTID") {
-        hasher.write(id.as_bytes());
-        return hasher.finish();
-    }
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    hasher.write(read("/proc/sys/kernel/hostname").trim().as_bytes());
-    hasher.write(read("/proc/sys/kernel/random/boot_id").trim().as_bytes());
-    hasher.finish()
-}
-
-#[derive(Debug)]
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv1a {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+            shm_dev: identity::shm_dev(),
         }
     }
 }

@@ -1,14 +1,19 @@
 //! SHM: two processes on one host share a connection's FIFO through a file in /dev/shm.
 //!
 //! The receiver creates the segment (`recv_setup`): a file named
-//! `weft-<random>-<pidns>-<pid>-c<channel>-p<peer>` in /dev/shm (or `WEFT_SHM_DIR`), space
+//! `weft-<segment id>-c<channel>-<sender>to<receiver>` in /dev/shm (or `WEFT_SHM_DIR`), space
 //! reserved with `posix_fallocate` (so a full /dev/shm is a clear error now, not a SIGBUS
-//! mid-collective), mapped, and initialised as a [`FifoRegion`]. Its name and size travel
-//! to the sender in the connect info; the sender maps it (`send_connect`) and unlinks the
+//! mid-collective), mapped, and initialised as a [`FifoRegion`]. The segment id (creator pid
+//! in the high 32 bits, random low bits) and the size travel to the sender in
+//! `weft_core::wire::connect::ShmConnectInfo`; the sender derives the same name from the id
+//! and its own `ConnSpec`, maps it (`send_connect`) and unlinks the
 //! name at once: from then on the segment exists only as two mappings and disappears with
 //! the processes, however they end. Should the sender never come, the receiver unlinks the
 //! name when its end is dropped, and a later process sweeps names whose creator is dead
 //! ([`sweep_stale_segments`], run once per process before the first segment is created).
+//!
+//! The sender's connect info is empty: the receiver learns the sender's pid from the
+//! segment's header once the sender has mapped it.
 //!
 //! File descriptors cannot cross processes without SCM_RIGHTS over a unix socket, which the
 //! bootstrap does not have; a name in a tmpfs needs nothing but the connect info.
@@ -25,11 +30,14 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Once};
 
 use weft_core::wire::ParseError;
+use weft_core::wire::connect::ShmConnectInfo;
 
 use super::{ConnSpec, PeerInfo, Transport};
 use crate::conn::{
     AbortFlag, ConnError, ConnId, Direction, FifoLayout, FifoMemory, FifoRecvEnd, FifoRegion,
-    FifoSendEnd, LayoutError, WaitPolicy, Waiter, layout::REGION_ALIGN,
+    FifoSendEnd, LayoutError, WaitPolicy, Waiter,
+    layout::{RECEIVER_PIDNS_OFFSET, REGION_ALIGN},
+    pid_namespace, process_alive,
 };
 
 /// Where segments live unless `WEFT_SHM_DIR` says otherwise.
@@ -185,11 +193,12 @@ impl ShmTransport {
         }
     }
 
-    fn waiter(&self, peer_pid: u32) -> Waiter {
+    /// The peer's pid comes from the segment header (see `Waiter::peer_pid`).
+    fn waiter(&self) -> Waiter {
         Waiter {
             policy: self.policy,
             abort: self.abort.clone(),
-            peer_pid: Some(peer_pid),
+            peer_pid: None,
         }
     }
 }
@@ -243,70 +252,69 @@ impl Transport for ShmTransport {
                 );
             }
         });
-        let path = self.dir.join(segment_name(spec));
         let total = self.layout.total_bytes();
-        let mapping = ShmMapping::create(&self.dir, &path, total)?;
+        // A name collision (32 random bits) is retried with a new id: `create` never reuses.
+        let mut attempt = 0;
+        let (segment, path, mapping) = loop {
+            let segment = new_segment_id();
+            let path = self
+                .dir
+                .join(segment_name(segment, spec.channel, spec.peer, spec.rank));
+            match ShmMapping::create(&self.dir, &path, total) {
+                Err(ShmError::Io { err, .. })
+                    if err.kind() == io::ErrorKind::AlreadyExists && attempt < 8 =>
+                {
+                    attempt += 1;
+                }
+                other => break (segment, path, other?),
+            }
+        };
         let region = FifoRegion::init(Arc::new(mapping), self.layout).map_err(ShmError::Layout)?;
+        region.record_owner(Direction::Recv);
         let info = ShmConnectInfo {
-            pid: std::process::id(),
-            slots: u32::try_from(self.layout.slots()).unwrap_or(u32::MAX),
-            step_bytes: as_u64(self.layout.step_bytes()),
-            total_bytes: as_u64(total),
-            name: path
-                .file_name()
-                .map(|n| n.as_bytes().to_vec())
-                .unwrap_or_default(),
+            segment,
+            size: as_u64(total),
         };
-        Ok((ShmRecvSetup { spec, region, path }, info.emit()))
+        let mut blob = vec![0u8; info.buffer_len()];
+        info.emit(&mut blob).map_err(ShmError::ConnectInfo)?;
+        Ok((ShmRecvSetup { spec, region, path }, blob))
     }
 
+    /// The sender has nothing to announce: its blob is empty.
     fn send_setup(&self, spec: ConnSpec) -> Result<(ShmSendSetup, Vec<u8>), ShmError> {
-        let info = ShmConnectInfo {
-            pid: std::process::id(),
-            slots: 0,
-            step_bytes: 0,
-            total_bytes: 0,
-            name: Vec::new(),
-        };
-        Ok((ShmSendSetup { spec }, info.emit()))
+        Ok((ShmSendSetup { spec }, Vec::new()))
     }
 
-    fn recv_connect(&self, setup: ShmRecvSetup, peer_blob: &[u8]) -> Result<FifoRecvEnd, ShmError> {
-        let peer = ShmConnectInfo::parse(peer_blob).map_err(ShmError::ConnectInfo)?;
+    /// `peer_blob` (the sender's, empty) is not needed: the sender announces itself in the
+    /// segment header when it maps it.
+    fn recv_connect(
+        &self,
+        setup: ShmRecvSetup,
+        _peer_blob: &[u8],
+    ) -> Result<FifoRecvEnd, ShmError> {
         let conn = Self::conn_id(setup.spec, Direction::Recv);
-        Ok(setup.region.recv_end(conn, self.waiter(peer.pid)))
+        Ok(setup.region.recv_end(conn, self.waiter()))
     }
 
     fn send_connect(&self, setup: ShmSendSetup, peer_blob: &[u8]) -> Result<FifoSendEnd, ShmError> {
-        let peer = ShmConnectInfo::parse(peer_blob).map_err(ShmError::ConnectInfo)?;
-        if peer.name.is_empty() {
-            return Err(ShmError::ConnectInfo(ParseError::BadField {
-                field: "segment name (a sender's info was sent to a sender?)",
-                value: 0,
-            }));
-        }
-        let path = self.dir.join(std::ffi::OsStr::from_bytes(&peer.name));
-        let mapping = ShmMapping::open(&path, peer.total_bytes)?;
+        let info = ShmConnectInfo::parse(peer_blob).map_err(ShmError::ConnectInfo)?;
+        let spec = setup.spec;
+        let path = self.dir.join(segment_name(
+            info.segment,
+            spec.channel,
+            spec.rank,
+            spec.peer,
+        ));
+        let mapping = ShmMapping::open(&path, info.size)?;
         // Both sides have it mapped now: the name has served its purpose.
         if let Err(err) = std::fs::remove_file(&path) {
             if err.kind() != io::ErrorKind::NotFound {
                 log::warn!("SHM: could not unlink {}: {err}", path.display());
             }
         }
-        let conn = Self::conn_id(setup.spec, Direction::Send);
+        let conn = Self::conn_id(spec, Direction::Send);
         let region = FifoRegion::attach(Arc::new(mapping), conn).map_err(ShmError::Conn)?;
-        let layout = region.layout();
-        if as_u64(layout.step_bytes()) != peer.step_bytes
-            || u32::try_from(layout.slots()).ok() != Some(peer.slots)
-        {
-            return Err(ShmError::Conn(ConnError::BadMemory {
-                conn,
-                what: "step_bytes in the header vs the connect info",
-                found: as_u64(layout.step_bytes()),
-                expected: peer.step_bytes,
-            }));
-        }
-        Ok(region.send_end(conn, self.waiter(peer.pid)))
+        Ok(region.send_end(conn, self.waiter()))
     }
 }
 
@@ -314,17 +322,32 @@ fn as_u64(v: usize) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
 
-/// `weft-<random>-<pidns>-<pid>-c<channel>-p<peer>`: unique (64 random bits), and the creator
-/// (pid in its pid namespace) can be recognised by the stale-segment sweep.
-fn segment_name(spec: ConnSpec) -> String {
-    format!(
-        "{NAME_PREFIX}{:016x}-{}-{}-c{}-p{}",
-        random_u64(),
-        pid_namespace(),
-        std::process::id(),
-        spec.channel,
-        spec.peer
-    )
+/// A fresh segment id: the creator's pid in the high 32 bits (for the stale-segment sweep),
+/// random bits below.
+fn new_segment_id() -> u64 {
+    (u64::from(std::process::id()) << 32) | (random_u64() & 0xffff_ffff)
+}
+
+/// `weft-<segment:016x>-c<channel>-<sender>to<receiver>`: both ends derive it, the id from
+/// the connect info and the ranks from their own view of the connection; the ranks make a
+/// leaked segment easy to place.
+fn segment_name(segment: u64, channel: u32, sender: u32, receiver: u32) -> String {
+    format!("{NAME_PREFIX}{segment:016x}-c{channel}-{sender}to{receiver}")
+}
+
+/// The creator pid of a segment name, `None` for any other name.
+fn parse_segment_name(name: &str) -> Option<u32> {
+    let mut fields = name.strip_prefix(NAME_PREFIX)?.split('-');
+    let id = fields.next()?;
+    if id.len() != 16 {
+        return None;
+    }
+    let segment = u64::from_str_radix(id, 16).ok()?;
+    fields.next()?.strip_prefix('c')?.parse::<u32>().ok()?;
+    let (sender, receiver) = fields.next()?.split_once("to")?;
+    sender.parse::<u32>().ok()?;
+    receiver.parse::<u32>().ok()?;
+    fields.next().is_none().then_some((segment >> 32) as u32)
 }
 
 fn random_u64() -> u64 {
@@ -334,17 +357,11 @@ fn random_u64() -> u64 {
     if got == 8 {
         return u64::from_ne_bytes(bytes);
     }
-    // No getrandom (very old kernels): time and address are unique enough with O_EXCL.
+    // No getrandom (very old kernels): the clock is unique enough, `create` uses O_EXCL.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    (nanos as u64) ^ (&bytes as *const _ as u64).rotate_left(32)
-}
-
-/// The inode of this process's pid namespace (0 if unknown): pids are only comparable within
-/// one, and containers sharing /dev/shm (`--ipc=host`) may have different ones.
-fn pid_namespace() -> u64 {
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    nanos as u64
 }
 
 /// Device number of the filesystem holding `dir` (see [`PeerInfo::shm_dev`]).
@@ -371,20 +388,23 @@ pub fn free_bytes(dir: &Path) -> io::Result<u64> {
     Ok(free)
 }
 
-/// Removes segments in `dir` whose creator, in our pid namespace, no longer exists; returns
-/// how many. Names of other namespaces and anything that is not a weft segment are left alone.
+/// Removes segments in `dir` whose creator is dead; returns how many. A segment is only
+/// judged from its creator's pid namespace (read from its header: containers sharing /dev/shm
+/// have different ones); segments still being set up, our own, and anything that is not a
+/// weft segment are left alone.
 pub fn sweep_stale_segments(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
-    let ours = pid_namespace();
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some((pidns, pid)) = name.to_str().and_then(parse_segment_name) else {
+        let Some(pid) = name.to_str().and_then(parse_segment_name) else {
             continue;
         };
-        let stale = pidns == ours && pid != std::process::id() && !crate::conn::process_alive(pid);
+        let stale = pid != std::process::id()
+            && creator_pidns(&entry.path()) == Some(pid_namespace())
+            && !process_alive(pid);
         if stale && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
@@ -392,18 +412,15 @@ pub fn sweep_stale_segments(dir: &Path) -> usize {
     removed
 }
 
-/// (pid namespace, creator pid) of a segment name, `None` for any other name.
-fn parse_segment_name(name: &str) -> Option<(u64, u32)> {
-    let mut fields = name.strip_prefix(NAME_PREFIX)?.split('-');
-    let random = fields.next()?;
-    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let pidns = fields.next()?.parse().ok()?;
-    let pid = fields.next()?.parse().ok()?;
-    fields.next()?.strip_prefix('c')?.parse::<u32>().ok()?;
-    fields.next()?.strip_prefix('p')?.parse::<u32>().ok()?;
-    fields.next().is_none().then_some((pidns, pid))
+/// The receiver's pid namespace recorded in a segment's header, read with `pread` (no
+/// mapping); `None` while the header is not written yet.
+fn creator_pidns(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path).ok()?;
+    let mut bytes = [0u8; 8];
+    file.read_exact_at(&mut bytes, as_u64(RECEIVER_PIDNS_OFFSET))
+        .ok()?;
+    Some(u64::from_ne_bytes(bytes)).filter(|ns| *ns != 0)
 }
 
 /// A shared mapping of a whole segment file; unmapped on drop, and (on the creator's side)
@@ -543,157 +560,23 @@ unsafe impl FifoMemory for ShmMapping {
     }
 }
 
-/// The SHM connect info. Receiver -> sender: the segment's name and size, and the
-/// receiver's pid; sender -> receiver: the sender's pid (for dead-peer detection).
-///
-/// Bytes (big-endian): magic u32 "WSHM", version u16, reserved u8, name length u8, pid u32,
-/// slots u32, step_bytes u64, total_bytes u64, then the name (`weft-` followed by ASCII
-/// letters, digits and '-', so it can never name a path outside the segment directory).
-///
-/// To be replaced by `weft_core::wire::connect`'s SHM info once that lands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ShmConnectInfo {
-    pid: u32,
-    slots: u32,
-    step_bytes: u64,
-    total_bytes: u64,
-    name: Vec<u8>,
-}
-
-const INFO_MAGIC: u32 = u32::from_be_bytes(*b"WSHM");
-const INFO_VERSION: u16 = 1;
-const INFO_HEADER: usize = 32;
-
-impl ShmConnectInfo {
-    fn emit(&self) -> Vec<u8> {
-        let name_len = u8::try_from(self.name.len()).unwrap_or(u8::MAX);
-        let mut out = Vec::with_capacity(INFO_HEADER + self.name.len());
-        out.extend_from_slice(&INFO_MAGIC.to_be_bytes());
-        out.extend_from_slice(&INFO_VERSION.to_be_bytes());
-        out.push(0);
-        out.push(name_len);
-        out.extend_from_slice(&self.pid.to_be_bytes());
-        out.extend_from_slice(&self.slots.to_be_bytes());
-        out.extend_from_slice(&self.step_bytes.to_be_bytes());
-        out.extend_from_slice(&self.total_bytes.to_be_bytes());
-        out.extend_from_slice(self.name.get(..usize::from(name_len)).unwrap_or_default());
-        out
-    }
-
-    fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        let truncated = ParseError::Truncated {
-            needed: INFO_HEADER,
-            got: bytes.len(),
-        };
-        let header: &[u8; INFO_HEADER] = bytes
-            .get(..INFO_HEADER)
-            .and_then(|h| h.try_into().ok())
-            .ok_or(truncated)?;
-        let (magic, rest) = header.split_first_chunk::<4>().ok_or(truncated)?;
-        let (version, rest) = rest.split_first_chunk::<2>().ok_or(truncated)?;
-        let (&[_, name_len], rest) = rest.split_first_chunk::<2>().ok_or(truncated)?;
-        let (pid, rest) = rest.split_first_chunk::<4>().ok_or(truncated)?;
-        let (slots, rest) = rest.split_first_chunk::<4>().ok_or(truncated)?;
-        let (step_bytes, rest) = rest.split_first_chunk::<8>().ok_or(truncated)?;
-        let (total_bytes, _) = rest.split_first_chunk::<8>().ok_or(truncated)?;
-        let magic = u32::from_be_bytes(*magic);
-        if magic != INFO_MAGIC {
-            return Err(ParseError::BadMagic {
-                expected: INFO_MAGIC,
-                found: magic,
-            });
-        }
-        let version = u16::from_be_bytes(*version);
-        if version != INFO_VERSION {
-            return Err(ParseError::BadVersion {
-                supported: INFO_VERSION,
-                found: version,
-            });
-        }
-        let name = bytes.get(INFO_HEADER..).unwrap_or_default();
-        if name.len() != usize::from(name_len) {
-            return Err(ParseError::BadLength {
-                field: "segment name",
-                declared: usize::from(name_len),
-                actual: name.len(),
-            });
-        }
-        let name_ok = name.is_empty()
-            || (name.starts_with(NAME_PREFIX.as_bytes())
-                && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'));
-        if !name_ok {
-            return Err(ParseError::BadField {
-                field: "segment name",
-                value: u64::from(name_len),
-            });
-        }
-        Ok(ShmConnectInfo {
-            pid: u32::from_be_bytes(*pid),
-            slots: u32::from_be_bytes(*slots),
-            step_bytes: u64::from_be_bytes(*step_bytes),
-            total_bytes: u64::from_be_bytes(*total_bytes),
-            name: name.to_vec(),
-        })
-    }
-}
-
 #[cfg(test)]
 mod test {
     use super::*;
 
     #[test]
-    fn connect_info_round_trips_and_rejects_bad_bytes() {
-        let info = ShmConnectInfo {
-            pid: 4242,
-            slots: 8,
-            step_bytes: 131072,
-            total_bytes: 4096 + 8 * 131072,
-            name: b"weft-00112233aabbccdd-4026531836-77-c3-p1".to_vec(),
-        };
-        let bytes = info.emit();
-        assert_eq!(&bytes[..4], b"WSHM");
-        assert_eq!(&bytes[8..12], &4242u32.to_be_bytes());
-        assert_eq!(ShmConnectInfo::parse(&bytes).unwrap(), info);
-        for cut in 0..bytes.len() {
-            assert!(
-                ShmConnectInfo::parse(&bytes[..cut]).is_err(),
-                "truncated at {cut}"
-            );
-        }
-        let mut evil = info.clone();
-        evil.name = b"weft-../../etc/passwd".to_vec();
-        assert!(matches!(
-            ShmConnectInfo::parse(&evil.emit()),
-            Err(ParseError::BadField { .. })
-        ));
-        let mut bad = bytes.clone();
-        bad[0] = b'X';
-        assert!(matches!(
-            ShmConnectInfo::parse(&bad),
-            Err(ParseError::BadMagic { .. })
-        ));
-        let mut bad = bytes;
-        bad[5] = 9;
-        assert!(matches!(
-            ShmConnectInfo::parse(&bad),
-            Err(ParseError::BadVersion { .. })
-        ));
-    }
-
-    #[test]
-    fn segment_names_parse_back_to_their_creator() {
-        let spec = ConnSpec {
-            rank: 0,
-            peer: 5,
-            channel: 11,
-        };
-        let name = segment_name(spec);
-        assert!(name.ends_with("-c11-p5"), "{name}");
+    fn segment_names_carry_the_creator_pid_and_both_ranks() {
+        let id = new_segment_id();
+        assert_eq!((id >> 32) as u32, std::process::id());
+        let name = segment_name(id, 11, 5, 0);
+        assert_eq!(name, format!("weft-{id:016x}-c11-5to0"));
+        assert_eq!(parse_segment_name(&name), Some(std::process::id()));
+        assert_eq!(parse_segment_name("weft-00000001zz000000-c0-1to0"), None);
+        assert_eq!(parse_segment_name("weft-0000000100000000-c0-1to0-x"), None);
+        assert_eq!(parse_segment_name("other-0000000100000000-c0-1to0"), None);
         assert_eq!(
-            parse_segment_name(&name),
-            Some((pid_namespace(), std::process::id()))
+            parse_segment_name("weft-0000002a00000000-c0-1to0"),
+            Some(42)
         );
-        assert_eq!(parse_segment_name("weft-zz-1-2-c0-p0"), None);
-        assert_eq!(parse_segment_name("other-0011223344556677-1-2-c0-p0"), None);
     }
 }

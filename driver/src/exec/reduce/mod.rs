@@ -538,7 +538,7 @@ pub fn reduce_typed_in_place<T: Element>(
 }
 
 fn check_whole(dtype: Dtype, len: usize) -> Result<(), ReduceError> {
-    if len % dtype.size() != 0 {
+    if !len.is_multiple_of(dtype.size()) {
         return Err(ReduceError::PartialElement { len, dtype });
     }
     Ok(())

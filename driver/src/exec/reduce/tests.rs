@@ -694,9 +694,22 @@ fn f16c_conversions_agree_with_portable_bits() {
         out.iter().map(|h| h.0).collect::<Vec<u16>>()
     };
     let (portable, accelerated) = (sum(true), sum(false));
+    let is_nan = |h: u16| h & 0x7c00 == 0x7c00 && h & 0x03ff != 0;
     for i in 0..a.len() {
-        // NaN + NaN keeps the first NaN on both paths, so even NaN bits agree.
-        assert_eq!(portable[i], accelerated[i], "{:#x} + {:#x}", a[i].0, b[i].0);
+        // NaN payloads are not part of the contract (module docs): which NaN operand
+        // survives depends on operand order, which LLVM may commute. A NaN must stay a NaN.
+        if is_nan(portable[i]) || is_nan(accelerated[i]) {
+            assert!(
+                is_nan(portable[i]) && is_nan(accelerated[i]),
+                "{:#x} + {:#x}: {:#x} vs {:#x}",
+                a[i].0,
+                b[i].0,
+                portable[i],
+                accelerated[i]
+            );
+        } else {
+            assert_eq!(portable[i], accelerated[i], "{:#x} + {:#x}", a[i].0, b[i].0);
+        }
     }
 }
 

@@ -1,0 +1,121 @@
+//! The NCCL net plugin as NCCL sees it: builds `weft-nccl-net` (debug), copies
+//! `libnccl_net_weft.so` to NCCL's name `libnccl-net-weft.so`, compiles the C harness in
+//! `tests/plugin/` with `cc -Wall -Wextra -Werror` and runs it twice: with the full path (as
+//! `NCCL_NET_PLUGIN=/path/...`) and with the bare name on `LD_LIBRARY_PATH` (as
+//! `NCCL_NET_PLUGIN=weft`), then in its two-process mode (connect across processes, the
+//! receiver killed mid-transfer). The harness prints `N passed, M failed`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf()
+}
+
+/// `target/debug` of the running test (`target/debug/deps/plugin_harness-*`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+fn build_plugin() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "weft-nccl-net"])
+        .current_dir(workspace_root())
+        .status()
+        .expect("run cargo build -p weft-nccl-net");
+    assert!(status.success(), "cargo build -p weft-nccl-net failed");
+    let dir = profile_dir();
+    let built = dir.join("libnccl_net_weft.so");
+    assert!(
+        built.exists(),
+        "{} missing after the build",
+        built.display()
+    );
+    let named = dir.join("libnccl-net-weft.so");
+    std::fs::copy(&built, &named).expect("copy to libnccl-net-weft.so");
+    named
+}
+
+fn compile_harness() -> PathBuf {
+    let src = workspace_root().join("tests/plugin/harness.c");
+    let out = profile_dir().join("weft-plugin-harness");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+    assert!(status.success(), "{cc} failed on {}", src.display());
+    out
+}
+
+/// Runs the harness with a deadline; returns its stdout.
+fn run_harness(harness: &Path, args: &[&str], lib_dir: Option<&Path>) -> String {
+    let mut cmd = Command::new(harness);
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(dir) = lib_dir {
+        cmd.env("LD_LIBRARY_PATH", dir);
+    }
+    let mut child = cmd.spawn().expect("start the harness");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait for the harness").is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the plugin harness ran for more than 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("harness output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{stdout}");
+    assert!(out.status.success(), "harness failed:\n{stdout}");
+    stdout
+}
+
+fn counts(stdout: &str) -> (u32, u32) {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" passed, "))
+        .expect("summary line");
+    let mut words = line.split_whitespace();
+    let passed = words.next().and_then(|w| w.parse().ok()).expect("passed");
+    let failed = words.nth(1).and_then(|w| w.parse().ok()).expect("failed");
+    (passed, failed)
+}
+
+#[test]
+fn c_harness_drives_the_plugin_as_nccl_does() {
+    let lib = build_plugin();
+    let harness = compile_harness();
+
+    let path = lib.to_str().expect("utf-8 path");
+
+    let full = run_harness(&harness, &[path], None);
+    assert_eq!(counts(&full), (13, 0), "full path run");
+
+    // NCCL_NET_PLUGIN=weft: NCCL dlopens "libnccl-net-weft.so" from the library path.
+    let by_name = run_harness(&harness, &["libnccl-net-weft.so"], lib.parent());
+    assert_eq!(counts(&by_name), (13, 0), "library path run");
+
+    // Sender and receiver in two processes; the receiver is killed mid-transfer.
+    let two = run_harness(&harness, &[path, "--two-process"], None);
+    assert_eq!(counts(&two), (4, 0), "two-process run");
+}
