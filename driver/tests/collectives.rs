@@ -280,3 +280,34 @@ fn eight_ranks_four_channels_net() {
         sweep(c, &[2, 33_333])
     });
 }
+
+/// Two "hosts" of two ranks each (told apart by `WEFT_HOSTID`): SHM within a host, NET
+/// between them, in one ring.
+#[test]
+fn two_hosts_mix_shm_and_net() {
+    let name = "two_hosts_mix_shm_and_net";
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(Duration::from_secs(30)));
+        use weft::comm::TransportKind::{Net, Shm};
+        let (send, recv) = comm.channel_transports()[0];
+        let expect_send = if role.rank % 2 == 0 { Shm } else { Net };
+        let expect_recv = if role.rank % 2 == 0 { Net } else { Shm };
+        assert_eq!(
+            (send, recv),
+            (expect_send, expect_recv),
+            "rank {}",
+            role.rank
+        );
+        sweep(&mut comm, &[3, 77_777]);
+        comm.barrier().expect("final barrier");
+        return;
+    }
+    let exits = common::launch_each(
+        name,
+        4,
+        &[("WEFT_TEST_CHANNELS", "2".to_string())],
+        |rank| vec![("WEFT_HOSTID".to_string(), format!("host-{}", rank / 2))],
+        Duration::from_secs(120),
+    );
+    common::assert_all_ok(name, &exits);
+}

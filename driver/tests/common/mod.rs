@@ -82,6 +82,17 @@ pub fn launch(
     vars: &[(&str, String)],
     deadline: Duration,
 ) -> Vec<RankExit> {
+    launch_each(name, nranks, vars, |_| Vec::new(), deadline)
+}
+
+/// [`launch`], with variables that differ per rank (`per_rank(rank)`).
+pub fn launch_each(
+    name: &str,
+    nranks: usize,
+    vars: &[(&str, String)],
+    per_rank: impl Fn(usize) -> Vec<(String, String)>,
+    deadline: Duration,
+) -> Vec<RankExit> {
     let opts = BootstrapOptions::loopback(deadline);
     let (id, root) = BootstrapRoot::start(&opts).expect("bootstrap root");
     let exe = std::env::current_exe().expect("test binary");
@@ -103,6 +114,9 @@ pub fn launch(
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err));
         for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        for (k, v) in per_rank(rank) {
             cmd.env(k, v);
         }
         children.push((rank, cmd.spawn().expect("spawn rank"), log));
