@@ -117,6 +117,7 @@ pub fn wait_policy_for(local_ranks: usize, cpus: usize) -> WaitPolicy {
         WaitPolicy {
             spins: 16,
             yields: 2048,
+            max_sleep: Duration::from_micros(50),
             ..base
         }
     } else {

@@ -71,3 +71,32 @@ fn all_reduce_and_p2p_ring_over_net_threads() {
         }
     });
 }
+
+#[test]
+fn abort_flag_ends_a_blocked_collective() {
+    let mut comms = comms(2, 1);
+    let flag = comms[0].abort_flag();
+    let aborter = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        flag.abort();
+    });
+    // Rank 1 never joins: rank 0 waits until its flag is raised.
+    let start = std::time::Instant::now();
+    let send = vec![0u8; 4096];
+    let mut recv = vec![0u8; 4096];
+    let err = comms[0]
+        .all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum)
+        .expect_err("an aborted collective fails");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(err.to_string().contains("aborted"), "{err}");
+    aborter.join().unwrap();
+    // Rank 1 sees the abort through the connection and fails at once too.
+    let err = comms[1]
+        .all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum)
+        .expect_err("the peer of an aborted rank fails");
+    assert!(err.to_string().contains("rank 0"), "{err}");
+}
