@@ -459,6 +459,20 @@ impl Comm {
         Ok(self.bootstrap.all_gather(mine)?)
     }
 
+    /// Ends the communicator in step with the others (NCCL's `ncclCommFinalize`): closes
+    /// every connection, then waits until every rank has closed its own, so that no
+    /// transport sees a peer vanish while it still expects data. Collective; the
+    /// communicator accepts no operation afterwards. Dropping without it is fine too: the
+    /// peers then see connections closed at whatever point each was.
+    pub fn finalize(&mut self) -> Result<(), CommError> {
+        self.usable()?;
+        self.executor.close_connections();
+        self.p2p_send.clear();
+        self.p2p_recv.clear();
+        self.failed = Some("the communicator was finalized".to_string());
+        Ok(self.bootstrap.barrier()?)
+    }
+
     fn usable(&self) -> Result<(), CommError> {
         match &self.failed {
             Some(first) => Err(CommError::Failed(first.clone())),

@@ -178,6 +178,13 @@ impl Executor {
         }
     }
 
+    /// Closes every ring connection (the peers see them closed); later collectives fail.
+    pub fn close_connections(&mut self) {
+        for channel in &mut self.channels {
+            channel.conns = None;
+        }
+    }
+
     /// Marks every ring connection aborted in shared memory, so that the peers' waits end.
     pub fn abort_connections(&self) {
         for channel in &self.channels {

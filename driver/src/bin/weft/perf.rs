@@ -741,7 +741,7 @@ fn run_rank(
         let _ = writeln!(out, "#");
         let _ = out.flush();
     }
-    r.comm.barrier()?;
+    r.comm.finalize()?;
     Ok(wrong_total)
 }
 
