@@ -20,6 +20,36 @@ impl Args {
         before != self.items.len()
     }
 
+    /// Removes a flag that may take a number (`-c`, `-c 0`, `--check=1`): `None` if absent,
+    /// `Some(None)` for the bare flag, `Some(Some(n))` with a number.
+    pub fn optional_number(&mut self, names: &[&str]) -> Option<Option<u64>> {
+        let mut found = None;
+        let mut i = 0;
+        while i < self.items.len() {
+            let item = self.items[i].clone();
+            if names.contains(&item.as_str()) {
+                self.items.remove(i);
+                let n = self.items.get(i).and_then(|v| v.parse::<u64>().ok());
+                if n.is_some() {
+                    self.items.remove(i);
+                }
+                found = Some(n);
+                continue;
+            }
+            if let Some(v) = names
+                .iter()
+                .filter(|n| n.starts_with("--"))
+                .find_map(|n| item.strip_prefix(&format!("{n}=")))
+            {
+                found = Some(v.parse::<u64>().ok());
+                self.items.remove(i);
+                continue;
+            }
+            i += 1;
+        }
+        found
+    }
+
     /// Removes `name value` or `name=value` (the last one wins); `Err` if the value is
     /// missing.
     pub fn value(&mut self, names: &[&str]) -> Result<Option<String>, String> {
@@ -122,5 +152,11 @@ mod test {
         assert_eq!(a.rest(), ["all-reduce".to_string()]);
         let mut b = Args::new(&["-e".into()]);
         assert!(b.value(&["-e"]).is_err());
+        let mut c = Args::new(&["-c".into(), "0".into(), "reduce".into()]);
+        assert_eq!(c.optional_number(&["-c", "--check"]), Some(Some(0)));
+        assert_eq!(c.rest(), ["reduce".to_string()]);
+        let mut d = Args::new(&["--check".into(), "reduce".into()]);
+        assert_eq!(d.optional_number(&["-c", "--check"]), Some(None));
+        assert_eq!(d.optional_number(&["-c", "--check"]), None);
     }
 }

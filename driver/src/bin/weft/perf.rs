@@ -39,8 +39,8 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
                        (default float)
   -o, --op OP          sum prod min max avg (default sum)
   -r, --root R         root of broadcast and reduce (default 0)
-  -c, --check          check the result of every iteration (default: once per size,
-                       before timing)
+  -c, --check [N]      check the result of every iteration (default: once per size,
+                       before timing); -c 0 checks nothing (#wrong shows -1)
   --channels N         channels (rings) to build (default WEFT_NCHANNELS, else two per
                        CPU per local rank, at most 4)
   --transport T        auto, shm or net (default auto)
@@ -113,6 +113,17 @@ impl PerfColl {
     }
 }
 
+/// When results are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Once per size and mode, before timing.
+    Once,
+    /// After every timed iteration (with the input refilled before it).
+    Every,
+    /// Never (nccl-tests' `-c 0`).
+    Off,
+}
+
 #[derive(Debug, Clone)]
 struct PerfArgs {
     coll: PerfColl,
@@ -126,7 +137,7 @@ struct PerfArgs {
     dtype: DataType,
     op: RedOp,
     root: usize,
-    check_every: bool,
+    check: Check,
     channels: Option<u32>,
     transport: Option<TransportChoice>,
     timeout: Option<Duration>,
@@ -140,7 +151,11 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     let mut a = Args::new(argv);
     let num = |s: &str| s.trim().parse::<usize>().ok();
     let role = a.value(&[ROLE_FLAG])?;
-    let check_every = a.flag(&["-c", "--check"]);
+    let check = match a.optional_number(&["-c", "--check"]) {
+        None => Check::Once,
+        Some(Some(0)) => Check::Off,
+        Some(_) => Check::Every,
+    };
     let ranks = a
         .parsed(&["--ranks"], "a rank count >= 1", num)?
         .unwrap_or(2);
@@ -215,7 +230,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         dtype: dtype.unwrap_or(DataType::Float32),
         op: op.unwrap_or(RedOp::Sum),
         root,
-        check_every,
+        check,
         channels,
         transport,
         timeout,
@@ -464,24 +479,28 @@ impl Rank<'_> {
             .sum())
     }
 
-    /// One column group of a row: (average time in us, wrong elements over all ranks).
+    /// One column group of a row: (average time in us, wrong elements over all ranks, or
+    /// -1 when nothing was checked).
     fn bench(
         &mut self,
         b: &mut Buffers,
         s: Shape,
         in_place: bool,
         seed: u64,
-    ) -> Result<(f64, u64), CommError> {
+    ) -> Result<(f64, i64), CommError> {
         let expect = self.expect();
         let mut wrong = 0u64;
         // Check once before timing (it doubles as this size's warm-up).
         self.fill(b, s, in_place, seed);
         self.run_once(b, s, in_place)?;
-        let data = self.data(seed);
-        wrong += data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place)) as u64;
+        if self.args.check != Check::Off {
+            let data = self.data(seed);
+            let out = self.output(b, s, in_place);
+            wrong += data.count_wrong(expect, self.rank, s.count, out) as u64;
+        }
         self.comm.barrier()?;
         let mut elapsed = Duration::ZERO;
-        if self.args.check_every {
+        if self.args.check == Check::Every {
             for iter in 0..self.args.iters {
                 let seed = seed.wrapping_add(1 + iter as u64);
                 self.fill(b, s, in_place, seed);
@@ -501,8 +520,15 @@ impl Rank<'_> {
         }
         let mine = elapsed.as_secs_f64() * 1e6 / self.args.iters.max(1) as f64;
         let avg = self.sum_f64(mine)? / self.nranks as f64;
-        let wrong = self.sum_f64(wrong as f64)? as u64;
-        Ok((avg, wrong))
+        let wrong = self.sum_f64(wrong as f64)? as i64;
+        Ok((
+            avg,
+            if self.args.check == Check::Off {
+                -1
+            } else {
+                wrong
+            },
+        ))
     }
 }
 
@@ -561,7 +587,11 @@ fn run_rank(
             args.max_bytes,
             args.warmup,
             args.iters,
-            if args.check_every { args.iters } else { 1 }
+            match args.check {
+                Check::Once => 1,
+                Check::Every => args.iters,
+                Check::Off => 0,
+            }
         );
         let _ = writeln!(out, "#");
         let _ = writeln!(out, "# Using devices");
@@ -712,7 +742,7 @@ fn run_rank(
             let busbw = algbw * args.coll.bus_factor(nranks);
             bw_sum += busbw;
             bw_count += 1;
-            wrong_total += wrong;
+            wrong_total += wrong.max(0) as u64;
             row.push_str(&format!(
                 "  {}  {algbw:6.2}  {busbw:6.2}  {wrong:5}",
                 time_str(us)
