@@ -221,8 +221,8 @@ pub struct Comm {
     transports: Transports,
     peers: Vec<Peer>,
     rings: Vec<Vec<u32>>,
-    /// Transport of each channel's (send, recv) connection.
-    channel_kinds: Vec<(TransportKind, TransportKind)>,
+    /// Transport of each channel's (send, recv) connection; `None` on a single rank.
+    channel_kinds: Vec<Option<(TransportKind, TransportKind)>>,
     step_bytes: usize,
     abort: AbortFlag,
     failed: Option<String>,
@@ -339,7 +339,7 @@ impl Comm {
                     ring: ring_arc,
                     conns: None,
                 });
-                channel_kinds.push((TransportKind::Shm, TransportKind::Shm));
+                channel_kinds.push(None);
                 continue;
             }
             let sched_ring = weft_core::sched::Ring::new(ring).map_err(ExecError::from)?;
@@ -387,7 +387,7 @@ impl Comm {
                 ring: ring_arc,
                 conns: Some(Arc::new(Mutex::new(RingConns { send, recv }))),
             });
-            channel_kinds.push((send_kind, recv_kind));
+            channel_kinds.push(Some((send_kind, recv_kind)));
         }
         bootstrap.barrier()?;
         let executor = Executor::new(rank as u32, nranks, channels, step_bytes, abort.clone());
@@ -425,8 +425,9 @@ impl Comm {
         &self.rings
     }
 
-    /// The transport of each channel's connections: (to the next rank, from the previous).
-    pub fn channel_transports(&self) -> &[(TransportKind, TransportKind)] {
+    /// The transport of each channel's connections: (to the next rank, from the previous);
+    /// `None` on a communicator of one rank, which has no connections.
+    pub fn channel_transports(&self) -> &[Option<(TransportKind, TransportKind)>] {
         &self.channel_kinds
     }
 

@@ -599,7 +599,7 @@ fn run_rank(
             .comm
             .channel_transports()
             .iter()
-            .map(|(s, _)| s.name().to_string())
+            .map(|k| k.map_or("none", |(send, _)| send.name()).to_string())
             .collect();
         for (k, entry) in all.iter().enumerate() {
             let text = String::from_utf8_lossy(entry);
