@@ -118,16 +118,15 @@ impl Peer {
 }
 
 /// The default channel count, the same on every rank (it depends only on the gathered
-/// peers): a channel is a thread per rank that alternates between waiting for its
-/// neighbour and copying, so two per CPU keep the CPUs busy, and more only add switching
-/// (measured with `weft perf all-reduce`, 512 KiB to 32 MiB: 2 ranks on 2 CPUs are fastest
-/// with 2 channels, 4 ranks on 2 CPUs with 1). The host with the fewest CPUs per rank
+/// peers): a channel is a thread per rank, so one per CPU per local rank; more only add
+/// switching (measured with `weft perf all-reduce`, 512 KiB to 32 MiB, on 2 CPUs: 2 ranks
+/// and 4 ranks are both fastest with 1 channel). The host with the fewest CPUs per rank
 /// decides, between 1 and `max`.
 pub fn default_channels(peers: &[Peer], max: u32) -> u32 {
     let per_host = peers.iter().map(|p| {
         let local = peers.iter().filter(|q| q.same_host(p)).count().max(1);
         let cpus = usize::try_from(p.settings.cpus).unwrap_or(1).max(1);
-        u32::try_from(cpus.saturating_mul(2) / local).unwrap_or(u32::MAX)
+        u32::try_from(cpus / local).unwrap_or(u32::MAX)
     });
     per_host.min().unwrap_or(1).clamp(1, max.max(1))
 }
@@ -242,9 +241,9 @@ mod test {
     #[test]
     fn default_channels_follow_the_tightest_host() {
         let mut peers: Vec<Peer> = (0..4).map(|r| Peer::local(r, None, settings())).collect();
-        // 4 ranks on one host of 8 CPUs: 4 channels; of 2 CPUs: 1; of 4: 2.
-        assert_eq!(default_channels(&peers, 4), 4);
-        for (cpus, want) in [(2, 1), (4, 2), (64, 4)] {
+        // 4 ranks on one host of 8 CPUs: 2 channels; of 2 CPUs: 1; of 16: 4.
+        assert_eq!(default_channels(&peers, 4), 2);
+        for (cpus, want) in [(2, 1), (16, 4), (64, 4)] {
             for p in &mut peers {
                 p.settings.cpus = cpus;
             }
@@ -252,7 +251,7 @@ mod test {
         }
         // Another host with fewer CPUs per rank decides.
         peers[3].info.host_hash ^= 1;
-        peers[3].settings.cpus = 1;
-        assert_eq!(default_channels(&peers, 4), 2);
+        peers[3].settings.cpus = 3;
+        assert_eq!(default_channels(&peers, 4), 3);
     }
 }

@@ -41,7 +41,7 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
   -r, --root R         root of broadcast and reduce (default 0)
   -c, --check [N]      check the result of every iteration (default: once per size,
                        before timing); -c 0 checks nothing (#wrong shows -1)
-  --channels N         channels (rings) to build (default WEFT_NCHANNELS, else two per
+  --channels N         channels (rings) to build (default WEFT_NCHANNELS, else one per
                        CPU per local rank, at most 4)
   --transport T        auto, shm or net (default auto)
   --timeout SECONDS    deadline of every wait on a peer (default 30)
