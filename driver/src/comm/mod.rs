@@ -209,6 +209,16 @@ impl CommOptions {
     }
 }
 
+/// The [`DataType`] of a Rust element type (`i8`, `u8`, `i32`, `u32`, `i64`, `u64`,
+/// [`F16`](crate::exec::reduce::F16), [`Bf16`](crate::exec::reduce::Bf16), `f32`, `f64`),
+/// for typed buffers passed as bytes with zerocopy's `as_bytes` / `as_mut_bytes`:
+/// `comm.all_reduce(a.as_bytes(), b.as_mut_bytes(), dtype_of::<f32>(), RedOp::Sum)`.
+pub fn dtype_of<T: crate::exec::reduce::Element>() -> DataType {
+    // The kernels' type numbers are NCCL's, as are the ABI's: the conversion cannot fail
+    // for a type that implements `Element`.
+    DataType::try_from(T::DTYPE as u32).unwrap_or(DataType::Uint8)
+}
+
 /// A point-to-point operation of a [`Comm::group`].
 #[derive(Debug)]
 pub enum P2pOp<'a> {

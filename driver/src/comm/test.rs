@@ -100,3 +100,14 @@ fn abort_flag_ends_a_blocked_collective() {
         .expect_err("the peer of an aborted rank fails");
     assert!(err.to_string().contains("rank 0"), "{err}");
 }
+
+#[test]
+fn dtype_of_rust_types() {
+    use crate::exec::reduce::{Bf16, F16};
+    assert_eq!(dtype_of::<i8>(), DataType::Int8);
+    assert_eq!(dtype_of::<u64>(), DataType::Uint64);
+    assert_eq!(dtype_of::<F16>(), DataType::Float16);
+    assert_eq!(dtype_of::<Bf16>(), DataType::Bfloat16);
+    assert_eq!(dtype_of::<f32>(), DataType::Float32);
+    assert_eq!(dtype_of::<f64>(), DataType::Float64);
+}
