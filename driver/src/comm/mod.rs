@@ -514,6 +514,14 @@ impl Comm {
         };
         self.failed.get_or_insert_with(|| err.to_string());
         self.abort.abort();
+        // The executor marked the ring connections aborted; the point-to-point ones too,
+        // so that a peer blocked in a send or receive with us fails at once as well.
+        for end in self.p2p_send.values() {
+            lock(end).abort();
+        }
+        for end in self.p2p_recv.values() {
+            lock(end).abort();
+        }
         err
     }
 
@@ -945,15 +953,7 @@ impl Comm {
         }
         match self.executor.run(jobs) {
             Ok(()) => Ok(()),
-            Err(e) => {
-                for end in self.p2p_send.values() {
-                    lock(end).abort();
-                }
-                for end in self.p2p_recv.values() {
-                    lock(end).abort();
-                }
-                Err(self.failure(e))
-            }
+            Err(e) => Err(self.failure(e)),
         }
     }
 
