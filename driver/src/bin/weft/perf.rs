@@ -179,17 +179,21 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         "an iteration count",
         num,
     )?;
-    let dtype = a.parsed(&["-d", "--dtype", "--datatype"], "a type name", |s| {
-        DataType::from_name(s.trim()).or(match s.trim() {
-            "float32" | "f32" => Some(DataType::Float32),
-            "float64" | "f64" => Some(DataType::Float64),
-            "float16" | "f16" | "fp16" => Some(DataType::Float16),
-            "bf16" => Some(DataType::Bfloat16),
-            "int" => Some(DataType::Int32),
-            "char" => Some(DataType::Int8),
-            _ => None,
-        })
-    })?;
+    let dtype = a.parsed(
+        &["-d", "--dtype", "--datatype"],
+        "int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float or double",
+        |s| {
+            DataType::from_name(s.trim()).or(match s.trim() {
+                "float32" | "f32" => Some(DataType::Float32),
+                "float64" | "f64" => Some(DataType::Float64),
+                "float16" | "f16" | "fp16" => Some(DataType::Float16),
+                "bf16" => Some(DataType::Bfloat16),
+                "int" => Some(DataType::Int32),
+                "char" => Some(DataType::Int8),
+                _ => None,
+            })
+        },
+    )?;
     let op = a.parsed(&["-o", "--op"], "sum, prod, min, max or avg", |s| {
         RedOp::from_name(s.trim())
     })?;
