@@ -134,3 +134,26 @@ fn inconsistent_settings_are_named_at_init() {
     );
     common::assert_all_ok("inconsistent_settings_are_named_at_init", &exits);
 }
+
+/// SHM forced between two "hosts" is refused at init with a clear reason.
+#[test]
+fn forced_shm_across_hosts_is_refused() {
+    let name = "forced_shm_across_hosts_is_refused";
+    if let Some(role) = common::role() {
+        let err =
+            weft::comm::Comm::init(&role.id, role.rank, role.nranks, &common::options(TIMEOUT))
+                .expect_err("SHM cannot connect two hosts");
+        let text = err.to_string();
+        println!("rank {}: {text}", role.rank);
+        assert!(text.contains("another host"), "{text}");
+        return;
+    }
+    let exits = common::launch_each(
+        name,
+        2,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        |rank| vec![("WEFT_HOSTID".to_string(), format!("host-{rank}"))],
+        Duration::from_secs(60),
+    );
+    common::assert_all_ok(name, &exits);
+}

@@ -145,6 +145,23 @@ impl Transports {
         }
     }
 
+    /// Refuses a forced transport that cannot connect the pair, before any setup.
+    pub fn check(&self, kind: TransportKind, me: &Peer, peer: &Peer) -> Result<(), CommError> {
+        if kind == TransportKind::Shm && !self.shm.can_connect(&info(me), &info(peer)) {
+            return Err(CommError::Transport {
+                transport: kind.name(),
+                peer: peer.info.rank as usize,
+                channel: 0,
+                detail: format!(
+                    "SHM cannot reach rank {}: it runs on another host or sees another \
+                     /dev/shm (or NCCL_SHM_DISABLE=1 is set); use --transport auto or net",
+                    peer.info.rank
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn net(&mut self) -> Result<&NetTransport<SocketNet>, String> {
         if self.net.is_none() {
             self.net = Some((self.make_net)()?);

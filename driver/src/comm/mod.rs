@@ -370,6 +370,8 @@ impl Comm {
                 transports.choose(&me, &peer(next)),
                 transports.choose(&me, &peer(prev)),
             );
+            transports.check(send_kind, &me, &peer(next))?;
+            transports.check(recv_kind, &me, &peer(prev))?;
             let (tag_send, tag_recv) = connect::ring_tags(c as u32);
             let channel = c as u32;
             let (mut sends, mut recvs) = connect::handshake(
