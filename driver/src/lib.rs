@@ -5,6 +5,7 @@
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 //! - [`exec`]: executors; [`exec::reduce`] holds the CPU executor's reduction kernels.
+//! - [`topo`]: topology detection and `weft topo` (paths, channels, NCCL's XML files, SVG).
 
 // weft.h is generated from `capi` alone: cbindgen skips a module whose docs say
 // `cbindgen:ignore` (otherwise every public constant of the driver would land in the header).
@@ -17,3 +18,5 @@ pub mod exec;
 pub mod launcher;
 /// cbindgen:ignore
 pub mod net;
+/// cbindgen:ignore
+pub mod topo;
