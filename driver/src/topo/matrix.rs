@@ -7,6 +7,33 @@ use super::sysfs::cpumask_to_list;
 use weft_core::topo::model::{NodeKind, PathType, nvlink_bw};
 use weft_core::topo::{Paths, Topology};
 
+const LEGEND: [(&str, &str); 12] = [
+    ("X", "Self"),
+    (
+        "SYS",
+        "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    ),
+    (
+        "PHB",
+        "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    ),
+    (
+        "PXB",
+        "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    ),
+    ("PIX", "Connection traversing at most a single PCIe bridge"),
+    ("NV#", "Connection traversing a bonded set of # NVLinks"),
+    ("NVB", "NVLink through one intermediate GPU"),
+    ("C2C", "Chip-to-chip link between a GPU and its CPU"),
+    ("P2C", "GPU to NIC through C2C to the CPU, then PCIe"),
+    (
+        "PXN",
+        "GPU to NIC through an NVLink peer GPU next to the NIC (NCCL's PXN)",
+    ),
+    ("NET", "Through the network"),
+    ("DIS", "No path"),
+];
+
 /// The text of one cell: the path from node `a` to node `b`.
 pub fn cell(topo: &Topology, paths: &Paths, a: usize, b: usize) -> String {
     if a == b {
@@ -54,15 +81,16 @@ pub fn path_matrix(topo: &Topology, paths: &Paths) -> String {
         out.push_str(l);
     }
     out.push_str("\tCPU Affinity\tNUMA Affinity\n");
+    let mut body = String::new();
     for (row, a) in &labels {
-        out.push_str(row);
+        body.push_str(row);
         for (_, b) in &labels {
-            out.push('\t');
+            body.push('\t');
             let c = cell(topo, paths, *a, *b);
             if c == "X" {
-                out.push_str(" X ");
+                body.push_str(" X ");
             } else {
-                out.push_str(&c);
+                body.push_str(&c);
             }
         }
         let cpu = topo
@@ -77,16 +105,17 @@ pub fn path_matrix(topo: &Topology, paths: &Paths) -> String {
         let numa = cpu
             .filter(|c| c.numa_id >= 0)
             .map_or_else(|| "N/A".to_string(), |c| c.numa_id.to_string());
-        out.push_str(&format!("\t{affinity}\t{numa}\n"));
+        body.push_str(&format!("\t{affinity}\t{numa}\n"));
     }
-    out.push_str(
-        "\nLegend:\n\n  X    = Self\n  \
-         SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  \
-         PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  \
-         PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  \
-         PIX  = Connection traversing at most a single PCIe bridge\n  \
-         NV#  = Connection traversing a bonded set of # NVLinks\n",
-    );
+    out.push_str(&body);
+    out.push_str("\nLegend:\n\n");
+    for (name, what) in LEGEND.iter().copied() {
+        // NCCL's extra types only when they appear.
+        let always = matches!(name, "X" | "SYS" | "PHB" | "PXB" | "PIX" | "NV#");
+        if always || body.contains(&format!("\t{name}")) {
+            out.push_str(&format!("  {name:<4} = {what}\n"));
+        }
+    }
     let nics: Vec<(String, usize)> = labels
         .iter()
         .filter(|(l, _)| l.starts_with("NIC"))

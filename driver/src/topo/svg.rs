@@ -241,20 +241,37 @@ pub fn render(topo: &Topology, ring: Option<&Graph>, title: &str) -> String {
             }
             let mid = (a.0 + b.0) / 2.0;
             let top = a.1.min(b.1) - BOX_H / 2.0;
-            let lift = 20.0 + (b.0 - a.0).abs() * 0.2;
+            // Forward hops arc low, the way back arcs higher, both below the row above
+            // (a quadratic curve peaks at half its control point's height).
             let dir = if b.0 >= a.0 { 1.0 } else { -1.0 };
+            let lift = if dir > 0.0 {
+                (20.0 + (b.0 - a.0).abs() * 0.2).min(GAP_Y * 1.1)
+            } else {
+                GAP_Y * 1.7
+            };
             s.push_str(&format!(
                 "  <path d=\"M {:.1} {top:.1} Q {mid:.1} {:.1} {:.1} {top:.1}\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" marker-end=\"url(#arrow)\"/>\n",
                 a.0 + dir * 20.0,
-                top - lift * if dir > 0.0 { 1.0 } else { 0.5 },
+                top - lift,
                 b.0 - dir * 20.0
             ));
         }
     }
     let legend_y = l.height - 16.0;
-    s.push_str(&format!(
-        "  <text x=\"{MARGIN}\" y=\"{legend_y:.0}\"><tspan fill=\"#888888\">grey: PCIe</tspan>   <tspan fill=\"#2ca02c\">green: NVLink</tspan>   <tspan fill=\"#4060a0\">dashed: CPU interconnect</tspan>   <tspan fill=\"#d62728\">red arrows: ring 0</tspan></text>\n"
-    ));
+    for (i, (color, what)) in [
+        ("#888888", "grey: PCIe"),
+        ("#2ca02c", "green: NVLink"),
+        ("#4060a0", "dashed: CPU interconnect"),
+        ("#d62728", "red arrows: ring 0"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        s.push_str(&format!(
+            "  <text x=\"{:.0}\" y=\"{legend_y:.0}\" fill=\"{color}\">{what}</text>\n",
+            MARGIN + i as f32 * 190.0
+        ));
+    }
     s.push_str("</svg>\n");
     s
 }
