@@ -12,9 +12,10 @@
 //! `--file`; `NCCL_TOPO_DUMP_FILE` and `NCCL_GRAPH_DUMP_FILE` write NCCL's two XML files,
 //! like `--dump-topo` and `--dump-graph`.
 
-use super::detect::{DetectError, DetectOptions, Note, detect, host_arch};
+use super::detect::{DetectOptions, Note, host_arch};
 use super::gpu::GpuProbe;
 use super::nic::{NicInputs, NicKind, NicProbe, local_addrs};
+use super::source::{TopoError, load_file, local_topology, write_file};
 use super::sysfs::SysRoot;
 use super::{matrix, svg};
 use std::fmt::Write as _;
@@ -25,7 +26,7 @@ use weft_core::search::{
     Fallback, Graph, Pattern, SearchOptions, compute, ring_lines, system_line,
 };
 use weft_core::topo::model::{NodeData, NodeKind, PathType};
-use weft_core::topo::system_xml::{TopoXmlError, parse_topology, write_topology};
+
 use weft_core::topo::{PathOptions, Paths, Topology, compute_paths};
 
 pub const USAGE: &str = "usage: weft topo [--file topo.xml] [--hosts N] [--paths] [--dump-topo FILE] [--dump-graph FILE] [--svg FILE] [--sysfs DIR]
@@ -52,41 +53,22 @@ pub struct TopoOutput {
 pub enum TopoCliError {
     /// Bad command line; the message says what and shows the usage.
     Usage(String),
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A topology file that does not load; names element, attribute, line and column.
-    Parse {
-        path: PathBuf,
-        source: TopoXmlError,
-    },
-    Write {
-        path: PathBuf,
-        what: &'static str,
-        source: std::io::Error,
-    },
-    Detect(DetectError),
+    /// No topology (unreadable or malformed file, detection failure) or a file that could
+    /// not be written.
+    Topo(TopoError),
+}
+
+impl From<TopoError> for TopoCliError {
+    fn from(e: TopoError) -> Self {
+        TopoCliError::Topo(e)
+    }
 }
 
 impl std::fmt::Display for TopoCliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TopoCliError::Usage(m) => write!(f, "weft topo: {m}\n{USAGE}"),
-            TopoCliError::Read { path, source } => write!(
-                f,
-                "weft topo: cannot read topology file {}: {source}",
-                path.display()
-            ),
-            TopoCliError::Parse { path, source } => {
-                write!(f, "weft topo: {}: {source}", path.display())
-            }
-            TopoCliError::Write { path, what, source } => write!(
-                f,
-                "weft topo: cannot write the {what} to {}: {source}",
-                path.display()
-            ),
-            TopoCliError::Detect(e) => write!(f, "weft topo: {e}"),
+            TopoCliError::Topo(e) => write!(f, "weft topo: {e}"),
         }
     }
 }
@@ -94,9 +76,8 @@ impl std::fmt::Display for TopoCliError {
 impl std::error::Error for TopoCliError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TopoCliError::Read { source, .. } | TopoCliError::Write { source, .. } => Some(source),
-            TopoCliError::Detect(e) => Some(e),
-            _ => None,
+            TopoCliError::Topo(e) => Some(e),
+            TopoCliError::Usage(_) => None,
         }
     }
 }
@@ -174,61 +155,33 @@ pub fn run_topo_with_env(
         });
     }
     let nonempty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    let mut notes = Vec::new();
-    let file = args
-        .file
-        .clone()
-        .or_else(|| nonempty("WEFT_TOPO_FILE").map(PathBuf::from))
-        .or_else(|| nonempty("NCCL_TOPO_FILE").map(PathBuf::from));
-    let (topo, source, nics) = match &file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| TopoCliError::Read {
-                path: path.clone(),
-                source: e,
-            })?;
-            let (topo, warnings) = parse_topology(&text).map_err(|e| TopoCliError::Parse {
-                path: path.clone(),
-                source: e,
-            })?;
-            notes.extend(
-                warnings
-                    .iter()
-                    .map(|w| Note::warn(format!("{}: {w}", path.display()))),
-            );
-            (topo, format!("loaded from {}", path.display()), Vec::new())
+    let sysfs = args.sysfs.clone();
+    let local = local_topology(args.file.as_deref(), env, &mut |notes| match &sysfs {
+        Some(dir) => {
+            notes.push(Note::info(format!(
+                "detecting from {}: GPUs are not probed",
+                dir.display()
+            )));
+            DetectOptions {
+                root: SysRoot::under(dir),
+                gpus: Vec::<GpuProbe>::new(),
+                nics: NicInputs {
+                    addrs: local_addrs(),
+                    ifname_filter: nonempty("WEFT_SOCKET_IFNAME")
+                        .or_else(|| nonempty("NCCL_SOCKET_IFNAME")),
+                    net_plugin: nonempty("NCCL_NET"),
+                    have_gpus: false,
+                },
+                host_hash: crate::bootstrap::identity::host_hash(),
+                arch: host_arch().to_string(),
+            }
         }
-        None => {
-            let opts = match &args.sysfs {
-                Some(dir) => {
-                    notes.push(Note::info(format!(
-                        "detecting from {}: GPUs are not probed",
-                        dir.display()
-                    )));
-                    DetectOptions {
-                        root: SysRoot::under(dir),
-                        gpus: Vec::<GpuProbe>::new(),
-                        nics: NicInputs {
-                            addrs: local_addrs(),
-                            ifname_filter: nonempty("WEFT_SOCKET_IFNAME")
-                                .or_else(|| nonempty("NCCL_SOCKET_IFNAME")),
-                            net_plugin: nonempty("NCCL_NET"),
-                            have_gpus: false,
-                        },
-                        host_hash: crate::bootstrap::identity::host_hash(),
-                        arch: host_arch().to_string(),
-                    }
-                }
-                None => DetectOptions::host(env, &mut notes),
-            };
-            let d = detect(&opts).map_err(TopoCliError::Detect)?;
-            notes.extend(d.notes);
-            let source = format!("detected from {}", opts.root.sys.display());
-            (d.topology, source, d.nics)
-        }
-    };
-    for n in &notes {
-        log::log!(n.level, "{}", n.text);
-    }
+        None => DetectOptions::host(env, notes),
+    })?;
+    let source = local.source.to_string();
+    let notes = local.notes;
+    let nics = local.nics;
+    let topo = local.topology;
     // NCCL_NVLS_ENABLE=0 turns the NVLS search off, as in NCCL (the GPU machines here run
     // with it: their dumps have an empty NVLS graph).
     let nvls = nonempty("NCCL_NVLS_ENABLE").is_none_or(|v| v.trim() != "0");
@@ -240,30 +193,21 @@ pub fn run_topo_with_env(
     text.push_str(&matrix::path_matrix(&view.topo, &view.paths));
     view.write_channels(&mut text, args.paths);
 
-    let mut written = Vec::new();
-    let mut write = |path: PathBuf, what: &'static str, body: String| {
-        std::fs::write(&path, body).map_err(|e| TopoCliError::Write {
-            path: path.clone(),
-            what,
-            source: e,
-        })?;
-        written.push(path);
-        Ok::<(), TopoCliError>(())
-    };
-    let dump_topo = args
-        .dump_topo
-        .or_else(|| nonempty("NCCL_TOPO_DUMP_FILE").map(PathBuf::from));
-    if let Some(p) = dump_topo {
-        write(p, "topology XML", write_topology(&view.topo))?;
+    let mut written: Vec<PathBuf> = local.dumped.into_iter().collect();
+    if let Some(p) = args.dump_topo {
+        write_file(&p, "topology XML", &local.xml.write())?;
+        written.push(p);
     }
     let dump_graph = args
         .dump_graph
         .or_else(|| nonempty("NCCL_GRAPH_DUMP_FILE").map(PathBuf::from));
     if let Some(p) = dump_graph {
-        write(p, "graph XML", view.graph_xml())?;
+        write_file(&p, "graph XML", &view.graph_xml())?;
+        written.push(p);
     }
     if let Some(p) = args.svg {
-        write(p, "SVG drawing", view.svg(&source))?;
+        write_file(&p, "SVG drawing", &view.svg(&source))?;
+        written.push(p);
     }
     for p in &written {
         let _ = writeln!(text, "wrote {}", p.display());
@@ -593,15 +537,8 @@ fn empty_graph(id: u32, pattern: Pattern) -> Graph {
 }
 
 /// Loads a topology file into a view (for callers that want the pieces, not the text).
-pub fn view_file(path: &Path, hosts: Option<usize>) -> Result<TopoView, TopoCliError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TopoCliError::Read {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    let (topo, _) = parse_topology(&text).map_err(|e| TopoCliError::Parse {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+pub fn view_file(path: &Path, hosts: Option<usize>) -> Result<TopoView, TopoError> {
+    let (topo, _) = load_file(path)?;
     Ok(TopoView::new(topo, hosts, true))
 }
 
@@ -610,6 +547,7 @@ mod tests {
     use super::super::fake_sysfs::FakeSys;
     use super::*;
     use weft_core::search::graph_xml::parse_graphs;
+    use weft_core::topo::system_xml::{parse_topology, write_topology};
     use weft_core::topo::xml::XmlNode;
 
     fn fixture(name: &str) -> PathBuf {
@@ -934,7 +872,10 @@ mod tests {
             std::fs::write(&p, &text).unwrap();
             let e = run_topo_with_env(&["--file".into(), p.to_str().unwrap().into()], &no_env)
                 .unwrap_err();
-            assert!(matches!(e, TopoCliError::Parse { .. }), "{e:?}");
+            assert!(
+                matches!(e, TopoCliError::Topo(TopoError::Parse { .. })),
+                "{e:?}"
+            );
             let msg = e.to_string();
             assert!(msg.contains(want), "{msg}");
             assert!(msg.contains("bad.xml"), "{msg}");

@@ -11,6 +11,8 @@
 //! - [`nic`]: network devices from `/sys/class/infiniband` and `/sys/class/net`.
 //! - [`matrix`]: the `nvidia-smi topo -m` style path matrix.
 //! - [`svg`]: a drawing of the topology with ring 0.
+//! - [`source`]: `NCCL_TOPO_FILE` or detection, then `NCCL_TOPO_DUMP_FILE`: where the
+//!   communicator and `weft topo` get their topology ([`source::host_topology`]).
 //! - [`cli`]: the `weft topo` command as a library entry point ([`cli::run_topo`]).
 
 pub mod cli;
@@ -19,6 +21,7 @@ pub mod gpu;
 pub mod matrix;
 pub mod nic;
 pub mod nvml;
+pub mod source;
 pub mod svg;
 pub mod sysfs;
 
@@ -27,3 +30,4 @@ pub(crate) mod fake_sysfs;
 
 pub use cli::{TopoCliError, TopoOutput, run_topo};
 pub use detect::{DetectOptions, Detection, Note, detect};
+pub use source::{LocalTopology, TopoError, TopoSource, host_topology, local_topology};
