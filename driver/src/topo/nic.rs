@@ -62,7 +62,7 @@ pub struct NicInputs {
     pub have_gpus: bool,
 }
 
-fn device_of(root: &SysRoot, class_dir: &std::path::Path) -> (Option<PathBuf>, Option<String>) {
+fn device_of(class_dir: &std::path::Path) -> (Option<PathBuf>, Option<String>) {
     let Ok(dev) = std::fs::canonicalize(class_dir.join("device")) else {
         return (None, None);
     };
@@ -76,7 +76,6 @@ fn device_of(root: &SysRoot, class_dir: &std::path::Path) -> (Option<PathBuf>, O
     } else {
         None
     };
-    let _ = root;
     (Some(dev), busid)
 }
 
@@ -124,7 +123,7 @@ fn ib_ports(root: &SysRoot, inputs: &NicInputs) -> Vec<NicProbe> {
     let gdr = inputs.have_gpus && peer_memory_loaded(root);
     let mut out = Vec::new();
     for (name, dir) in sorted_entries(root.sys_path("class/infiniband")) {
-        let (device_path, pci_busid) = device_of(root, &dir);
+        let (device_path, pci_busid) = device_of(&dir);
         let guid = read_attr(&dir, "sys_image_guid")
             .or_else(|| read_attr(&dir, "node_guid"))
             .map_or(0, |g| ib_guid(&g));
@@ -170,7 +169,7 @@ fn default_excluded(name: &str) -> bool {
 fn socket_interfaces(root: &SysRoot, inputs: &NicInputs) -> Vec<NicProbe> {
     let mut out = Vec::new();
     for (name, dir) in sorted_entries(root.sys_path("class/net")) {
-        let (device_path, pci_busid) = device_of(root, &dir);
+        let (device_path, pci_busid) = device_of(&dir);
         let flags = read_attr(&dir, "flags").map(|f| c_strtol(&f));
         let up = match flags {
             Some(f) => f & 1 != 0,
