@@ -924,3 +924,233 @@ mod tests {
         assert_eq!(t.of_kind(NodeKind::Pci).len(), 1);
     }
 }
+
+/// Random PCI hierarchies: detection must rebuild exactly the generated tree.
+#[cfg(test)]
+mod random_tests {
+    use super::super::fake_sysfs::FakeSys;
+    use super::*;
+    use weft_core::topo::model::{NodeData, NodeKind};
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    const SPEEDS: [&str; 4] = [
+        "8.0 GT/s PCIe",
+        "16.0 GT/s PCIe",
+        "32.0 GT/s PCIe",
+        "64.0 GT/s PCIe",
+    ];
+    const WIDTHS: [u32; 4] = [2, 4, 8, 16];
+
+    /// What the generator placed: bus id -> (expected parent: bus id or `numa:N`,
+    /// expected link speed, expected width, is a switch / GPU / NIC).
+    #[derive(Default)]
+    struct Expected {
+        devices: Vec<(String, String, String, u32, NodeKind)>,
+        gpus: Vec<GpuProbe>,
+    }
+
+    struct Gen<'a> {
+        fake: &'a FakeSys,
+        rng: Rng,
+        next_bus: u32,
+        exp: Expected,
+    }
+
+    impl Gen<'_> {
+        fn attrs(&mut self, class: &str, numa: u32) -> (Vec<(String, String)>, &'static str, u32) {
+            let speed = SPEEDS[self.rng.below(4) as usize];
+            let width = WIDTHS[self.rng.below(4) as usize];
+            let a = vec![
+                ("class".to_string(), class.to_string()),
+                ("max_link_speed".to_string(), speed.to_string()),
+                ("max_link_width".to_string(), width.to_string()),
+                ("numa_node".to_string(), numa.to_string()),
+            ];
+            (a, speed, width)
+        }
+
+        fn write(&self, path: &str, attrs: &[(String, String)]) {
+            let a: Vec<(&str, &str)> = attrs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            self.fake.pci(path, &a);
+        }
+
+        /// A device under the port at `port_path` (speed/width `port_link`), whose NCCL
+        /// parent is `parent`.
+        fn device(
+            &mut self,
+            dom: u32,
+            port_path: &str,
+            port_link: (&'static str, u32),
+            parent: &str,
+            depth: u32,
+            numa: u32,
+        ) {
+            let bus = self.next_bus;
+            self.next_bus += 1;
+            let busid = format!("{dom:04x}:{bus:02x}:00.0");
+            let path = format!("{port_path}/{busid}");
+            let lower = |a: &str, b: &str| {
+                let v = |s: &str| link_speed_value(s).unwrap();
+                if v(b) < v(a) {
+                    b.to_string()
+                } else {
+                    a.to_string()
+                }
+            };
+            let roll = self.rng.below(3);
+            if depth < 2 && roll == 0 {
+                // A switch: upstream port `busid`, 1..=3 downstream ports on the next bus.
+                let (a, speed, width) = self.attrs("0x060400", numa);
+                self.write(&path, &a);
+                self.exp.devices.push((
+                    busid.clone(),
+                    parent.to_string(),
+                    lower(speed, port_link.0),
+                    width.min(port_link.1),
+                    NodeKind::Pci,
+                ));
+                let dbus = self.next_bus;
+                self.next_bus += 1;
+                for i in 0..1 + self.rng.below(3) as u32 {
+                    let dport = format!("{path}/{dom:04x}:{dbus:02x}:{i:02x}.0");
+                    let (a, s, w) = self.attrs("0x060400", numa);
+                    self.write(&dport, &a);
+                    self.device(dom, &dport, (s, w), &busid, depth + 1, numa);
+                }
+            } else {
+                let gpu = roll == 1;
+                let class = if gpu { "0x030200" } else { "0x020700" };
+                let (a, speed, width) = self.attrs(class, numa);
+                self.write(&path, &a);
+                let kind = if gpu { NodeKind::Gpu } else { NodeKind::Nic };
+                self.exp.devices.push((
+                    busid.clone(),
+                    parent.to_string(),
+                    lower(speed, port_link.0),
+                    width.min(port_link.1),
+                    kind,
+                ));
+                if gpu {
+                    let dev = self.exp.gpus.len() as i32;
+                    self.exp.gpus.push(GpuProbe {
+                        dev,
+                        busid: busid.to_uppercase(),
+                        sm: 80,
+                        nvlink_targets: Vec::new(),
+                    });
+                } else {
+                    let name = format!("mlx5_{}", bus);
+                    self.fake.ib(
+                        &name,
+                        &path,
+                        "0000:0000:0000:0001",
+                        &[(1, "4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand")],
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_pci_trees_are_rebuilt_exactly() {
+        let (mut switches, mut nested) = (0, 0);
+        for case in 0..12u64 {
+            let fake = FakeSys::new("random");
+            fake.cpuinfo("GenuineIntel", 6, 143);
+            let mut g = Gen {
+                fake: &fake,
+                rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (case * 0x1234_5678_9abc + 1)),
+                next_bus: 1,
+                exp: Expected::default(),
+            };
+            let sockets = 1 + g.rng.below(2) as u32;
+            for s in 0..sockets {
+                let dom = s;
+                for rp in 0..1 + g.rng.below(3) as u32 {
+                    let port = format!("pci{dom:04x}:00/{dom:04x}:00:{:02x}.0", rp + 1);
+                    let (a, speed, width) = g.attrs("0x060400", s);
+                    g.write(&port, &a);
+                    for _ in 0..1 + g.rng.below(2) {
+                        g.device(dom, &port, (speed, width), &format!("numa:{s}"), 0, s);
+                    }
+                }
+            }
+            // CUDA's device order is not the bus order.
+            let mut gpus = g.exp.gpus.clone();
+            gpus.reverse();
+            let opts = DetectOptions {
+                root: fake.root(),
+                gpus,
+                nics: NicInputs::default(),
+                host_hash: 1,
+                arch: "x86_64".into(),
+            };
+            let d = detect(&opts).unwrap();
+            let t = &d.topology;
+            let busid_of = |n: usize| match &t.nodes[n].data {
+                NodeData::Gpu(x) => Some(x.pci.clone()),
+                NodeData::Pci { pci, .. } => Some(pci.clone()),
+                NodeData::Nic { pci } => pci.clone(),
+                _ => None,
+            };
+            let mut seen = 0;
+            for (busid, parent, speed, width, kind) in &g.exp.devices {
+                let n = (0..t.nodes.len())
+                    .find(|&n| busid_of(n).is_some_and(|p| p.busid == *busid))
+                    .unwrap_or_else(|| panic!("case {case}: {busid} missing"));
+                assert_eq!(t.nodes[n].kind, *kind, "case {case}: {busid}");
+                let pci = busid_of(n).unwrap();
+                assert_eq!(
+                    (&pci.link_speed, pci.link_width),
+                    (speed, *width),
+                    "case {case}: {busid}"
+                );
+                let p = t.nodes[n].parent.unwrap();
+                let got = match &t.nodes[p].data {
+                    NodeData::Cpu(c) => format!("numa:{}", c.numa_id),
+                    _ => busid_of(p).unwrap().busid,
+                };
+                assert_eq!(&got, parent, "case {case}: parent of {busid}");
+                seen += 1;
+            }
+            let count = |k| t.of_kind(k).len();
+            let want = |k| g.exp.devices.iter().filter(|d| d.4 == k).count();
+            for k in [NodeKind::Gpu, NodeKind::Nic, NodeKind::Pci] {
+                assert_eq!(count(k), want(k), "case {case}: {k:?}");
+            }
+            assert_eq!(count(NodeKind::Cpu), sockets as usize, "case {case}");
+            assert_eq!(seen, g.exp.devices.len());
+            // GPU ranks follow CUDA device numbers; siblings sit in bus id order.
+            for gp in &g.exp.gpus {
+                let n = t.gpu_by_rank(gp.dev).unwrap();
+                assert_eq!(t.nodes[n].gpu().unwrap().pci.busid, gp.busid.to_lowercase());
+            }
+            fn sorted(x: &XmlNode) -> bool {
+                let ids: Vec<&str> = x.children.iter().filter_map(|c| c.attr("busid")).collect();
+                ids.windows(2).all(|w| w[0] < w[1]) && x.children.iter().all(sorted)
+            }
+            assert!(sorted(&d.xml), "case {case}:\n{}", d.xml.write());
+            switches += count(NodeKind::Pci);
+            nested += g
+                .exp
+                .devices
+                .iter()
+                .filter(|d| d.4 == NodeKind::Pci && !d.1.starts_with("numa"))
+                .count();
+        }
+        // The cases do cover switches, and switches below switches.
+        assert!(switches >= 6 && nested >= 2, "{switches} {nested}");
+    }
+}
