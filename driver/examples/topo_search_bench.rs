@@ -48,9 +48,10 @@ fn main() {
     for inter in [false, true] {
         let (r, t, n) = search(inter);
         println!(
-            "# {} host(s): ring: {}",
+            "# {} host(s): ring: {} (step budget exhausted: {})",
             if inter { "2" } else { "1" },
-            r.summary()
+            r.summary(),
+            r.budget_exhausted
         );
         println!("#              tree: {}", t.summary());
         println!("#              nvls: {}", n.summary());
