@@ -15,7 +15,7 @@
 use super::detect::{DetectOptions, Note, host_arch};
 use super::gpu::GpuProbe;
 use super::nic::{NicInputs, NicKind, NicProbe, local_addrs};
-use super::source::{TopoError, load_file, local_topology, write_file};
+use super::source::{TopoError, load_file, local_topology, path_options_from_env, write_file};
 use super::sysfs::SysRoot;
 use super::{matrix, svg};
 use std::fmt::Write as _;
@@ -37,7 +37,12 @@ pub const USAGE: &str = "usage: weft topo [--file topo.xml] [--hosts N] [--paths
   --dump-topo FILE   write the topology as NCCL_TOPO_DUMP_FILE does (also that variable)
   --dump-graph FILE  write the ring and tree graphs as NCCL_GRAPH_DUMP_FILE does (also that variable)
   --svg FILE         draw the topology with ring 0
-  --sysfs DIR        detect from a copy of sysfs at DIR/sys (and DIR/proc); GPUs are not probed";
+  --sysfs DIR        detect from a copy of sysfs at DIR/sys (and DIR/proc); GPUs are not probed
+environment (NCCL's names; WEFT_TOPO_FILE, WEFT_TOPO_DUMP_FILE, WEFT_GRAPH_DUMP_FILE and
+WEFT_SOCKET_IFNAME come first): NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE, NCCL_GRAPH_DUMP_FILE,
+NCCL_NVLS_ENABLE, NCCL_P2P_LEVEL, NCCL_P2P_DISABLE, NCCL_NVB_DISABLE, NCCL_NET_GDR_LEVEL,
+NCCL_NET_GDR_C2C, NCCL_NET_GDR_READ, NCCL_PXN_DISABLE, NCCL_PXN_C2C, NCCL_SOCKET_IFNAME,
+NCCL_NET (IB or Socket)";
 
 /// What `weft topo` produced: `text` for stdout, `notes` for stderr (also logged).
 #[derive(Debug, Clone)]
@@ -185,7 +190,9 @@ pub fn run_topo_with_env(
     // NCCL_NVLS_ENABLE=0 turns the NVLS search off, as in NCCL (the GPU machines here run
     // with it: their dumps have an empty NVLS graph).
     let nvls = nonempty("NCCL_NVLS_ENABLE").is_none_or(|v| v.trim() != "0");
-    let view = TopoView::new(topo, args.hosts, nvls);
+    let mut notes = notes;
+    let path_opts = path_options_from_env(env, &mut notes);
+    let view = TopoView::new(topo, args.hosts, nvls, &path_opts);
     let mut text = String::new();
     let _ = writeln!(text, "# weft topo: {source}");
     view.write_devices(&mut text, &nics);
@@ -200,6 +207,7 @@ pub fn run_topo_with_env(
     }
     let dump_graph = args
         .dump_graph
+        .or_else(|| nonempty("WEFT_GRAPH_DUMP_FILE").map(PathBuf::from))
         .or_else(|| nonempty("NCCL_GRAPH_DUMP_FILE").map(PathBuf::from));
     if let Some(p) = dump_graph {
         write_file(&p, "graph XML", &view.graph_xml())?;
@@ -240,8 +248,13 @@ impl std::fmt::Debug for TopoView {
 impl TopoView {
     /// Computes paths and, when there are GPUs, the ring, tree and NVLS graphs for
     /// `hosts` identical hosts (default: the hosts the topology holds).
-    pub fn new(topo: Topology, hosts: Option<usize>, nvls: bool) -> TopoView {
-        let paths = compute_paths(&topo, &PathOptions::default());
+    pub fn new(
+        topo: Topology,
+        hosts: Option<usize>,
+        nvls: bool,
+        path_opts: &PathOptions,
+    ) -> TopoView {
+        let paths = compute_paths(&topo, path_opts);
         let nnodes = hosts.unwrap_or(topo.hosts.len()).max(1);
         let inter = nnodes > 1;
         let graphs = if topo.of_kind(NodeKind::Gpu).is_empty() {
@@ -539,7 +552,7 @@ fn empty_graph(id: u32, pattern: Pattern) -> Graph {
 /// Loads a topology file into a view (for callers that want the pieces, not the text).
 pub fn view_file(path: &Path, hosts: Option<usize>) -> Result<TopoView, TopoError> {
     let (topo, _) = load_file(path)?;
-    Ok(TopoView::new(topo, hosts, true))
+    Ok(TopoView::new(topo, hosts, true, &PathOptions::default()))
 }
 
 #[cfg(test)]
@@ -750,6 +763,30 @@ mod tests {
         assert_eq!(matrix_cell(&pcie, "GPU0", "GPU1"), "PIX");
         assert_eq!(matrix_cell(&pcie, "GPU1", "GPU2"), "SYS");
         assert_eq!(matrix_cell(&pcie, "GPU2", "NIC0"), "SYS");
+        // NCCL_P2P_DISABLE: GPUs reach each other through the CPU.
+        let no_p2p = run_topo_with_env(
+            &[
+                "--file".into(),
+                fixture("pcie-2socket.xml").to_str().unwrap().into(),
+            ],
+            &|k| (k == "NCCL_P2P_DISABLE").then(|| "1".to_string()),
+        )
+        .unwrap()
+        .text;
+        assert_eq!(matrix_cell(&no_p2p, "GPU0", "GPU1"), "PHB");
+        let bad = run_topo_with_env(
+            &[
+                "--file".into(),
+                fixture("pcie-2socket.xml").to_str().unwrap().into(),
+            ],
+            &|k| (k == "NCCL_P2P_LEVEL").then(|| "FAST".to_string()),
+        )
+        .unwrap();
+        assert_eq!(matrix_cell(&bad.text, "GPU0", "GPU1"), "PIX");
+        assert_eq!(
+            bad.notes[0].text,
+            "NCCL_P2P_LEVEL=FAST ignored: expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5"
+        );
         let hgx = run(
             &["--file", fixture("hgx-h100-4gpu.xml").to_str().unwrap()],
             &no_env,
@@ -836,7 +873,7 @@ mod tests {
             )
             .unwrap();
             assert_eq!(graphs.len(), 5);
-            let view = TopoView::new(topo, None, true);
+            let view = TopoView::new(topo, None, true, &PathOptions::default());
             if let Some((ring, _, _)) = &view.graphs {
                 assert_eq!(graphs[0].channels, ring.channels);
             }

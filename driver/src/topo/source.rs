@@ -5,9 +5,10 @@
 use super::detect::{DetectError, DetectOptions, Note, detect};
 use super::nic::NicProbe;
 use std::path::{Path, PathBuf};
-use weft_core::topo::Topology;
+use weft_core::topo::model::PathType;
 use weft_core::topo::system_xml::{TopoXmlError, parse_topology, topology_to_xml};
 use weft_core::topo::xml::XmlNode;
+use weft_core::topo::{PathOptions, Topology};
 
 /// Where the topology came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +122,60 @@ fn env_path(env: &dyn Fn(&str) -> Option<String>, keys: &[&str]) -> Option<PathB
         .map(PathBuf::from)
 }
 
+/// NCCL's path settings from the environment (`NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`,
+/// `NCCL_NVB_DISABLE`, `NCCL_NET_GDR_LEVEL`, `NCCL_NET_GDR_C2C`, `NCCL_NET_GDR_READ`,
+/// `NCCL_PXN_DISABLE`, `NCCL_PXN_C2C`); a value NCCL would not accept is ignored with a
+/// warning in `notes`.
+pub fn path_options_from_env(
+    env: &dyn Fn(&str) -> Option<String>,
+    notes: &mut Vec<Note>,
+) -> PathOptions {
+    let mut o = PathOptions::default();
+    let mut flag = |key: &str| -> Option<bool> {
+        let v = env(key)?;
+        match v.trim() {
+            "0" => Some(false),
+            "1" => Some(true),
+            other => {
+                notes.push(Note::warn(format!(
+                    "{key}={other} ignored: expected 0 or 1"
+                )));
+                None
+            }
+        }
+    };
+    if let Some(b) = flag("NCCL_NVB_DISABLE") {
+        o.nvb_disable = b;
+    }
+    if let Some(b) = flag("NCCL_NET_GDR_C2C") {
+        o.gdr_c2c = b;
+    }
+    o.gdr_read = flag("NCCL_NET_GDR_READ");
+    if let Some(b) = flag("NCCL_PXN_DISABLE") {
+        o.pxn_disable = b;
+    }
+    if let Some(b) = flag("NCCL_PXN_C2C") {
+        o.pxn_c2c = b;
+    }
+    let p2p_disable = flag("NCCL_P2P_DISABLE") == Some(true);
+    let mut level = |key: &str| -> Option<PathType> {
+        let v = env(key)?;
+        let t = PathType::parse_level(v.trim());
+        if t.is_none() {
+            notes.push(Note::warn(format!(
+                "{key}={v} ignored: expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5"
+            )));
+        }
+        t
+    };
+    o.p2p_level = level("NCCL_P2P_LEVEL");
+    if p2p_disable {
+        o.p2p_level = Some(PathType::Loc);
+    }
+    o.gdr_level = level("NCCL_NET_GDR_LEVEL");
+    o
+}
+
 /// The topology file named by the environment (`WEFT_TOPO_FILE`, then `NCCL_TOPO_FILE`).
 pub fn topo_file_from_env(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     env_path(env, &["WEFT_TOPO_FILE", "NCCL_TOPO_FILE"])
@@ -165,7 +220,7 @@ pub fn local_topology(
             }
         }
     };
-    if let Some(dump) = env_path(env, &["NCCL_TOPO_DUMP_FILE"]) {
+    if let Some(dump) = env_path(env, &["WEFT_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE"]) {
         write_file(&dump, "topology XML", &local.xml.write())?;
         local.dumped = Some(dump);
     }
