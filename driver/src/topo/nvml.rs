@@ -166,4 +166,12 @@ mod tests {
         assert_eq!(max_nvlinks(90), 18);
         assert_eq!(max_nvlinks(100), 18);
     }
+
+    /// Where NVML is missing (the build machines), loading says which library and why.
+    #[test]
+    fn missing_nvml_is_an_error_naming_the_library() {
+        if let Err(e) = Nvml::load() {
+            assert!(e.starts_with("libnvidia-ml.so.1 not loadable: "), "{e}");
+        }
+    }
 }
