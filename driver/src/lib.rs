@@ -8,6 +8,7 @@
 //! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 //! - [`exec`]: executors; [`exec::reduce`] holds the CPU executor's reduction kernels.
+//! - [`topo`]: topology detection and `weft topo` (paths, channels, NCCL's XML files, SVG).
 
 // weft.h is generated from `capi` alone: cbindgen skips a module whose docs say
 // `cbindgen:ignore` (otherwise every public constant of the driver would land in the header).
@@ -24,5 +25,7 @@ pub mod launcher;
 pub mod net;
 /// cbindgen:ignore
 pub mod proxy;
+/// cbindgen:ignore
+pub mod topo;
 /// cbindgen:ignore
 pub mod transport;
