@@ -15,7 +15,7 @@
 //! Contract: no `unsafe`, no allocation unless the `alloc` feature is on, and no panic on any
 //! input. Arithmetic on sizes from outside is checked; slices are read with `get`.
 #![no_std]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![cfg_attr(
     not(test),
     deny(

@@ -11,6 +11,7 @@
 //!   [`exec::reduce`] holds its reduction kernels.
 //! - [`verify`]: seeded test data and the exact expected result of each collective.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
+//! - [`topo`]: topology detection and `weft topo` (paths, channels, NCCL's XML files, SVG).
 
 // weft.h is generated from `capi` alone: cbindgen skips a module whose docs say
 // `cbindgen:ignore` (otherwise every public constant of the driver would land in the header).
@@ -29,6 +30,8 @@ pub mod launcher;
 pub mod net;
 /// cbindgen:ignore
 pub mod proxy;
+/// cbindgen:ignore
+pub mod topo;
 /// cbindgen:ignore
 pub mod transport;
 /// cbindgen:ignore

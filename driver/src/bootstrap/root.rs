@@ -26,6 +26,8 @@ use super::{BootstrapError, BootstrapOptions};
 /// silent clients must not exhaust threads).
 pub(crate) const MAX_PENDING_HANDSHAKES: usize = 128;
 /// Missing ranks named in one error (a job of 100k ranks that never started needs no list).
+/// How long the root keeps telling late ranks about an inconsistency it already found.
+const LATE_RANK_GRACE: Duration = Duration::from_secs(5);
 const MAX_LISTED_MISSING: usize = 64;
 
 /// A rank that proved the secret and told us where it listens.
@@ -387,6 +389,25 @@ fn coordinate(
                     AbortReason::Inconsistent,
                     &text,
                 );
+            }
+            // Ranks still on their way must hear the same verdict, not a reset connection:
+            // answer late check-ins until every expected rank has been told, or a short
+            // grace ends (a rank that never comes then fails on its own deadline).
+            let grace_end = Instant::now() + timeout.min(LATE_RANK_GRACE);
+            let mut answered = all.len();
+            while answered < nranks {
+                let left = grace_end.saturating_duration_since(Instant::now());
+                let Ok(mut late) = rx.recv_timeout(left) else {
+                    break;
+                };
+                send_abort(
+                    &mut late.stream,
+                    ROOT_SENDER,
+                    culprit,
+                    AbortReason::Inconsistent,
+                    &text,
+                );
+                answered += 1;
             }
             return Err(BootstrapError::Aborted {
                 by: None,

@@ -3,6 +3,7 @@
 //! - `weft perf <collective> [options]`: nccl-tests' measurements on weft's CPU executor,
 //!   with local rank processes (`--ranks N`) or as one rank of a larger job (`--id`).
 //! - `weft unique-id`: prints a fresh unique id and serves its rendezvous, for `--id`.
+//! - `weft topo [options]`: the machine's topology, paths and channels ([`weft::topo::cli`]).
 
 mod args;
 mod perf;
@@ -16,6 +17,9 @@ usage: weft <command> [options]
 commands:
   perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv> [options]
         measure a collective the way nccl-tests does (weft perf --help for options)
+  topo [options]
+        the machine's topology as NCCL sees it: devices, paths, channels, NCCL's XML dumps
+        (weft topo --help for options)
   unique-id
         print a unique id for `weft perf --id` and serve its rendezvous until every rank
         has checked in
@@ -32,12 +36,32 @@ fn main() -> ExitCode {
     match command.as_str() {
         "perf" => perf::main(rest),
         "unique-id" => unique_id(),
+        "topo" => topo(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS
         }
         other => {
             eprintln!("weft: unknown command {other:?}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn topo(args: &[String]) -> ExitCode {
+    match weft::topo::run_topo(args) {
+        Ok(out) => {
+            for note in &out.notes {
+                eprintln!("# {note}");
+            }
+            print!("{}", out.text);
+            for path in &out.written {
+                eprintln!("# wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("weft topo: {e}");
             ExitCode::from(2)
         }
     }
