@@ -773,6 +773,8 @@ fn run_rank(
         );
         let _ = writeln!(out, "# Avg bus bandwidth    : {} ", fmt_g(avg));
         let _ = writeln!(out, "#");
+        // nccl-tests ends with NCCL's last error, empty after a clean run.
+        let _ = writeln!(out);
         let _ = out.flush();
     }
     r.comm.finalize()?;
