@@ -308,14 +308,18 @@ impl Comm {
         let rings = rings::rings(&peers, nchannels);
         let shm = ShmTransport::new(FifoLayout::default(), waiter.policy, abort.clone());
         let probe = Transports::new(opts.transport, shm.clone(), Box::new(|| Err(String::new())));
-        let any_net = (0..nranks).any(|r| {
-            let next = (r + 1) % nranks;
-            nranks > 1
-                && peers
-                    .get(r)
-                    .zip(peers.get(next))
-                    .is_some_and(|(a, b)| probe.choose(a, b) == TransportKind::Net)
-        });
+        // Every rank looks at every ring edge, so all pick the same step size.
+        let any_net = nranks > 1
+            && rings.iter().any(|ring| {
+                ring.iter()
+                    .zip(ring.iter().cycle().skip(1))
+                    .any(|(&a, &b)| {
+                        peers
+                            .get(a as usize)
+                            .zip(peers.get(b as usize))
+                            .is_some_and(|(a, b)| probe.choose(a, b) == TransportKind::Net)
+                    })
+            });
         let step_bytes = opts.step_bytes.unwrap_or(if any_net {
             NET_STEP_BYTES
         } else {
