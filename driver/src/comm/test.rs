@@ -111,3 +111,40 @@ fn dtype_of_rust_types() {
     assert_eq!(dtype_of::<f32>(), DataType::Float32);
     assert_eq!(dtype_of::<f64>(), DataType::Float64);
 }
+
+#[test]
+fn options_from_the_environment() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let o = CommOptions::from_lookup(env(&[
+        ("WEFT_NCHANNELS", "3"),
+        ("WEFT_TRANSPORT", "net"),
+        ("WEFT_TIMEOUT", "2.5"),
+        ("NCCL_BUFFSIZE", "4194304"),
+        ("WEFT_WAIT_YIELDS", "7"),
+    ]))
+    .unwrap();
+    assert_eq!(o.nchannels, Some(3));
+    assert_eq!(o.transport, TransportChoice::Net);
+    assert_eq!(o.timeout, Duration::from_millis(2500));
+    assert_eq!(o.bootstrap.timeout, Duration::from_millis(2500));
+    assert_eq!(o.step_bytes, Some(512 * 1024));
+    assert_eq!(o.wait.map(|w| w.yields), Some(7));
+    for (var, value) in [
+        ("WEFT_NCHANNELS", "0"),
+        ("WEFT_NCHANNELS", "65"),
+        ("WEFT_TRANSPORT", "carrier-pigeon"),
+        ("WEFT_TIMEOUT", "-1"),
+        ("WEFT_BUFFSIZE", "12"),
+    ] {
+        let err = CommOptions::from_lookup(|k| (k == var).then(|| value.to_string()))
+            .expect_err("a bad value is an error");
+        assert!(err.to_string().contains(var), "{err}");
+    }
+}
