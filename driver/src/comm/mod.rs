@@ -60,6 +60,8 @@ pub const DEFAULT_MAX_CHANNELS: u32 = 4;
 /// Bytes per FIFO step when a NET connection is involved (NCCL's 512 KiB SIMPLE steps:
 /// every step is a network message).
 pub const NET_STEP_BYTES: usize = 512 * 1024;
+/// Smallest FIFO step: chunks are cut in 512-byte grains (NCCL's SIMPLE protocol).
+pub const MIN_STEP_BYTES: usize = 512;
 /// Most channels a communicator may have.
 pub const MAX_CHANNELS: u32 = 64;
 
@@ -325,6 +327,12 @@ impl Comm {
         } else {
             DEFAULT_STEP_BYTES
         });
+        if step_bytes < MIN_STEP_BYTES {
+            return Err(CommError::InvalidArgument(format!(
+                "FIFO steps of {step_bytes} bytes: at least {MIN_STEP_BYTES} (NCCL's 512-byte \
+                 grain; WEFT_BUFFSIZE / NCCL_BUFFSIZE of at least 4096)"
+            )));
+        }
         let layout = FifoLayout::new(NCCL_STEPS, step_bytes).map_err(|e| {
             CommError::InvalidArgument(format!("FIFO of {step_bytes}-byte steps: {e}"))
         })?;

@@ -235,3 +235,39 @@ fn large_counts_on_many_channels() {
         }
     }
 }
+
+#[test]
+fn random_shapes() {
+    // A seeded xorshift picks ranks, channels, FIFO step, collective, type, op, count and
+    // placement; every element of every result is checked.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    for case in 0..24 {
+        let nranks = 1 + next(6) as usize;
+        let nchannels = 1 + next(4) as usize;
+        let step_bytes = 512 * (1 + next(16) as usize);
+        let mut execs = executors(nranks, nchannels, step_bytes);
+        let collective = collectives(nranks as u32)[next(5) as usize];
+        let dtype = TYPES[next(10) as usize];
+        let op = OPS[next(5) as usize];
+        let count = next(20_000) as usize;
+        let in_place = next(2) == 1;
+        let data = TestData {
+            dtype,
+            op,
+            seed: case,
+            nranks,
+        };
+        let wrong = run_case(&mut execs, collective, data, count, in_place);
+        assert!(
+            wrong.iter().all(|&w| w == 0),
+            "case {case}: {collective:?} {dtype:?} {op:?} count {count} in_place {in_place} on \
+             {nranks} ranks x {nchannels} channels, {step_bytes}-byte steps: wrong {wrong:?}"
+        );
+    }
+}
