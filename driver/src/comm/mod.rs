@@ -910,7 +910,21 @@ impl Comm {
         }
         self.connect_p2p(&send_peers, &recv_peers)?;
 
-        // One job per (direction, peer), running that pair's operations in order.
+        // One job per (direction, peer), running that pair's operations in order. Sends
+        // come first: when each peer gets little enough from this group that the sends
+        // never wait for credit (see `slots_of`), the jobs run one after the
+        // other on this thread, sends then receives, and no worker is woken.
+        let sequential = send_peers.iter().all(|&peer| {
+            let slots: usize = ops
+                .iter()
+                .filter_map(|op| match op {
+                    P2pOp::Send { peer: p, buf } if *p as u32 == peer => Some(buf.len()),
+                    _ => None,
+                })
+                .map(|bytes| self.slots_of(bytes))
+                .sum();
+            slots <= NCCL_STEPS / 2
+        });
         let mut jobs: Vec<Job> = Vec::new();
         for &peer in &send_peers {
             let Some(end) = self.p2p_send.get(&peer).cloned() else {
@@ -965,10 +979,24 @@ impl Comm {
         if jobs.is_empty() {
             return Ok(());
         }
-        match self.executor.run(jobs) {
+        match self.executor.run_with(jobs, !sequential) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.failure(e)),
         }
+    }
+
+    /// FIFO slots a message of `bytes` takes (a zero-byte message still takes one).
+    ///
+    /// Why groups whose messages to each peer take at most half of the 8 slots may run
+    /// sequentially (sends, then receives) without deadlock: a rank X blocked on credit to
+    /// Y has filled all 8 slots with messages Y has not received; Y has received every
+    /// group before its current one, so X's unreceived messages span X's groups from Y's
+    /// current one to X's own, at most 4 slots each, and 8 slots need X to be at least two
+    /// groups ahead of Y. A cycle of ranks blocked on credit would need each to be two
+    /// groups ahead of the next, around the cycle: impossible. A rank running its group in
+    /// parallel receives whatever it blocks on, so it is never part of such a cycle.
+    fn slots_of(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.step_bytes.max(1)).max(1)
     }
 
     /// Builds the point-to-point connections not built yet (a handshake with each peer,

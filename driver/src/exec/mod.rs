@@ -155,12 +155,31 @@ impl Executor {
     /// Runs `jobs` (at least one) in parallel and reduces their results to the first root
     /// cause; on failure, every connection is marked aborted for the peers.
     pub fn run(&mut self, jobs: Vec<Job>) -> Result<(), ExecError> {
+        self.run_with(jobs, true)
+    }
+
+    /// [`Executor::run`], or with `parallel` false every job on this thread, in order
+    /// (only for jobs that cannot wait on each other: see `Comm::group`).
+    pub fn run_with(&mut self, jobs: Vec<Job>, parallel: bool) -> Result<(), ExecError> {
         if self.abort.is_aborted() {
             return Err(ExecError::InvalidArgument(
                 "the communicator was aborted by an earlier error".to_string(),
             ));
         }
-        let results = self.pool.run(jobs);
+        let results: Vec<Result<(), ExecError>> = if parallel {
+            self.pool.run(jobs)
+        } else {
+            let mut results = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                let r = pool::run_caught(job);
+                let failed = r.is_err();
+                results.push(r);
+                if failed {
+                    break;
+                }
+            }
+            results
+        };
         let mut first: Option<ExecError> = None;
         for err in results.into_iter().filter_map(Result::err) {
             match &first {

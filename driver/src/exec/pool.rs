@@ -55,7 +55,8 @@ pub fn tighten_timer_slack() {
     }
 }
 
-fn run_caught(job: Job) -> Result<(), ExecError> {
+/// Runs `job`, turning a panic into [`ExecError::Panic`].
+pub fn run_caught(job: Job) -> Result<(), ExecError> {
     catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(ExecError::Panic(panic_text(&*p))))
 }
 
