@@ -56,6 +56,9 @@ pub struct Executor {
     step_bytes: usize,
     abort: AbortFlag,
     pool: WorkerPool,
+    /// Use every channel on every call (tests of the channel split), instead of NCCL's
+    /// traffic rule.
+    all_channels: bool,
 }
 
 /// Locks a connection even if a panicking job poisoned the mutex: the FIFO state is
@@ -80,7 +83,14 @@ impl Executor {
             step_bytes,
             abort,
             pool: WorkerPool::new(format!("weft-r{rank}")),
+            all_channels: false,
         }
+    }
+
+    /// Spreads every call over every channel, whatever its size (so that tests exercise
+    /// the split of small counts; every rank must set the same).
+    pub fn use_all_channels(&mut self, all: bool) {
+        self.all_channels = all;
     }
 
     pub fn nchannels(&self) -> usize {
@@ -114,7 +124,11 @@ impl Executor {
             count,
             elem_size: esize,
             chunk_elems: sizing.chunk_elems(),
-            nchannels: channels_for(collective, scaled, esize, self.nranks, max),
+            nchannels: if self.all_channels {
+                max.max(1)
+            } else {
+                channels_for(collective, scaled, esize, self.nranks, max)
+            },
         })
     }
 

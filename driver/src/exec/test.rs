@@ -186,6 +186,10 @@ fn every_collective_type_and_op_small_counts() {
     // Small FIFO slots (4 KiB) so that modest counts span many slices, chunks and loops.
     for (nranks, nchannels) in [(1, 1), (2, 2), (3, 1), (4, 3)] {
         let mut execs = executors(nranks, nchannels, 4096);
+        // Split even the smallest counts, so every type's channel alignment is exercised.
+        for e in &mut execs {
+            e.use_all_channels(true);
+        }
         let mut seed = 1;
         for collective in collectives(nranks as u32) {
             for dtype in TYPES {
@@ -252,6 +256,10 @@ fn random_shapes() {
         let nchannels = 1 + next(4) as usize;
         let step_bytes = 512 * (1 + next(16) as usize);
         let mut execs = executors(nranks, nchannels, step_bytes);
+        let all = next(2) == 1;
+        for e in &mut execs {
+            e.use_all_channels(all);
+        }
         let collective = collectives(nranks as u32)[next(5) as usize];
         let dtype = TYPES[next(10) as usize];
         let op = OPS[next(5) as usize];
