@@ -54,8 +54,8 @@ use peers::{Peer, Settings};
 /// The default deadline of every wait on a peer (30 s; `WEFT_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most channels chosen by default ([`peers::default_channels`]: one per CPU per local
-/// rank, up to this). A call uses fewer when it is small (32 KiB of traffic per channel,
-/// as NCCL).
+/// rank, up to this). A call uses fewer when it is small (256 KiB of traffic per channel,
+/// [`crate::exec::CPU_TRAFFIC_SCALE`] times NCCL's rule).
 pub const DEFAULT_MAX_CHANNELS: u32 = 4;
 /// Bytes per FIFO step when a NET connection is involved (NCCL's 512 KiB SIMPLE steps:
 /// every step is a network message).
