@@ -32,6 +32,9 @@ pub enum ExecError {
     InvalidArgument(String),
     /// The reduction kernels refused the operands (a weft bug: the executor sizes them).
     Reduce(ReduceError),
+    /// The communicator's abort flag was raised (by `Comm::abort_flag` or an earlier error)
+    /// before the call started.
+    Aborted,
     /// A worker thread panicked: a bug in weft. The text is the panic message.
     Panic(String),
 }
@@ -94,6 +97,11 @@ impl fmt::Display for ExecError {
             ),
             ExecError::InvalidArgument(msg) => write!(f, "{msg}"),
             ExecError::Reduce(e) => write!(f, "reduction: {e}"),
+            ExecError::Aborted => write!(
+                f,
+                "the communicator was aborted (its abort flag was raised, or an earlier call \
+                 failed): create a new communicator"
+            ),
             ExecError::Panic(msg) => write!(
                 f,
                 "an executor thread panicked (a weft bug; please report it): {msg}"

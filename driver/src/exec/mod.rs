@@ -186,9 +186,7 @@ impl Executor {
     /// (only for jobs that cannot wait on each other: see `Comm::group`).
     pub fn run_with(&mut self, jobs: Vec<Job>, parallel: bool) -> Result<(), ExecError> {
         if self.abort.is_aborted() {
-            return Err(ExecError::InvalidArgument(
-                "the communicator was aborted by an earlier error".to_string(),
-            ));
+            return Err(ExecError::Aborted);
         }
         let results: Vec<Result<(), ExecError>> = if parallel {
             self.pool.run(jobs)
