@@ -24,8 +24,8 @@ pub enum CommError {
     Inconsistent {
         what: &'static str,
         rank: usize,
-        mine: u64,
-        theirs: u64,
+        mine: String,
+        theirs: String,
     },
     /// A transport could not build the connection to `peer` on `channel`.
     Transport {

@@ -138,31 +138,48 @@ pub fn check(me: usize, peers: &[Peer]) -> Result<(), CommError> {
             "rank {me} missing from the peer table"
         )));
     };
+    // 0 means "not set" for the counts: say "the default" rather than 0.
+    let count = |v: u64| {
+        if v == 0 {
+            "the default".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    let transport = |v: u8| {
+        match v {
+            1 => "shm",
+            2 => "net",
+            _ => "auto",
+        }
+        .to_string()
+    };
     for (rank, p) in peers.iter().enumerate() {
-        let pairs: [(&'static str, u64, u64); 3] = [
+        let (a, b) = (&mine.settings, &p.settings);
+        let pairs: [(&'static str, String, String); 3] = [
             (
                 "transport (--transport / WEFT_TRANSPORT)",
-                u64::from(mine.settings.transport),
-                u64::from(p.settings.transport),
+                transport(a.transport),
+                transport(b.transport),
             ),
             (
                 "channel count (WEFT_NCHANNELS)",
-                u64::from(mine.settings.nchannels),
-                u64::from(p.settings.nchannels),
+                count(u64::from(a.nchannels)),
+                count(u64::from(b.nchannels)),
             ),
             (
                 "FIFO step bytes (WEFT_BUFFSIZE / NCCL_BUFFSIZE)",
-                mine.settings.step_bytes,
-                p.settings.step_bytes,
+                count(a.step_bytes),
+                count(b.step_bytes),
             ),
         ];
-        for (what, a, b) in pairs {
-            if a != b {
+        for (what, mine, theirs) in pairs {
+            if mine != theirs {
                 return Err(CommError::Inconsistent {
                     what,
                     rank,
-                    mine: a,
-                    theirs: b,
+                    mine,
+                    theirs,
                 });
             }
         }
@@ -222,6 +239,13 @@ mod test {
             "{err}"
         );
         assert!(err.to_string().contains("channel count"));
+        assert!(err.to_string().contains("= 3, this rank with 2"), "{err}");
+        b.settings.nchannels = 0;
+        let err = check(0, &[a, b]).unwrap_err();
+        assert!(
+            err.to_string().contains("the default, this rank with 2"),
+            "{err}"
+        );
         let c = Peer::local(0, Some(0), settings());
         let d = Peer::local(1, Some(0), settings());
         let err = check(1, &[c, d]).unwrap_err();
