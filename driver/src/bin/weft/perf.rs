@@ -781,23 +781,27 @@ fn run_rank(
     Ok(wrong_total)
 }
 
-/// C's `%g`: 6 significant digits, no trailing zeros.
+/// C's `%g`: 6 significant digits, no trailing zeros; scientific (`1.5e-05`) below 1e-4
+/// and from 1e6.
 fn fmt_g(v: f64) -> String {
-    if v == 0.0 {
-        return "0".to_string();
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
     }
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
     let exp = v.abs().log10().floor() as i32;
-    if !(-5..6).contains(&exp) {
-        let s = format!("{v:.5e}");
-        return s;
+    if !(-4..6).contains(&exp) {
+        let mantissa = v / 10f64.powi(exp);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{}e{sign}{:02}", trim(format!("{mantissa:.5}")), exp.abs());
     }
     let decimals = (5 - exp).max(0) as usize;
-    let s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
+    trim(format!("{v:.decimals$}"))
 }
 
 #[cfg(test)]
@@ -822,6 +826,9 @@ mod test {
         assert_eq!(fmt_g(1.234567), "1.23457");
         assert_eq!(fmt_g(0.5), "0.5");
         assert_eq!(fmt_g(12.0), "12");
+        assert_eq!(fmt_g(3.70078e-5), "3.70078e-05");
+        assert_eq!(fmt_g(0.000123), "0.000123");
+        assert_eq!(fmt_g(1234567.0), "1.23457e+06");
     }
 
     #[test]
