@@ -216,21 +216,32 @@ fn sweep(comm: &mut Comm, counts: &[usize]) {
 }
 
 fn run(name: &str, nranks: usize, channels: u32, transport: &str, body: fn(&mut Comm)) {
+    run_with_step(name, nranks, channels, transport, None, body);
+}
+
+/// [`run`] with FIFO steps of `step` bytes (small steps: many slices, chunks and loops).
+fn run_with_step(
+    name: &str,
+    nranks: usize,
+    channels: u32,
+    transport: &str,
+    step: Option<usize>,
+    body: fn(&mut Comm),
+) {
     if let Some(role) = common::role() {
         let mut comm = role.comm(&common::options(Duration::from_secs(30)));
         body(&mut comm);
         comm.barrier().expect("final barrier");
         return;
     }
-    let exits = common::launch(
-        name,
-        nranks,
-        &[
-            ("WEFT_TEST_CHANNELS", channels.to_string()),
-            ("WEFT_TEST_TRANSPORT", transport.to_string()),
-        ],
-        Duration::from_secs(120),
-    );
+    let mut vars = vec![
+        ("WEFT_TEST_CHANNELS", channels.to_string()),
+        ("WEFT_TEST_TRANSPORT", transport.to_string()),
+    ];
+    if let Some(step) = step {
+        vars.push(("WEFT_TEST_STEP_BYTES", step.to_string()));
+    }
+    let exits = common::launch(name, nranks, &vars, Duration::from_secs(120));
     common::assert_all_ok(name, &exits);
 }
 
@@ -262,7 +273,7 @@ fn two_ranks_four_channels_large() {
 
 #[test]
 fn five_ranks_three_channels() {
-    run("five_ranks_three_channels", 5, 3, "shm", |c| {
+    run_with_step("five_ranks_three_channels", 5, 3, "shm", Some(8192), |c| {
         sweep(c, &[3, 40_961, 1_000_003])
     });
 }

@@ -38,8 +38,8 @@ pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Loopback options with `timeout`, the channels and transport of the case's variables
-/// (`WEFT_TEST_CHANNELS`, `WEFT_TEST_TRANSPORT`).
+/// Loopback options with `timeout`, the channels, transport and FIFO step of the case's
+/// variables (`WEFT_TEST_CHANNELS`, `WEFT_TEST_TRANSPORT`, `WEFT_TEST_STEP_BYTES`).
 pub fn options(timeout: Duration) -> CommOptions {
     let mut opts = CommOptions::loopback(timeout);
     if let Some(c) = var("WEFT_TEST_CHANNELS") {
@@ -47,6 +47,9 @@ pub fn options(timeout: Duration) -> CommOptions {
     }
     if let Some(t) = var("WEFT_TEST_TRANSPORT") {
         opts.transport = TransportChoice::parse(&t).expect("WEFT_TEST_TRANSPORT");
+    }
+    if let Some(b) = var("WEFT_TEST_STEP_BYTES") {
+        opts.step_bytes = Some(b.parse().expect("WEFT_TEST_STEP_BYTES"));
     }
     opts
 }
