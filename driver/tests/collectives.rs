@@ -280,7 +280,7 @@ fn five_ranks_three_channels() {
 
 #[test]
 fn eight_ranks_one_channel() {
-    run("eight_ranks_one_channel", 8, 1, "shm", |c| {
+    run_with_step("eight_ranks_one_channel", 8, 1, "shm", Some(4096), |c| {
         sweep(c, &[1, 9_999, 262_147])
     });
 }
