@@ -4,7 +4,8 @@
 //! can compute what every other rank put in, and so the expected output, without holding
 //! the other ranks' buffers. Values are chosen so that results are exact in any reduction
 //! order: integers wrap (associative and commutative); floating values are multiples of
-//! 1/4 in [1/4, 4] (sums of up to 64 ranks are exact even in bfloat16's 8 bits) and, for
+//! 1/4 in [1/4, 4] (sums over up to 8 ranks are exact even in bfloat16's 8 bits, up to 64 in
+//! half) and, for
 //! products, powers of two in [1/2, 2]. Only `Avg` rounds (one division), so floating
 //! results are compared with a tolerance of a few units in the last place.
 
@@ -231,7 +232,7 @@ impl TestData {
             DataType::Float32 => 2f64.powi(-23),
             _ => 2f64.powi(-52),
         };
-        // Sums are exact up to 64 ranks even in bfloat16; beyond, partial sums round.
+        // Sums are exact up to 8 ranks in bfloat16 (64 in half); beyond, partial sums round.
         let units = if matches!(self.op, RedOp::Avg | RedOp::Sum) {
             self.nranks as f64 + 2.0
         } else {
