@@ -4,10 +4,10 @@
 //! can compute what every other rank put in, and so the expected output, without holding
 //! the other ranks' buffers. Values are chosen so that results are exact in any reduction
 //! order: integers wrap (associative and commutative); floating values are multiples of
-//! 1/4 in [1/4, 4] (sums over up to 8 ranks are exact even in bfloat16's 8 bits, up to 64 in
-//! half) and, for
-//! products, powers of two in [1/2, 2]. Only `Avg` rounds (one division), so floating
-//! results are compared with a tolerance of a few units in the last place.
+//! 1/4 in [1/4, 4] (sums over up to 8 ranks are exact even in bfloat16's 8 bits, up to 64
+//! in half) and, for products, powers of two in [1/2, 2]. `Avg` rounds (NCCL multiplies by
+//! `1/nranks`), and so do sums over more ranks, so floating results are compared with a
+//! tolerance of a few units in the last place per rank.
 
 use weft_core::abi::{DataType, RedOp};
 
