@@ -15,6 +15,11 @@
 //!  0 kind u8 | 1 index u8 | 2 count u8 | 3 reserved u8 = 0 | 4 tag u32 | 8 size u64
 //! ```
 //!
+//! Version 2 made the protocol sender-eager: the sender announces each message with a
+//! [`FrameKind::Data`] frame and moves its bytes at once; the receiver matches frames in order
+//! against its posted buffers and answers with [`FrameKind::Matched`] (a running count), or
+//! with [`FrameKind::TooLarge`] / [`FrameKind::NoSuchTag`] when the message does not fit.
+//!
 //! All integers are big-endian. `parse` never panics; `emit` writes nothing unless it can
 //! write a value that parses back.
 
@@ -29,7 +34,7 @@ pub const HELLO_MAGIC: u32 = 0x5746_5348;
 /// "WFSA": the listener's answer.
 pub const ANSWER_MAGIC: u32 = 0x5746_5341;
 /// The stream protocol version (hello, answer and frames move together).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The most buffers one grouped receive announces (NCCL_NET_MAX_RECVS).
 pub const MAX_GROUP: u8 = 8;
 
@@ -204,14 +209,18 @@ impl AnswerRepr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum FrameKind {
-    /// Receiver -> sender: buffer `index` of a group of `count` takes up to `size` bytes with
-    /// `tag`.
-    ClearToSend = 1,
-    /// Sender -> receiver: `size` bytes with `tag` go to buffer `index` of the oldest group.
-    ReadyToSend = 2,
-    /// Sender -> receiver: the send of `size` bytes with `tag` is larger than buffer `index`.
+    /// Sender -> receiver: a message of `size` bytes with `tag`; its bytes follow on the
+    /// control socket (small) or the data sockets (large). `index` and `count` are 0.
+    Data = 1,
+    /// Receiver -> sender: the first `size` messages (a running count) matched a posted
+    /// receive buffer. `index`, `count` and `tag` are 0.
+    Matched = 2,
+    /// Receiver -> sender: the first message not yet matched has `tag` and does not fit the
+    /// buffer it matched, which holds `size` bytes. `index` and `count` are 0.
     TooLarge = 3,
-    /// Sender -> receiver: a send with `tag` (of `size` bytes) matches no buffer of the group.
+    /// Receiver -> sender: the first message not yet matched (of `size` bytes) has a tag not
+    /// in the posted group; this frame names the group's tag `index` of `count` in `tag`
+    /// (one frame per tag of the group, in order).
     NoSuchTag = 4,
 }
 
@@ -219,9 +228,9 @@ pub enum FrameKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlFrameRepr {
     pub kind: FrameKind,
-    /// Buffer index within the group (0 for [`FrameKind::NoSuchTag`]).
+    /// Tag index within the group ([`FrameKind::NoSuchTag`] only; 0 otherwise).
     pub index: u8,
-    /// Buffers in the group, 1..=[`MAX_GROUP`] (0 for [`FrameKind::NoSuchTag`]).
+    /// Buffers in the group, 1..=[`MAX_GROUP`] ([`FrameKind::NoSuchTag`] only; 0 otherwise).
     pub count: u8,
     pub tag: u32,
     pub size: u64,
@@ -233,8 +242,8 @@ impl ControlFrameRepr {
         let (h, _) =
             FrameHeader::ref_from_prefix(bytes).map_err(|_| truncated(FRAME_LEN, bytes.len()))?;
         let kind = match h.kind {
-            1 => FrameKind::ClearToSend,
-            2 => FrameKind::ReadyToSend,
+            1 => FrameKind::Data,
+            2 => FrameKind::Matched,
             3 => FrameKind::TooLarge,
             4 => FrameKind::NoSuchTag,
             k => {
@@ -250,11 +259,17 @@ impl ControlFrameRepr {
                 value: u64::from(h.reserved),
             });
         }
-        if kind == FrameKind::NoSuchTag {
+        if kind != FrameKind::NoSuchTag {
             if h.index != 0 || h.count != 0 {
                 return Err(ParseError::BadField {
                     field: "frame index",
-                    value: u64::from(h.index),
+                    value: u64::from(h.index) | u64::from(h.count) << 8,
+                });
+            }
+            if kind == FrameKind::Matched && h.tag.get() != 0 {
+                return Err(ParseError::BadField {
+                    field: "frame tag",
+                    value: u64::from(h.tag.get()),
                 });
             }
         } else {
@@ -313,7 +328,7 @@ mod test {
 
     #[rustfmt::skip]
     static HELLO: [u8; 32] = [
-        0x57, 0x46, 0x53, 0x48, 0, 1, 0, 3, 0, 8, 0, 0, 0, 0, 0, 0,
+        0x57, 0x46, 0x53, 0x48, 0, 2, 0, 3, 0, 8, 0, 0, 0, 0, 0, 0,
         0xde, 0xad, 0xbe, 0xef, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0, 42,
     ];
 
@@ -353,8 +368,8 @@ mod test {
         };
         assert!(matches!(with(0, 0), Err(ParseError::BadMagic { .. })));
         assert!(matches!(
-            with(5, 2),
-            Err(ParseError::BadVersion { found: 2, .. })
+            with(5, 1),
+            Err(ParseError::BadVersion { found: 1, .. })
         ));
         assert!(matches!(
             with(7, 9),
@@ -418,7 +433,7 @@ mod test {
     #[test]
     fn frame_bytes_and_errors() {
         let f = ControlFrameRepr {
-            kind: FrameKind::ReadyToSend,
+            kind: FrameKind::NoSuchTag,
             index: 7,
             count: 8,
             tag: 0x0102_0304,
@@ -428,7 +443,7 @@ mod test {
         assert_eq!(
             b,
             [
-                2, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
+                4, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
             ]
         );
         assert_eq!(ControlFrameRepr::parse(&b), Ok(f));
@@ -466,40 +481,104 @@ mod test {
                 ..
             })
         ));
-        assert!(matches!(
-            with(0, 4),
-            Err(ParseError::BadField {
-                field: "frame index",
-                ..
-            })
-        ));
+        // The other kinds carry no index or count.
+        for kind in [1u8, 2, 3] {
+            assert!(matches!(
+                with(0, kind),
+                Err(ParseError::BadField {
+                    field: "frame index",
+                    value: 0x0807
+                })
+            ));
+        }
         let bad = ControlFrameRepr { index: 8, ..f };
         assert!(bad.to_bytes().is_err());
         let mut short = [0u8; 15];
         assert!(f.emit(&mut short).is_err());
     }
 
+    #[test]
+    fn data_and_matched_frames() {
+        let data = ControlFrameRepr {
+            kind: FrameKind::Data,
+            index: 0,
+            count: 0,
+            tag: 0xfeed_0001,
+            size: 524_289,
+        };
+        let b = data.to_bytes().unwrap();
+        assert_eq!(
+            b,
+            [1, 0, 0, 0, 0xfe, 0xed, 0, 1, 0, 0, 0, 0, 0, 0x08, 0, 0x01]
+        );
+        assert_eq!(ControlFrameRepr::parse(&b), Ok(data));
+        let matched = ControlFrameRepr {
+            kind: FrameKind::Matched,
+            index: 0,
+            count: 0,
+            tag: 0,
+            size: 1_000_003,
+        };
+        let mut buf = [0xa5u8; 17];
+        matched.emit(&mut buf).unwrap();
+        assert_eq!(
+            &buf[..],
+            &[
+                2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x43, 0xa5
+            ]
+        );
+        assert_eq!(ControlFrameRepr::parse(&buf), Ok(matched));
+        // A running count carries no tag.
+        let tagged = ControlFrameRepr { tag: 3, ..matched };
+        assert_eq!(
+            tagged.to_bytes(),
+            Err(ParseError::BadField {
+                field: "frame tag",
+                value: 3
+            })
+        );
+        // Every truncation is refused with the right counts.
+        for len in 0..FRAME_LEN {
+            assert_eq!(
+                ControlFrameRepr::parse(&b[..len]),
+                Err(ParseError::Truncated {
+                    needed: FRAME_LEN,
+                    got: len
+                })
+            );
+        }
+    }
+
     fn arb_frame() -> impl Strategy<Value = ControlFrameRepr> {
         let kind = prop_oneof![
-            Just(FrameKind::ClearToSend),
-            Just(FrameKind::ReadyToSend),
+            Just(FrameKind::Data),
+            Just(FrameKind::Matched),
             Just(FrameKind::TooLarge),
             Just(FrameKind::NoSuchTag),
         ];
         (kind, 1..=MAX_GROUP, any::<u8>(), any::<u32>(), any::<u64>()).prop_map(
-            |(kind, count, i, tag, size)| {
-                let (index, count) = if kind == FrameKind::NoSuchTag {
-                    (0, 0)
-                } else {
-                    (i % count, count)
-                };
-                ControlFrameRepr {
+            |(kind, count, i, tag, size)| match kind {
+                FrameKind::NoSuchTag => ControlFrameRepr {
                     kind,
-                    index,
+                    index: i % count,
                     count,
                     tag,
                     size,
-                }
+                },
+                FrameKind::Matched => ControlFrameRepr {
+                    kind,
+                    index: 0,
+                    count: 0,
+                    tag: 0,
+                    size,
+                },
+                _ => ControlFrameRepr {
+                    kind,
+                    index: 0,
+                    count: 0,
+                    tag,
+                    size,
+                },
             },
         )
     }

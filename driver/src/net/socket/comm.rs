@@ -1,13 +1,20 @@
 //! One connection's message protocol: the control socket, the request table and matching.
 //!
-//! The receiver announces each posted buffer on the control socket (a *clear-to-send* frame:
-//! group size, index in the group, tag, capacity). The sender matches its sends, in the order
-//! they were posted, against the oldest announced group by tag, and answers with a
-//! *ready-to-send* frame (index, tag, actual size). A message of at most [`INLINE_MAX`] bytes
-//! follows its frame on the control socket; a larger one goes in pieces over the data sockets
-//! (see [`super::data_threads`]). A send larger than the buffer it matched, or whose tag is not
-//! in the group, is refused by the sender, which tells the receiver; both report the error
-//! with both sizes.
+//! The protocol is sender-eager, like NCCL's own socket transport: `isend` announces its
+//! message at once with a *data* frame (tag, size) on the control socket and starts moving the
+//! bytes, without waiting for the receiver. A message of at most [`INLINE_MAX`] bytes follows
+//! its frame on the control socket; a larger one goes in pieces over the data sockets (see
+//! [`super::data_threads`]), where the kernel's socket buffers hold it until the receiver has
+//! a buffer for it. The receiver reads the data frames in order and matches each against the
+//! oldest posted receive group by tag; only then does it move the bytes into that buffer. A
+//! frame with no receive posted waits in the stream (so a late `irecv` costs no round trip:
+//! the data is already on this host).
+//!
+//! The receiver confirms matches with a running count (*matched* frames). A send completes
+//! once its bytes were handed to the kernel and the receiver confirmed the match, so that a
+//! message too large for its buffer, or whose tag is not in the group, fails the send as well
+//! as the receive (the receiver answers the first unconfirmed message with *too large* or
+//! *no such tag* frames, and both ends report the error with both sizes or the tags).
 //!
 //! The frames are `weft_core::wire::socket_stream::ControlFrameRepr`.
 //!
@@ -34,6 +41,9 @@ use super::sys;
 pub(super) const INLINE_MAX: usize = 32 * 1024;
 /// The smallest piece a large message is cut into (NCCL's MIN_CHUNKSIZE).
 pub(super) const MIN_PIECE: usize = 64 * 1024;
+/// The most sends the receiver has not yet confirmed; a further `isend` is refused (returns
+/// "not posted") so that the sender's record of them stays bounded.
+const UNCONFIRMED_MAX: usize = 1024;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct RecvBuf {
@@ -49,10 +59,9 @@ struct RecvBuf {
 enum Op {
     Free,
     Send {
-        addr: usize,
         size: usize,
-        tag: u32,
-        matched: bool,
+        /// The message's position in the connection's stream of sends (0, 1, ...).
+        seq: u64,
         /// For inline sends: the control-stream offset once the payload has left.
         inline_end: Option<u64>,
     },
@@ -69,14 +78,12 @@ struct Slot {
     op: Op,
 }
 
-/// A group of receive buffers the peer announced (sender side).
+/// A "no such tag" answer being collected: one frame per tag of the receive's group.
 #[derive(Debug, Clone, Copy, Default)]
-struct CtsGroup {
+struct TagList {
     n: usize,
     got: usize,
     tags: [u32; NET_MAX_RECVS],
-    caps: [u64; NET_MAX_RECVS],
-    used: [bool; NET_MAX_RECVS],
 }
 
 #[derive(Debug)]
@@ -111,13 +118,19 @@ struct State {
     closed: bool,
     data: DataThreads,
     next_socket: usize,
-    /// Sender: sends not yet matched, in posting order.
-    unmatched: VecDeque<usize>,
-    /// Sender: announced receive groups, oldest first, and the one being announced.
-    groups: VecDeque<CtsGroup>,
-    partial: Option<CtsGroup>,
-    /// Receiver: receives with buffers not yet matched, in announcement order.
+    /// Sender: data frames queued so far.
+    sent: u64,
+    /// Sender: messages the receiver has confirmed (a running count).
+    confirmed: u64,
+    /// Sender: (tag, size) of the sends not yet confirmed, oldest first.
+    unconfirmed: VecDeque<(u32, usize)>,
+    /// Sender: a "no such tag" answer being collected.
+    tag_list: Option<TagList>,
+    /// Receiver: receives with buffers not yet matched, in posting order.
     posted: VecDeque<usize>,
+    /// Receiver: data frames matched so far, and the count last confirmed to the sender.
+    matched: u64,
+    confirmed_to_peer: u64,
 }
 
 /// One end of an established connection, shared by its comm handle and its requests.
@@ -162,10 +175,13 @@ impl Conn {
                 closed: false,
                 data,
                 next_socket: 0,
-                unmatched: VecDeque::new(),
-                groups: VecDeque::new(),
-                partial: None,
+                sent: 0,
+                confirmed: 0,
+                unconfirmed: VecDeque::new(),
+                tag_list: None,
                 posted: VecDeque::new(),
+                matched: 0,
+                confirmed_to_peer: 0,
             }),
             role,
             peer,
@@ -191,17 +207,40 @@ impl Conn {
         st.usable(self)?;
         st.progress(self);
         st.usable(self)?;
+        if st.unconfirmed.len() >= UNCONFIRMED_MAX {
+            return Ok(None);
+        }
         let Some(idx) = st.free_slot() else {
             return Ok(None);
         };
-        st.slots[idx].op = Op::Send {
-            addr,
-            size,
+        st.queue_frame(ControlFrameRepr {
+            kind: FrameKind::Data,
+            index: 0,
+            count: 0,
             tag,
-            matched: false,
-            inline_end: None,
+            size: size as u64,
+        });
+        let mut inline_end = None;
+        if size <= INLINE_MAX {
+            if size > 0 {
+                // SAFETY: `isend`'s contract keeps `addr..addr+size` valid and unmodified until
+                // the request completes, and it has not even been handed out yet.
+                let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
+                st.out.extend_from_slice(payload);
+                st.out_queued += size as u64;
+            }
+            inline_end = Some(st.out_queued);
+        } else {
+            st.queue_pieces(idx, addr, size);
+        }
+        let seq = st.sent;
+        st.sent += 1;
+        st.unconfirmed.push_back((tag, size));
+        st.slots[idx].op = Op::Send {
+            size,
+            seq,
+            inline_end,
         };
-        st.unmatched.push_back(idx);
         st.progress(self);
         Ok(Some((idx, st.slots[idx].generation)))
     }
@@ -233,15 +272,6 @@ impl Conn {
             *dst = RecvBuf { addr, cap, tag };
         }
         let n = bufs.len();
-        for (i, b) in rb[..n].iter().enumerate() {
-            st.queue_frame(ControlFrameRepr {
-                kind: FrameKind::ClearToSend,
-                index: i as u8,
-                count: n as u8,
-                tag: b.tag,
-                size: b.cap as u64,
-            });
-        }
         st.slots[idx].op = Op::Recv {
             bufs: rb,
             n,
@@ -339,12 +369,11 @@ impl State {
             Op::Free => None,
             Op::Send {
                 size,
-                matched,
+                seq,
                 inline_end,
-                ..
             } => {
                 let flushed = inline_end.is_none_or(|end| self.out_sent >= end);
-                (*matched && flushed).then(|| Completion::new(&[*size]))
+                (flushed && self.confirmed > *seq).then(|| Completion::new(&[*size]))
             }
             Op::Recv { n, sizes, .. } => {
                 if self.inline_rx.as_ref().is_some_and(|rx| rx.slot == idx) {
@@ -378,8 +407,8 @@ impl State {
         let result = (|| {
             self.flush(conn)?;
             self.read_control(conn)?;
-            if conn.role == Role::Send {
-                self.match_sends(conn)?;
+            if self.matched > self.confirmed_to_peer {
+                self.confirm_matches();
             }
             self.flush(conn)?;
             if self.data.shared().failed.load(Ordering::Acquire) {
@@ -482,14 +511,18 @@ impl State {
                 } else if avail >= FRAME_LEN {
                     let mut b = [0u8; FRAME_LEN];
                     b.copy_from_slice(&self.inbuf[self.in_start..self.in_start + FRAME_LEN]);
-                    self.in_start += FRAME_LEN;
                     let frame = ControlFrameRepr::parse(&b).map_err(|e| {
                         NetError::new(NetErrorKind::Protocol, "bad control frame from the peer")
                             .peer(conn.peer)
                             .cause(e)
                             .hint("both ends must run the same weft build")
                     })?;
-                    self.handle_frame(conn, frame)?;
+                    if !self.handle_frame(conn, frame)? {
+                        // A message with no receive posted yet: it waits in the stream (and
+                        // its bytes in the kernel's buffers) until `irecv` is called.
+                        return Ok(());
+                    }
+                    self.in_start += FRAME_LEN;
                 } else {
                     break;
                 }
@@ -550,108 +583,175 @@ impl State {
         }
     }
 
-    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<(), NetError> {
+    /// Acts on one frame; `Ok(false)` leaves it in the stream for later (a data frame with
+    /// no receive posted).
+    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<bool, NetError> {
         let protocol = |what: String| {
             NetError::new(NetErrorKind::Protocol, what)
                 .peer(conn.peer)
                 .hint("both ends must run the same weft build")
         };
         match (conn.role, f.kind) {
-            (Role::Send, FrameKind::ClearToSend) => {
+            (Role::Recv, FrameKind::Data) => self.match_data(conn, f.tag, f.size),
+            (Role::Send, FrameKind::Matched) => {
+                let newly = f
+                    .size
+                    .checked_sub(self.confirmed)
+                    .filter(|&k| k <= self.sent);
+                let Some(newly) = newly.filter(|&k| k as usize <= self.unconfirmed.len()) else {
+                    return Err(protocol(format!(
+                        "the peer confirmed {} messages; {} were sent, {} confirmed before",
+                        f.size, self.sent, self.confirmed
+                    )));
+                };
+                self.unconfirmed.drain(..newly as usize);
+                self.confirmed = f.size;
+                Ok(true)
+            }
+            (Role::Send, FrameKind::TooLarge) => {
+                let Some(&(tag, size)) = self.unconfirmed.front() else {
+                    return Err(protocol("a refusal with no send outstanding".into()));
+                };
+                Err(NetError::new(
+                    NetErrorKind::Truncated {
+                        send_size: size,
+                        recv_size: usize::try_from(f.size).unwrap_or(usize::MAX),
+                    },
+                    format!(
+                        "message truncated: send of {size} bytes with tag {tag} matched a \
+                         receive buffer of {} bytes",
+                        f.size
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post receive buffers at least as large as the matching sends"))
+            }
+            (Role::Send, FrameKind::NoSuchTag) => {
                 let n = usize::from(f.count);
                 let i = usize::from(f.index);
-                if n == 0 || n > NET_MAX_RECVS || i >= n {
-                    return Err(protocol(format!("bad receive announcement {i}/{n}")));
-                }
-                let mut g = match self.partial.take() {
-                    Some(g) if g.n == n && g.got == i => g,
-                    None if i == 0 => CtsGroup {
+                let mut list = match self.tag_list.take() {
+                    Some(l) if l.n == n && l.got == i => l,
+                    None if i == 0 => TagList {
                         n,
-                        ..CtsGroup::default()
+                        ..TagList::default()
                     },
-                    _ => {
-                        return Err(protocol(format!(
-                            "receive announcement {i}/{n} out of order"
-                        )));
-                    }
+                    _ => return Err(protocol(format!("tag list entry {i}/{n} out of order"))),
                 };
-                g.tags[i] = f.tag;
-                g.caps[i] = f.size;
-                g.got += 1;
-                if g.got == g.n {
-                    self.groups.push_back(g);
-                } else {
-                    self.partial = Some(g);
-                }
-                Ok(())
-            }
-            (Role::Recv, FrameKind::ReadyToSend | FrameKind::TooLarge | FrameKind::NoSuchTag) => {
-                let Some(&idx) = self.posted.front() else {
-                    return Err(protocol("data announced with no receive posted".into()));
+                let Some(slot) = list.tags.get_mut(i) else {
+                    return Err(protocol(format!("tag list entry {i}/{n}")));
                 };
-                let Op::Recv { bufs, n, sizes } = &mut self.slots[idx].op else {
-                    return Err(protocol("receive slot lost".into()));
+                *slot = f.tag;
+                list.got += 1;
+                if list.got < list.n {
+                    self.tag_list = Some(list);
+                    return Ok(true);
+                }
+                let Some(&(tag, size)) = self.unconfirmed.front() else {
+                    return Err(protocol("a refusal with no send outstanding".into()));
                 };
-                let tags: Vec<u32> = bufs[..*n].iter().map(|b| b.tag).collect();
-                if f.kind == FrameKind::NoSuchTag {
-                    return Err(NetError::new(
-                        NetErrorKind::TagMismatch { tag: f.tag },
-                        format!(
-                            "the peer sent tag {} but the receive it must match expects tags {tags:?}",
-                            f.tag
-                        ),
-                    )
-                    .peer(conn.peer)
-                    .hint("post the sends of one grouped receive together, with the receive's tags"));
-                }
-                let i = usize::from(f.index);
-                let Some(buf) = bufs[..*n].get(i).copied() else {
-                    return Err(protocol(format!("data for buffer {i} of a group of {n}")));
-                };
-                let size = usize::try_from(f.size).unwrap_or(usize::MAX);
-                if f.kind == FrameKind::TooLarge {
-                    return Err(NetError::new(
-                        NetErrorKind::Truncated {
-                            send_size: size,
-                            recv_size: buf.cap,
-                        },
-                        format!(
-                            "message truncated: the peer sends {size} bytes with tag {} but the \
-                             receive buffer holds {} bytes",
-                            f.tag, buf.cap
-                        ),
-                    )
-                    .peer(conn.peer)
-                    .hint("post receive buffers at least as large as the matching sends"));
-                }
-                if sizes[i].is_some() || buf.tag != f.tag || size > buf.cap {
-                    return Err(protocol(format!(
-                        "data for buffer {i} (tag {}, {size} bytes) does not fit the posted \
-                         receive (tag {}, {} bytes)",
-                        f.tag, buf.tag, buf.cap
-                    )));
-                }
-                sizes[i] = Some(size);
-                let all = sizes[..*n].iter().all(Option::is_some);
-                if size <= INLINE_MAX {
-                    if size > 0 {
-                        self.inline_rx = Some(InlineRx {
-                            slot: idx,
-                            addr: buf.addr,
-                            len: size,
-                            got: 0,
-                        });
-                    }
-                } else {
-                    self.queue_pieces(idx, buf.addr, size);
-                }
-                if all {
-                    self.posted.pop_front();
-                }
-                Ok(())
+                let tags = list.tags[..n].to_vec();
+                Err(NetError::new(
+                    NetErrorKind::TagMismatch { tag },
+                    format!(
+                        "send of {size} bytes with tag {tag}: the receive it must match expects \
+                         tags {tags:?}"
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post the sends of one grouped receive together, with the receive's tags"))
             }
             (_, kind) => Err(protocol(format!("unexpected control frame {kind:?}"))),
         }
+    }
+
+    /// Receiver: matches the next message (`tag`, `size`) against the oldest posted group.
+    fn match_data(&mut self, conn: &Conn, tag: u32, size: u64) -> Result<bool, NetError> {
+        let Some(&idx) = self.posted.front() else {
+            return Ok(false);
+        };
+        let Op::Recv { bufs, n, sizes } = &mut self.slots[idx].op else {
+            return Err(NetError::new(NetErrorKind::Protocol, "receive slot lost").peer(conn.peer));
+        };
+        let n = *n;
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let Some(k) = (0..n).find(|&k| sizes[k].is_none() && bufs[k].tag == tag) else {
+            let tags: Vec<u32> = bufs[..n].iter().map(|b| b.tag).collect();
+            // Tell the sender which message failed (the first one not confirmed) and why.
+            self.confirm_matches();
+            for (i, &t) in tags.iter().enumerate() {
+                self.queue_frame(ControlFrameRepr {
+                    kind: FrameKind::NoSuchTag,
+                    index: i as u8,
+                    count: n as u8,
+                    tag: t,
+                    size: size as u64,
+                });
+            }
+            return Err(NetError::new(
+                NetErrorKind::TagMismatch { tag },
+                format!(
+                    "the peer sent {size} bytes with tag {tag} but the receive it must match \
+                     expects tags {tags:?}"
+                ),
+            )
+            .peer(conn.peer)
+            .hint("post the sends of one grouped receive together, with the receive's tags"));
+        };
+        let buf = bufs[k];
+        if size > buf.cap {
+            self.confirm_matches();
+            self.queue_frame(ControlFrameRepr {
+                kind: FrameKind::TooLarge,
+                index: 0,
+                count: 0,
+                tag,
+                size: buf.cap as u64,
+            });
+            return Err(NetError::new(
+                NetErrorKind::Truncated {
+                    send_size: size,
+                    recv_size: buf.cap,
+                },
+                format!(
+                    "message truncated: the peer sends {size} bytes with tag {tag} but the \
+                     receive buffer holds {} bytes",
+                    buf.cap
+                ),
+            )
+            .peer(conn.peer)
+            .hint("post receive buffers at least as large as the matching sends"));
+        }
+        sizes[k] = Some(size);
+        let all = sizes[..n].iter().all(Option::is_some);
+        self.matched += 1;
+        if size <= INLINE_MAX {
+            if size > 0 {
+                self.inline_rx = Some(InlineRx {
+                    slot: idx,
+                    addr: buf.addr,
+                    len: size,
+                    got: 0,
+                });
+            }
+        } else {
+            self.queue_pieces(idx, buf.addr, size);
+        }
+        if all {
+            self.posted.pop_front();
+        }
+        Ok(true)
+    }
+
+    /// Receiver: tells the sender how many messages matched so far.
+    fn confirm_matches(&mut self) {
+        self.queue_frame(ControlFrameRepr {
+            kind: FrameKind::Matched,
+            index: 0,
+            count: 0,
+            tag: 0,
+            size: self.matched,
+        });
+        self.confirmed_to_peer = self.matched;
     }
 
     /// Cuts `size` bytes at `addr` into pieces on consecutive data sockets. Both ends call
@@ -675,97 +775,5 @@ impl State {
             );
         }
         self.next_socket = (self.next_socket + count) % sockets;
-    }
-
-    fn match_sends(&mut self, conn: &Conn) -> Result<(), NetError> {
-        while let Some(&idx) = self.unmatched.front() {
-            let Some(group) = self.groups.front_mut() else {
-                break;
-            };
-            let Op::Send {
-                addr, size, tag, ..
-            } = self.slots[idx].op
-            else {
-                self.unmatched.pop_front();
-                continue;
-            };
-            let n = group.n;
-            let Some(k) = (0..n).find(|&k| !group.used[k] && group.tags[k] == tag) else {
-                let tags = group.tags[..n].to_vec();
-                self.queue_frame(ControlFrameRepr {
-                    kind: FrameKind::NoSuchTag,
-                    index: 0,
-                    count: 0,
-                    tag,
-                    size: size as u64,
-                });
-                return Err(NetError::new(
-                    NetErrorKind::TagMismatch { tag },
-                    format!(
-                        "send of {size} bytes with tag {tag}: the receive it must match expects tags {tags:?}"
-                    ),
-                )
-                .peer(conn.peer)
-                .hint("post the sends of one grouped receive together, with the receive's tags"));
-            };
-            let cap = group.caps[k];
-            if size as u64 > cap {
-                self.queue_frame(ControlFrameRepr {
-                    kind: FrameKind::TooLarge,
-                    index: k as u8,
-                    count: n as u8,
-                    tag,
-                    size: size as u64,
-                });
-                return Err(NetError::new(
-                    NetErrorKind::Truncated {
-                        send_size: size,
-                        recv_size: usize::try_from(cap).unwrap_or(usize::MAX),
-                    },
-                    format!(
-                        "message truncated: send of {size} bytes with tag {tag} matched a \
-                         receive buffer of {cap} bytes"
-                    ),
-                )
-                .peer(conn.peer)
-                .hint("post receive buffers at least as large as the matching sends"));
-            }
-            group.used[k] = true;
-            let group_done = group.used[..n].iter().all(|&u| u);
-            self.queue_frame(ControlFrameRepr {
-                kind: FrameKind::ReadyToSend,
-                index: k as u8,
-                count: n as u8,
-                tag,
-                size: size as u64,
-            });
-            let mut inline_end = None;
-            if size <= INLINE_MAX {
-                if size > 0 {
-                    // SAFETY: `isend`'s contract keeps `addr..addr+size` valid and unmodified
-                    // until the request completes, and it has not completed.
-                    let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
-                    self.out.extend_from_slice(payload);
-                    self.out_queued += size as u64;
-                }
-                inline_end = Some(self.out_queued);
-            } else {
-                self.queue_pieces(idx, addr, size);
-            }
-            if let Op::Send {
-                matched,
-                inline_end: end,
-                ..
-            } = &mut self.slots[idx].op
-            {
-                *matched = true;
-                *end = inline_end;
-            }
-            self.unmatched.pop_front();
-            if group_done {
-                self.groups.pop_front();
-            }
-        }
-        Ok(())
     }
 }
