@@ -15,6 +15,7 @@
 //! target/release/examples/nccl_pattern_bw 4x1,4x4 2 2048 0 3
 //! ```
 //!
+//! `WEFT_SOCKET_SPIN_US` and the other `WEFT_SOCKET_*` settings apply (the interface is `lo`).
 //! Prints GB/s per rank and direction (for a 2-rank all-reduce this is NCCL's busbw). Every
 //! received step carries its sender, channel and step number, checked by the receiving GPU.
 
@@ -255,7 +256,8 @@ fn main() {
             ifname: Some("=lo".into()),
             threads: t.parse().expect("threads"),
             sockets_per_thread: s.parse().expect("sockets per thread"),
-            ..SocketConfig::default()
+            // WEFT_SOCKET_SPIN_US and the other settings from the environment.
+            ..SocketConfig::from_env().expect("socket settings")
         })
         .expect("socket net");
         let mut results = Vec::new();
