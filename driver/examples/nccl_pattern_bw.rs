@@ -16,6 +16,8 @@
 //! ```
 //!
 //! `WEFT_SOCKET_SPIN_US` and the other `WEFT_SOCKET_*` settings apply (the interface is `lo`).
+//! Then a ping-pong between two endpoints (8 B and one step) gives the median round trip: the
+//! latency of one hop, which bounds a ring whose steps depend on each other.
 //! Prints GB/s per rank and direction (for a 2-rank all-reduce this is NCCL's busbw). Every
 //! received step carries its sender, channel and step number, checked by the receiving GPU.
 
@@ -233,6 +235,83 @@ fn proxy(
     }
 }
 
+/// One-hop latency: a message of `size` bytes goes A -> B, then B -> A, `rounds` times, with
+/// the receives posted ahead (as NCCL's proxy does when slots are free). Returns the median
+/// round trip in microseconds.
+fn ping_pong(net: &SocketNet, size: usize, rounds: usize) -> f64 {
+    let (mut ab_s, mut ab_r) = pair(net);
+    let (mut ba_s, mut ba_r) = pair(net);
+    let mr = SocketMemHandle { addr: 0, size: 0 };
+    let mut a_buf = vec![1u8; size];
+    let mut b_buf = vec![2u8; size];
+    let (a_addr, b_addr) = (a_buf.as_mut_ptr() as usize, b_buf.as_mut_ptr() as usize);
+    let wait = |r: &mut Req| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if net.test(r).expect("test").is_some() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "ping-pong timed out");
+            // Yield: where threads outnumber cores, a pure spin starves the helper threads.
+            std::thread::yield_now();
+        }
+    };
+    let mut times = Vec::with_capacity(rounds);
+    std::thread::scope(|scope| {
+        let (ab_r, ba_s) = (&mut ab_r, &mut ba_s);
+        scope.spawn(move || {
+            for _ in 0..rounds {
+                let rb = [RecvBuffer {
+                    data: b_addr as *mut u8,
+                    size,
+                    tag: TAG,
+                    mr: &mr,
+                }];
+                // SAFETY: `b_buf` outlives the scope; one request uses it at a time.
+                let mut r = unsafe { net.irecv(ab_r, &rb) }
+                    .expect("irecv")
+                    .expect("posted");
+                wait(&mut r);
+                // SAFETY: as above.
+                let mut s = unsafe { net.isend(ba_s, b_addr as *const u8, size, TAG, &mr) }
+                    .expect("isend")
+                    .expect("posted");
+                wait(&mut s);
+            }
+        });
+        for _ in 0..rounds {
+            let rb = [RecvBuffer {
+                data: a_addr as *mut u8,
+                size,
+                tag: TAG,
+                mr: &mr,
+            }];
+            // SAFETY: `a_buf` outlives the scope; the receive and the send use it in turn
+            // (the send reads it, the receive that follows writes it after the peer got it).
+            let mut r = unsafe { net.irecv(&mut ba_r, &rb) }
+                .expect("irecv")
+                .expect("posted");
+            let start = Instant::now();
+            // SAFETY: as above.
+            let mut s = unsafe { net.isend(&mut ab_s, a_addr as *const u8, size, TAG, &mr) }
+                .expect("isend")
+                .expect("posted");
+            wait(&mut s);
+            wait(&mut r);
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    });
+    for c in [ab_s, ba_s] {
+        net.close_send(c).expect("close");
+    }
+    for c in [ab_r, ba_r] {
+        net.close_recv(c).expect("close");
+    }
+    drop((a_buf, b_buf));
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let configs = args.first().map_or("4x1", String::as_str).to_string();
@@ -306,6 +385,12 @@ fn main() {
             }
             results.push(bytes as f64 / t / 1e9);
         }
+        let rtt_small = ping_pong(&net, 8, 400);
+        let rtt_step = ping_pong(&net, STEP, 200);
+        println!(
+            "  {config:>5}  ping-pong median round trip: 8 B {rtt_small:.0} us, {} KiB {rtt_step:.0} us",
+            STEP >> 10
+        );
         let text: Vec<String> = results.iter().map(|g| format!("{g:.2}")).collect();
         let best = results.iter().cloned().fold(0.0, f64::max);
         println!(

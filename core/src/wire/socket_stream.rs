@@ -15,10 +15,11 @@
 //!  0 kind u8 | 1 index u8 | 2 count u8 | 3 reserved u8 = 0 | 4 tag u32 | 8 size u64
 //! ```
 //!
-//! Version 2 made the protocol sender-eager: the sender announces each message with a
-//! [`FrameKind::Data`] frame and moves its bytes at once; the receiver matches frames in order
-//! against its posted buffers and answers with [`FrameKind::Matched`] (a running count), or
-//! with [`FrameKind::TooLarge`] / [`FrameKind::NoSuchTag`] when the message does not fit.
+//! Version 2 made the protocol sender-eager: the receiver still announces each posted buffer
+//! ([`FrameKind::ClearToSend`]), but the sender no longer waits for it: it announces each
+//! message with a [`FrameKind::Data`] frame and moves its bytes at once. Each end checks a
+//! message against the buffer it matched on its own (the sender against the announcement, the
+//! receiver against its posted buffer), so no error frames are needed.
 //!
 //! All integers are big-endian. `parse` never panics; `emit` writes nothing unless it can
 //! write a value that parses back.
@@ -209,28 +210,21 @@ impl AnswerRepr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum FrameKind {
+    /// Receiver -> sender: buffer `index` of a group of `count` takes up to `size` bytes with
+    /// `tag`.
+    ClearToSend = 1,
     /// Sender -> receiver: a message of `size` bytes with `tag`; its bytes follow on the
     /// control socket (small) or the data sockets (large). `index` and `count` are 0.
-    Data = 1,
-    /// Receiver -> sender: the first `size` messages (a running count) matched a posted
-    /// receive buffer. `index`, `count` and `tag` are 0.
-    Matched = 2,
-    /// Receiver -> sender: the first message not yet matched has `tag` and does not fit the
-    /// buffer it matched, which holds `size` bytes. `index` and `count` are 0.
-    TooLarge = 3,
-    /// Receiver -> sender: the first message not yet matched (of `size` bytes) has a tag not
-    /// in the posted group; this frame names the group's tag `index` of `count` in `tag`
-    /// (one frame per tag of the group, in order).
-    NoSuchTag = 4,
+    Data = 2,
 }
 
 /// One control frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlFrameRepr {
     pub kind: FrameKind,
-    /// Tag index within the group ([`FrameKind::NoSuchTag`] only; 0 otherwise).
+    /// Buffer index within the group ([`FrameKind::ClearToSend`]; 0 for data).
     pub index: u8,
-    /// Buffers in the group, 1..=[`MAX_GROUP`] ([`FrameKind::NoSuchTag`] only; 0 otherwise).
+    /// Buffers in the group, 1..=[`MAX_GROUP`] ([`FrameKind::ClearToSend`]; 0 for data).
     pub count: u8,
     pub tag: u32,
     pub size: u64,
@@ -242,10 +236,8 @@ impl ControlFrameRepr {
         let (h, _) =
             FrameHeader::ref_from_prefix(bytes).map_err(|_| truncated(FRAME_LEN, bytes.len()))?;
         let kind = match h.kind {
-            1 => FrameKind::Data,
-            2 => FrameKind::Matched,
-            3 => FrameKind::TooLarge,
-            4 => FrameKind::NoSuchTag,
+            1 => FrameKind::ClearToSend,
+            2 => FrameKind::Data,
             k => {
                 return Err(ParseError::BadField {
                     field: "frame kind",
@@ -259,17 +251,11 @@ impl ControlFrameRepr {
                 value: u64::from(h.reserved),
             });
         }
-        if kind != FrameKind::NoSuchTag {
+        if kind == FrameKind::Data {
             if h.index != 0 || h.count != 0 {
                 return Err(ParseError::BadField {
                     field: "frame index",
                     value: u64::from(h.index) | u64::from(h.count) << 8,
-                });
-            }
-            if kind == FrameKind::Matched && h.tag.get() != 0 {
-                return Err(ParseError::BadField {
-                    field: "frame tag",
-                    value: u64::from(h.tag.get()),
                 });
             }
         } else {
@@ -433,7 +419,7 @@ mod test {
     #[test]
     fn frame_bytes_and_errors() {
         let f = ControlFrameRepr {
-            kind: FrameKind::NoSuchTag,
+            kind: FrameKind::ClearToSend,
             index: 7,
             count: 8,
             tag: 0x0102_0304,
@@ -443,7 +429,7 @@ mod test {
         assert_eq!(
             b,
             [
-                4, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
+                1, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
             ]
         );
         assert_eq!(ControlFrameRepr::parse(&b), Ok(f));
@@ -452,13 +438,15 @@ mod test {
             x[i] = v;
             ControlFrameRepr::parse(&x)
         };
-        assert!(matches!(
-            with(0, 5),
-            Err(ParseError::BadField {
-                field: "frame kind",
-                value: 5
-            })
-        ));
+        for kind in [0u8, 3, 4, 255] {
+            assert_eq!(
+                with(0, kind),
+                Err(ParseError::BadField {
+                    field: "frame kind",
+                    value: u64::from(kind)
+                })
+            );
+        }
         assert!(matches!(
             with(1, 8),
             Err(ParseError::BadField {
@@ -481,16 +469,14 @@ mod test {
                 ..
             })
         ));
-        // The other kinds carry no index or count.
-        for kind in [1u8, 2, 3] {
-            assert!(matches!(
-                with(0, kind),
-                Err(ParseError::BadField {
-                    field: "frame index",
-                    value: 0x0807
-                })
-            ));
-        }
+        // A data frame carries no index or count.
+        assert_eq!(
+            with(0, 2),
+            Err(ParseError::BadField {
+                field: "frame index",
+                value: 0x0807
+            })
+        );
         let bad = ControlFrameRepr { index: 8, ..f };
         assert!(bad.to_bytes().is_err());
         let mut short = [0u8; 15];
@@ -498,7 +484,7 @@ mod test {
     }
 
     #[test]
-    fn data_and_matched_frames() {
+    fn data_frame() {
         let data = ControlFrameRepr {
             kind: FrameKind::Data,
             index: 0,
@@ -509,34 +495,15 @@ mod test {
         let b = data.to_bytes().unwrap();
         assert_eq!(
             b,
-            [1, 0, 0, 0, 0xfe, 0xed, 0, 1, 0, 0, 0, 0, 0, 0x08, 0, 0x01]
+            [2, 0, 0, 0, 0xfe, 0xed, 0, 1, 0, 0, 0, 0, 0, 0x08, 0, 0x01]
         );
         assert_eq!(ControlFrameRepr::parse(&b), Ok(data));
-        let matched = ControlFrameRepr {
-            kind: FrameKind::Matched,
-            index: 0,
-            count: 0,
-            tag: 0,
-            size: 1_000_003,
-        };
         let mut buf = [0xa5u8; 17];
-        matched.emit(&mut buf).unwrap();
-        assert_eq!(
-            &buf[..],
-            &[
-                2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x43, 0xa5
-            ]
-        );
-        assert_eq!(ControlFrameRepr::parse(&buf), Ok(matched));
-        // A running count carries no tag.
-        let tagged = ControlFrameRepr { tag: 3, ..matched };
-        assert_eq!(
-            tagged.to_bytes(),
-            Err(ParseError::BadField {
-                field: "frame tag",
-                value: 3
-            })
-        );
+        data.emit(&mut buf).unwrap();
+        assert_eq!(&buf[..16], &b[..]);
+        assert_eq!(buf[16], 0xa5);
+        let indexed = ControlFrameRepr { count: 1, ..data };
+        assert!(indexed.to_bytes().is_err());
         // Every truncation is refused with the right counts.
         for len in 0..FRAME_LEN {
             assert_eq!(
@@ -550,35 +517,21 @@ mod test {
     }
 
     fn arb_frame() -> impl Strategy<Value = ControlFrameRepr> {
-        let kind = prop_oneof![
-            Just(FrameKind::Data),
-            Just(FrameKind::Matched),
-            Just(FrameKind::TooLarge),
-            Just(FrameKind::NoSuchTag),
-        ];
+        let kind = prop_oneof![Just(FrameKind::ClearToSend), Just(FrameKind::Data)];
         (kind, 1..=MAX_GROUP, any::<u8>(), any::<u32>(), any::<u64>()).prop_map(
-            |(kind, count, i, tag, size)| match kind {
-                FrameKind::NoSuchTag => ControlFrameRepr {
+            |(kind, count, i, tag, size)| {
+                let (index, count) = if kind == FrameKind::Data {
+                    (0, 0)
+                } else {
+                    (i % count, count)
+                };
+                ControlFrameRepr {
                     kind,
-                    index: i % count,
+                    index,
                     count,
                     tag,
                     size,
-                },
-                FrameKind::Matched => ControlFrameRepr {
-                    kind,
-                    index: 0,
-                    count: 0,
-                    tag: 0,
-                    size,
-                },
-                _ => ControlFrameRepr {
-                    kind,
-                    index: 0,
-                    count: 0,
-                    tag,
-                    size,
-                },
+                }
             },
         )
     }

@@ -7,14 +7,16 @@
 //! [`super::data_threads`]), where the kernel's socket buffers hold it until the receiver has
 //! a buffer for it. The receiver reads the data frames in order and matches each against the
 //! oldest posted receive group by tag; only then does it move the bytes into that buffer. A
-//! frame with no receive posted waits in the stream (so a late `irecv` costs no round trip:
-//! the data is already on this host).
+//! frame with no receive posted waits in the stream, so a late `irecv` costs no round trip:
+//! the data is already on the receiving host.
 //!
-//! The receiver confirms matches with a running count (*matched* frames). A send completes
-//! once its bytes were handed to the kernel and the receiver confirmed the match, so that a
-//! message too large for its buffer, or whose tag is not in the group, fails the send as well
-//! as the receive (the receiver answers the first unconfirmed message with *too large* or
-//! *no such tag* frames, and both ends report the error with both sizes or the tags).
+//! The receiver still announces each posted buffer (a *clear-to-send* frame: group size, index
+//! in the group, tag, capacity) as `irecv` is called, off the data's path. The sender matches
+//! its sends, in posting order, against these announcements and completes a send once its
+//! bytes were handed to the kernel and it matched one. So each end checks every message on its
+//! own (the sender against the announcement, the receiver against its buffer): a send larger
+//! than its buffer, or whose tag is not in the group, fails both ends with both sizes or the
+//! tags, and no error frame is needed.
 //!
 //! The frames are `weft_core::wire::socket_stream::ControlFrameRepr`.
 //!
@@ -41,9 +43,6 @@ use super::sys;
 pub(super) const INLINE_MAX: usize = 32 * 1024;
 /// The smallest piece a large message is cut into (NCCL's MIN_CHUNKSIZE).
 pub(super) const MIN_PIECE: usize = 64 * 1024;
-/// The most sends the receiver has not yet confirmed; a further `isend` is refused (returns
-/// "not posted") so that the sender's record of them stays bounded.
-const UNCONFIRMED_MAX: usize = 1024;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct RecvBuf {
@@ -60,8 +59,9 @@ enum Op {
     Free,
     Send {
         size: usize,
-        /// The message's position in the connection's stream of sends (0, 1, ...).
-        seq: u64,
+        tag: u32,
+        /// Checked against the receiver's announcement of its buffer.
+        matched: bool,
         /// For inline sends: the control-stream offset once the payload has left.
         inline_end: Option<u64>,
     },
@@ -78,12 +78,14 @@ struct Slot {
     op: Op,
 }
 
-/// A "no such tag" answer being collected: one frame per tag of the receive's group.
+/// A group of receive buffers the peer announced (sender side).
 #[derive(Debug, Clone, Copy, Default)]
-struct TagList {
+struct CtsGroup {
     n: usize,
     got: usize,
     tags: [u32; NET_MAX_RECVS],
+    caps: [u64; NET_MAX_RECVS],
+    used: [bool; NET_MAX_RECVS],
 }
 
 #[derive(Debug)]
@@ -118,19 +120,13 @@ struct State {
     closed: bool,
     data: DataThreads,
     next_socket: usize,
-    /// Sender: data frames queued so far.
-    sent: u64,
-    /// Sender: messages the receiver has confirmed (a running count).
-    confirmed: u64,
-    /// Sender: (tag, size) of the sends not yet confirmed, oldest first.
-    unconfirmed: VecDeque<(u32, usize)>,
-    /// Sender: a "no such tag" answer being collected.
-    tag_list: Option<TagList>,
+    /// Sender: sends not yet checked against an announcement, in posting order.
+    unmatched: VecDeque<usize>,
+    /// Sender: announced receive groups, oldest first, and the one being announced.
+    groups: VecDeque<CtsGroup>,
+    partial: Option<CtsGroup>,
     /// Receiver: receives with buffers not yet matched, in posting order.
     posted: VecDeque<usize>,
-    /// Receiver: data frames matched so far, and the count last confirmed to the sender.
-    matched: u64,
-    confirmed_to_peer: u64,
 }
 
 /// One end of an established connection, shared by its comm handle and its requests.
@@ -176,13 +172,10 @@ impl Conn {
                 closed: false,
                 data,
                 next_socket: 0,
-                sent: 0,
-                confirmed: 0,
-                unconfirmed: VecDeque::new(),
-                tag_list: None,
+                unmatched: VecDeque::new(),
+                groups: VecDeque::new(),
+                partial: None,
                 posted: VecDeque::new(),
-                matched: 0,
-                confirmed_to_peer: 0,
             }),
             role,
             peer,
@@ -205,12 +198,9 @@ impl Conn {
         tag: u32,
     ) -> Result<Option<(usize, u32)>, NetError> {
         let mut st = self.lock();
+        // No progress before posting: the one after it flushes this frame together with
+        // anything already queued, in one system call.
         st.usable(self)?;
-        st.progress(self);
-        st.usable(self)?;
-        if st.unconfirmed.len() >= UNCONFIRMED_MAX {
-            return Ok(None);
-        }
         let Some(idx) = st.free_slot() else {
             return Ok(None);
         };
@@ -234,14 +224,13 @@ impl Conn {
         } else {
             st.queue_pieces(idx, addr, size);
         }
-        let seq = st.sent;
-        st.sent += 1;
-        st.unconfirmed.push_back((tag, size));
         st.slots[idx].op = Op::Send {
             size,
-            seq,
+            tag,
+            matched: false,
             inline_end,
         };
+        st.unmatched.push_back(idx);
         st.progress(self);
         Ok(Some((idx, st.slots[idx].generation)))
     }
@@ -262,8 +251,8 @@ impl Conn {
             .peer(self.peer));
         }
         let mut st = self.lock();
-        st.usable(self)?;
-        st.progress(self);
+        // No progress before posting: the one after it flushes this frame together with
+        // anything already queued, in one system call.
         st.usable(self)?;
         let Some(idx) = st.free_slot() else {
             return Ok(None);
@@ -273,6 +262,15 @@ impl Conn {
             *dst = RecvBuf { addr, cap, tag };
         }
         let n = bufs.len();
+        for (i, b) in rb[..n].iter().enumerate() {
+            st.queue_frame(ControlFrameRepr {
+                kind: FrameKind::ClearToSend,
+                index: i as u8,
+                count: n as u8,
+                tag: b.tag,
+                size: b.cap as u64,
+            });
+        }
         st.slots[idx].op = Op::Recv {
             bufs: rb,
             n,
@@ -382,11 +380,12 @@ impl State {
             Op::Free => None,
             Op::Send {
                 size,
-                seq,
+                matched,
                 inline_end,
+                ..
             } => {
                 let flushed = inline_end.is_none_or(|end| self.out_sent >= end);
-                (flushed && self.confirmed > *seq).then(|| Completion::new(&[*size]))
+                (flushed && *matched).then(|| Completion::new(&[*size]))
             }
             Op::Recv { n, sizes, .. } => {
                 if self.inline_rx.as_ref().is_some_and(|rx| rx.slot == idx) {
@@ -420,8 +419,8 @@ impl State {
         let result = (|| {
             self.flush(conn)?;
             self.read_control(conn)?;
-            if self.matched > self.confirmed_to_peer {
-                self.confirm_matches();
+            if conn.role == Role::Send {
+                self.match_sends(conn)?;
             }
             self.flush(conn)?;
             if self.data.shared().failed.load(Ordering::Acquire) {
@@ -606,72 +605,34 @@ impl State {
         };
         match (conn.role, f.kind) {
             (Role::Recv, FrameKind::Data) => self.match_data(conn, f.tag, f.size),
-            (Role::Send, FrameKind::Matched) => {
-                let newly = f
-                    .size
-                    .checked_sub(self.confirmed)
-                    .filter(|&k| k <= self.sent);
-                let Some(newly) = newly.filter(|&k| k as usize <= self.unconfirmed.len()) else {
-                    return Err(protocol(format!(
-                        "the peer confirmed {} messages; {} were sent, {} confirmed before",
-                        f.size, self.sent, self.confirmed
-                    )));
-                };
-                self.unconfirmed.drain(..newly as usize);
-                self.confirmed = f.size;
-                Ok(true)
-            }
-            (Role::Send, FrameKind::TooLarge) => {
-                let Some(&(tag, size)) = self.unconfirmed.front() else {
-                    return Err(protocol("a refusal with no send outstanding".into()));
-                };
-                Err(NetError::new(
-                    NetErrorKind::Truncated {
-                        send_size: size,
-                        recv_size: usize::try_from(f.size).unwrap_or(usize::MAX),
-                    },
-                    format!(
-                        "message truncated: send of {size} bytes with tag {tag} matched a \
-                         receive buffer of {} bytes",
-                        f.size
-                    ),
-                )
-                .peer(conn.peer)
-                .hint("post receive buffers at least as large as the matching sends"))
-            }
-            (Role::Send, FrameKind::NoSuchTag) => {
+            (Role::Send, FrameKind::ClearToSend) => {
                 let n = usize::from(f.count);
                 let i = usize::from(f.index);
-                let mut list = match self.tag_list.take() {
-                    Some(l) if l.n == n && l.got == i => l,
-                    None if i == 0 => TagList {
+                let mut g = match self.partial.take() {
+                    Some(g) if g.n == n && g.got == i => g,
+                    None if i == 0 => CtsGroup {
                         n,
-                        ..TagList::default()
+                        ..CtsGroup::default()
                     },
-                    _ => return Err(protocol(format!("tag list entry {i}/{n} out of order"))),
+                    _ => {
+                        return Err(protocol(format!(
+                            "receive announcement {i}/{n} out of order"
+                        )));
+                    }
                 };
-                let Some(slot) = list.tags.get_mut(i) else {
-                    return Err(protocol(format!("tag list entry {i}/{n}")));
+                // `parse` checked 1 <= count <= 8 and index < count.
+                let (Some(tag), Some(cap)) = (g.tags.get_mut(i), g.caps.get_mut(i)) else {
+                    return Err(protocol(format!("bad receive announcement {i}/{n}")));
                 };
-                *slot = f.tag;
-                list.got += 1;
-                if list.got < list.n {
-                    self.tag_list = Some(list);
-                    return Ok(true);
+                *tag = f.tag;
+                *cap = f.size;
+                g.got += 1;
+                if g.got == g.n {
+                    self.groups.push_back(g);
+                } else {
+                    self.partial = Some(g);
                 }
-                let Some(&(tag, size)) = self.unconfirmed.front() else {
-                    return Err(protocol("a refusal with no send outstanding".into()));
-                };
-                let tags = list.tags[..n].to_vec();
-                Err(NetError::new(
-                    NetErrorKind::TagMismatch { tag },
-                    format!(
-                        "send of {size} bytes with tag {tag}: the receive it must match expects \
-                         tags {tags:?}"
-                    ),
-                )
-                .peer(conn.peer)
-                .hint("post the sends of one grouped receive together, with the receive's tags"))
+                Ok(true)
             }
             (_, kind) => Err(protocol(format!("unexpected control frame {kind:?}"))),
         }
@@ -688,18 +649,8 @@ impl State {
         let n = *n;
         let size = usize::try_from(size).unwrap_or(usize::MAX);
         let Some(k) = (0..n).find(|&k| sizes[k].is_none() && bufs[k].tag == tag) else {
+            // The sender finds the same mismatch against our announcement.
             let tags: Vec<u32> = bufs[..n].iter().map(|b| b.tag).collect();
-            // Tell the sender which message failed (the first one not confirmed) and why.
-            self.confirm_matches();
-            for (i, &t) in tags.iter().enumerate() {
-                self.queue_frame(ControlFrameRepr {
-                    kind: FrameKind::NoSuchTag,
-                    index: i as u8,
-                    count: n as u8,
-                    tag: t,
-                    size: size as u64,
-                });
-            }
             return Err(NetError::new(
                 NetErrorKind::TagMismatch { tag },
                 format!(
@@ -712,14 +663,6 @@ impl State {
         };
         let buf = bufs[k];
         if size > buf.cap {
-            self.confirm_matches();
-            self.queue_frame(ControlFrameRepr {
-                kind: FrameKind::TooLarge,
-                index: 0,
-                count: 0,
-                tag,
-                size: buf.cap as u64,
-            });
             return Err(NetError::new(
                 NetErrorKind::Truncated {
                     send_size: size,
@@ -736,7 +679,6 @@ impl State {
         }
         sizes[k] = Some(size);
         let all = sizes[..n].iter().all(Option::is_some);
-        self.matched += 1;
         if size <= INLINE_MAX {
             if size > 0 {
                 self.inline_rx = Some(InlineRx {
@@ -753,18 +695,6 @@ impl State {
             self.posted.pop_front();
         }
         Ok(true)
-    }
-
-    /// Receiver: tells the sender how many messages matched so far.
-    fn confirm_matches(&mut self) {
-        self.queue_frame(ControlFrameRepr {
-            kind: FrameKind::Matched,
-            index: 0,
-            count: 0,
-            tag: 0,
-            size: self.matched,
-        });
-        self.confirmed_to_peer = self.matched;
     }
 
     /// Cuts `size` bytes at `addr` into pieces on consecutive data sockets. Both ends call
@@ -788,5 +718,56 @@ impl State {
             );
         }
         self.next_socket = (self.next_socket + count) % sockets;
+    }
+
+    /// Sender: checks sends, in posting order, against the receiver's announced buffers (the
+    /// bytes already left; this decides whether the send completes or fails).
+    fn match_sends(&mut self, conn: &Conn) -> Result<(), NetError> {
+        while let Some(&idx) = self.unmatched.front() {
+            let Some(group) = self.groups.front_mut() else {
+                break;
+            };
+            let Op::Send { size, tag, .. } = self.slots[idx].op else {
+                self.unmatched.pop_front();
+                continue;
+            };
+            let n = group.n;
+            let Some(k) = (0..n).find(|&k| !group.used[k] && group.tags[k] == tag) else {
+                let tags = group.tags[..n].to_vec();
+                return Err(NetError::new(
+                    NetErrorKind::TagMismatch { tag },
+                    format!(
+                        "send of {size} bytes with tag {tag}: the receive it must match expects \
+                         tags {tags:?}"
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post the sends of one grouped receive together, with the receive's tags"));
+            };
+            let cap = group.caps[k];
+            if size as u64 > cap {
+                return Err(NetError::new(
+                    NetErrorKind::Truncated {
+                        send_size: size,
+                        recv_size: usize::try_from(cap).unwrap_or(usize::MAX),
+                    },
+                    format!(
+                        "message truncated: send of {size} bytes with tag {tag} matched a \
+                         receive buffer of {cap} bytes"
+                    ),
+                )
+                .peer(conn.peer)
+                .hint("post receive buffers at least as large as the matching sends"));
+            }
+            group.used[k] = true;
+            if group.used[..n].iter().all(|&u| u) {
+                self.groups.pop_front();
+            }
+            if let Op::Send { matched, .. } = &mut self.slots[idx].op {
+                *matched = true;
+            }
+            self.unmatched.pop_front();
+        }
+        Ok(())
     }
 }

@@ -16,7 +16,7 @@
 //! | `WEFT_SOCKET_NTHREADS`, `NCCL_SOCKET_NTHREADS` | helper threads per connection (1..=16) | 4 |
 //! | `WEFT_NSOCKS_PERTHREAD`, `NCCL_NSOCKS_PERTHREAD` | data sockets per thread (threads x this <= 64) | 1 |
 //! | `WEFT_SOCKET_CONNECT_TIMEOUT` | seconds a connect may take, handshake included | 120 |
-//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000) | 100 |
+//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000); helps only where every helper thread has a core of its own | 0 |
 
 mod comm;
 mod data_threads;
@@ -64,7 +64,7 @@ impl Default for SocketConfig {
             threads: 4,
             sockets_per_thread: 1,
             connect_timeout: Duration::from_secs(120),
-            spin: Duration::from_micros(100),
+            spin: Duration::ZERO,
         }
     }
 }
