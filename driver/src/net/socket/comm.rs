@@ -434,10 +434,13 @@ impl State {
         }
         let result = (|| {
             self.flush(conn)?;
-            self.read_control(conn)?;
+            let read = self.read_control(conn);
+            // Announcements read before a failure still count: a receiver that got every
+            // message and closed leaves the sender's last sends complete, not failed.
             if conn.role == Role::Send {
                 self.match_sends(conn)?;
             }
+            read?;
             self.flush(conn)?;
             if self.data.shared().failed.load(Ordering::Acquire) {
                 let err = self
