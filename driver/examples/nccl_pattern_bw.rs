@@ -17,7 +17,8 @@
 //!
 //! `WEFT_SOCKET_SPIN_US` and the other `WEFT_SOCKET_*` settings apply (the interface is `lo`).
 //! Then a ping-pong between two endpoints (8 B and one step) gives the median round trip: the
-//! latency of one hop, which bounds a ring whose steps depend on each other.
+//! latency of one hop, which bounds a ring whose steps depend on each other; and a receive
+//! posted 1 ms after its send is timed from the post to completion.
 //! Prints GB/s per rank and direction (for a 2-rank all-reduce this is NCCL's busbw). Every
 //! received step carries its sender, channel and step number, checked by the receiving GPU.
 
@@ -312,6 +313,57 @@ fn ping_pong(net: &SocketNet, size: usize, rounds: usize) -> f64 {
     times[times.len() / 2]
 }
 
+/// A receive posted late: A sends `size` bytes, B posts its receive only `late` later (the
+/// data had time to arrive) and times it from the post to completion. Returns the median in
+/// microseconds: what a message costs when NCCL's proxy posts the receive after the sender
+/// already sent.
+fn late_receive(net: &SocketNet, size: usize, rounds: usize, late: Duration) -> f64 {
+    let (mut s, mut r) = pair(net);
+    let mr = SocketMemHandle { addr: 0, size: 0 };
+    let src = vec![3u8; size];
+    let mut dst = vec![0u8; size];
+    let mut times = Vec::with_capacity(rounds);
+    let wait = |req: &mut Req| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while net.test(req).expect("test").is_none() {
+            assert!(Instant::now() < deadline, "late receive timed out");
+            std::thread::yield_now();
+        }
+    };
+    for _ in 0..rounds {
+        std::thread::scope(|scope| {
+            let (s, src) = (&mut s, &src);
+            let sender = scope.spawn(move || {
+                // SAFETY: `src` outlives the request, which completes before the scope ends.
+                let mut q = unsafe { net.isend(s, src.as_ptr(), size, TAG, &mr) }
+                    .expect("isend")
+                    .expect("posted");
+                wait(&mut q);
+            });
+            std::thread::sleep(late);
+            let rb = [RecvBuffer {
+                data: dst.as_mut_ptr(),
+                size,
+                tag: TAG,
+                mr: &mr,
+            }];
+            let start = Instant::now();
+            // SAFETY: `dst` outlives the request, which completes below.
+            let mut q = unsafe { net.irecv(&mut r, &rb) }
+                .expect("irecv")
+                .expect("posted");
+            wait(&mut q);
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+            sender.join().expect("sender");
+        });
+    }
+    assert!(dst == src, "late receive: data differs");
+    net.close_send(s).expect("close");
+    net.close_recv(r).expect("close");
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let configs = args.first().map_or("4x1", String::as_str).to_string();
@@ -389,6 +441,11 @@ fn main() {
         let rtt_step = ping_pong(&net, STEP, 200);
         println!(
             "  {config:>5}  ping-pong median round trip: 8 B {rtt_small:.0} us, {} KiB {rtt_step:.0} us",
+            STEP >> 10
+        );
+        let late = late_receive(&net, STEP, 100, Duration::from_millis(1));
+        println!(
+            "  {config:>5}  receive posted 1 ms after the send: {} KiB done {late:.0} us after the post (median)",
             STEP >> 10
         );
         let text: Vec<String> = results.iter().map(|g| format!("{g:.2}")).collect();
