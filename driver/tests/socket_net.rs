@@ -867,3 +867,36 @@ fn data_sent_before_the_receive_is_posted_arrives_intact() {
         assert!(b[n..].iter().all(|&x| x == 0xa5), "overrun after {n} bytes");
     }
 }
+
+/// Helper threads that spin before sleeping (`WEFT_SOCKET_SPIN_US`) move the same bytes: many
+/// messages in a row (threads still spinning), then one after the spin ran out (asleep again).
+#[test]
+fn spinning_helper_threads_carry_every_byte() {
+    let net = SocketNet::new(SocketConfig {
+        ifname: Some("=lo".into()),
+        threads: 3,
+        sockets_per_thread: 2,
+        spin: Duration::from_micros(300),
+        ..SocketConfig::default()
+    })
+    .unwrap();
+    let (mut send, mut recv) = pair(&net);
+    let mut rng = XorShift(0xabcd_ef01);
+    for (i, size) in [65_537usize, 1_000_003, 131_071, 40_000, 3, 700_001]
+        .into_iter()
+        .enumerate()
+    {
+        if i == 5 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let data = rng.bytes(size);
+        let (s, r, got) = transfer(&net, &mut send, &mut recv, &data, size + 9, 11);
+        assert_eq!(s.unwrap().sizes(), &[size]);
+        assert_eq!(r.unwrap().sizes(), &[size]);
+        assert!(got[..size] == data[..], "message of {size} bytes corrupted");
+        assert!(
+            got[size..].iter().all(|&b| b == 0xa5),
+            "overrun after {size} bytes"
+        );
+    }
+}

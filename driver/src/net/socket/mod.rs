@@ -546,4 +546,15 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("at most 64"), "{e}");
     }
+
+    #[test]
+    fn spin_is_off_by_default_and_read_in_microseconds() {
+        assert_eq!(config(&[]).unwrap().spin, Duration::ZERO);
+        let c = config(&[("WEFT_SOCKET_SPIN_US", "75")]).unwrap();
+        assert_eq!(c.spin, Duration::from_micros(75));
+        let e = config(&[("WEFT_SOCKET_SPIN_US", "100001")]).unwrap_err();
+        assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US=100001"), "{e}");
+        let e = config(&[("WEFT_SOCKET_SPIN_US", "-3")]).unwrap_err();
+        assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US"), "{e}");
+    }
 }
