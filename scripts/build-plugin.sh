@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the NCCL net plugin in release mode and gives it the name NCCL looks for:
 #   target/release/libnccl-net-weft.so
-# and the C test harness next to it (target/release/weft-plugin-harness).
+# and the C test harness next to it (target/release/weft-plugin-harness), and the socket
+# backend's NCCL-pattern benchmark (target/release/examples/nccl_pattern_bw).
 # Use it with NCCL_NET_PLUGIN=$PWD/target/release/libnccl-net-weft.so NCCL_NET=weft, or put
 # target/release on LD_LIBRARY_PATH and set NCCL_NET_PLUGIN=weft.
 #
@@ -27,3 +28,9 @@ fi
 harness="$target_dir/release/weft-plugin-harness"
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O2 -o "$harness" tests/plugin/harness.c -ldl
 echo "built $harness"
+# The socket backend under NCCL's proxy pattern, run by scripts/gpu-plugin-allreduce.sh too.
+cargo build --release -p weft-driver --example nccl_pattern_bw
+if [[ "${STRIP:-0}" == 1 ]]; then
+    strip --strip-debug "$target_dir/release/examples/nccl_pattern_bw"
+fi
+echo "built $target_dir/release/examples/nccl_pattern_bw"

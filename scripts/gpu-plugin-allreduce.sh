@@ -14,9 +14,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 #   scripts/gpu-plugin-allreduce.sh [path/to/libnccl-net-weft.so]
 # Environment: WEFT_PLUGIN (the library; default target/release/libnccl-net-weft.so),
 #   RANKS ("2 4"), SIZES ("64K,1M,8M,64M,128M,512M"), CONFIGS ("weft socket socket4x4"; also
-#   weft:TxS, e.g. weft:8x2, sets WEFT_SOCKET_NTHREADS x WEFT_NSOCKS_PERTHREAD for weft only),
-#   BENCH=0 skips the plugin-alone measurement (it needs weft-plugin-harness next to the
-#   library, or HARNESS=path; carry both from scripts/build-plugin.sh),
+#   weft:TxS, e.g. weft:8x2, sets WEFT_SOCKET_NTHREADS x WEFT_NSOCKS_PERTHREAD for weft only,
+#   and weft:TxS:US, e.g. weft:4x4:50, also sets WEFT_SOCKET_SPIN_US, how long weft's helper
+#   threads spin before they sleep; 0, the default, never spins),
+#   BENCH=0 skips the plugin-alone measurements (they need weft-plugin-harness next to the
+#   library, or HARNESS=path, and examples/nccl_pattern_bw beside it, or PATTERN=path; carry
+#   them from scripts/build-plugin.sh),
 #   OUT (where logs and results go; default a new temporary directory), RUN_TIMEOUT (150 s per
 #   torchrun; a normal run takes well under a minute, so the default call fits in 10 minutes).
 set -euo pipefail
@@ -59,6 +62,18 @@ if [[ "${BENCH:-1}" != 0 && -x "$harness" ]]; then
         "$harness" "$plugin" --bench 2 1024 | sed 's/^bench:/bench (4x4):/' \
         || { echo "   bench 4x4 FAILED"; status=1; }
 fi
+# The socket backend alone under NCCL's proxy pattern (a simulated 2-rank ring all-reduce: one
+# proxy thread per rank, receives posted only when the simulated GPU freed a slot, 8 x 512 KiB
+# per connection), then a ping-pong's round trip; needs the example carried next to the
+# library's directory (scripts/build-plugin.sh builds it); BENCH=0 skips this.
+pattern="${PATTERN:-$(dirname "$plugin")/examples/nccl_pattern_bw}"
+if [[ "${BENCH:-1}" != 0 && -x "$pattern" ]]; then
+    echo "== socket backend alone, NCCL's proxy pattern (nccl_pattern_bw), spin 0 then 50 us"
+    for spin in 0 50; do
+        env WEFT_SOCKET_SPIN_US="$spin" timeout 120 "$pattern" "${PATTERN_CONFIGS:-4x1,4x4,8x2}" 2 2048 0 3 \
+            || { echo "   nccl_pattern_bw (spin $spin) FAILED"; status=1; }
+    done
+fi
 port=29500
 for ranks in $ranks_list; do
     if (( ranks > ngpu )); then
@@ -74,8 +89,13 @@ for ranks in $ranks_list; do
                 env_args+=(NCCL_NET_PLUGIN="$plugin" NCCL_NET=weft)
                 if [[ "$config" == weft:* ]]; then
                     spec="${config#weft:}"
-                    env_args+=(WEFT_SOCKET_NTHREADS="${spec%x*}" WEFT_NSOCKS_PERTHREAD="${spec#*x}")
-                    label="weft${spec}"
+                    shape="${spec%%:*}"
+                    env_args+=(WEFT_SOCKET_NTHREADS="${shape%x*}" WEFT_NSOCKS_PERTHREAD="${shape#*x}")
+                    label="weft${shape}"
+                    if [[ "$spec" == *:* ]]; then
+                        env_args+=(WEFT_SOCKET_SPIN_US="${spec#*:}")
+                        label="${label}spin${spec#*:}"
+                    fi
                 fi
                 ;;
             socket) env_args+=(NCCL_NET_PLUGIN=none NCCL_NET=Socket) ;;

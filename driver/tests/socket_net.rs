@@ -785,3 +785,118 @@ fn peer_process_killed_mid_transfer() {
     assert_eq!(err.kind(), NetErrorKind::PeerClosed, "{err}");
     drop(recv);
 }
+
+/// The protocol is sender-eager: sends posted long before any receive move their bytes at once
+/// (the kernel's buffers hold them), and receives posted later, singly or grouped, still get
+/// every byte in order. A send completes only once the receiver announced a buffer for it
+/// (so that a mismatch can still fail it).
+#[test]
+fn data_sent_before_the_receive_is_posted_arrives_intact() {
+    let net = net(2, 2);
+    let (mut send, mut recv) = pair(&net);
+    let mut rng = XorShift(0x5eed_1234);
+    // (size, tag): inline, empty, pieces, several pieces; the last three form one group.
+    let msgs = [
+        (7usize, 1u32),
+        (0, 2),
+        (40_003, 3),
+        (1_048_583, 4),
+        (300_001, 5),
+        (33, 6),
+        (131_075, 7),
+    ];
+    let datas: Vec<Vec<u8>> = msgs.iter().map(|&(n, _)| rng.bytes(n)).collect();
+    let dummy = SocketMemHandle { addr: 0, size: 0 };
+    let mut sreqs = Vec::new();
+    for (d, &(n, tag)) in datas.iter().zip(&msgs) {
+        // SAFETY: `datas` outlives the requests.
+        sreqs.push(
+            unsafe { net.isend(&mut send, d.as_ptr(), n, tag, &dummy) }
+                .unwrap()
+                .expect("within the limit"),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    for r in &mut sreqs {
+        assert!(net.test(r).unwrap().is_none(), "no receive announced yet");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Receive buffers a little larger than the messages, filled so that overruns show.
+    let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|&(n, _)| vec![0xa5u8; n + 5]).collect();
+    let mut rreqs = Vec::new();
+    let (singles, group) = rbufs.split_at_mut(4);
+    for (b, &(n, tag)) in singles.iter_mut().zip(&msgs) {
+        let bufs = [RecvBuffer {
+            data: b.as_mut_ptr(),
+            size: n + 5,
+            tag,
+            mr: &dummy,
+        }];
+        // SAFETY: `rbufs` outlives the requests.
+        rreqs.push(unsafe { net.irecv(&mut recv, &bufs) }.unwrap().unwrap());
+    }
+    let mut order = [0usize, 1, 2];
+    rng.shuffle(&mut order);
+    let gbufs: Vec<RecvBuffer<'_, SocketMemHandle>> = order
+        .iter()
+        .map(|&i| {
+            let (n, tag) = msgs[4 + i];
+            RecvBuffer {
+                data: group[i].as_mut_ptr(),
+                size: n + 5,
+                tag,
+                mr: &dummy,
+            }
+        })
+        .collect();
+    // SAFETY: as above.
+    rreqs.push(unsafe { net.irecv(&mut recv, &gbufs) }.unwrap().unwrap());
+    let nsend = sreqs.len();
+    let mut all: Vec<_> = sreqs.into_iter().chain(rreqs).collect();
+    let done = wait_all(&net, &mut all);
+    for (res, &(n, _)) in done.iter().zip(&msgs) {
+        assert_eq!(res.as_ref().unwrap().sizes(), &[n]);
+    }
+    for (res, &(n, _)) in done[nsend..nsend + 4].iter().zip(&msgs) {
+        assert_eq!(res.as_ref().unwrap().sizes(), &[n]);
+    }
+    let gsizes: Vec<usize> = order.iter().map(|&i| msgs[4 + i].0).collect();
+    assert_eq!(done[nsend + 4].as_ref().unwrap().sizes(), &gsizes[..]);
+    for ((b, d), &(n, _)) in rbufs.iter().zip(&datas).zip(&msgs) {
+        assert!(b[..n] == d[..], "message of {n} bytes corrupted");
+        assert!(b[n..].iter().all(|&x| x == 0xa5), "overrun after {n} bytes");
+    }
+}
+
+/// Helper threads that spin before sleeping (`WEFT_SOCKET_SPIN_US`) move the same bytes: many
+/// messages in a row (threads still spinning), then one after the spin ran out (asleep again).
+#[test]
+fn spinning_helper_threads_carry_every_byte() {
+    let net = SocketNet::new(SocketConfig {
+        ifname: Some("=lo".into()),
+        threads: 3,
+        sockets_per_thread: 2,
+        spin: Duration::from_micros(300),
+        ..SocketConfig::default()
+    })
+    .unwrap();
+    let (mut send, mut recv) = pair(&net);
+    let mut rng = XorShift(0xabcd_ef01);
+    for (i, size) in [65_537usize, 1_000_003, 131_071, 40_000, 3, 700_001]
+        .into_iter()
+        .enumerate()
+    {
+        if i == 5 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let data = rng.bytes(size);
+        let (s, r, got) = transfer(&net, &mut send, &mut recv, &data, size + 9, 11);
+        assert_eq!(s.unwrap().sizes(), &[size]);
+        assert_eq!(r.unwrap().sizes(), &[size]);
+        assert!(got[..size] == data[..], "message of {size} bytes corrupted");
+        assert!(
+            got[size..].iter().all(|&b| b == 0xa5),
+            "overrun after {size} bytes"
+        );
+    }
+}

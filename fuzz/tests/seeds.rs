@@ -7,6 +7,7 @@ use std::path::Path;
 use weft_core::wire::ParseError;
 use weft_core::wire::connect::{IbQpInfo, NetConnectInfo, P2pConnectInfo, ShmConnectInfo};
 use weft_core::wire::mesh_handle::MeshHandle;
+use weft_core::wire::socket_stream::{AnswerRepr, ControlFrameRepr, HelloRepr};
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,6 +48,12 @@ fn every_seed_parses() {
     check("shm_connect", ShmConnectInfo::parse);
     check("net_connect", NetConnectInfo::parse);
     check("ib_qp_info", IbQpInfo::parse);
+    check("socket_stream", |b| {
+        HelloRepr::parse(b)
+            .map(|_| ())
+            .or_else(|_| AnswerRepr::parse(b).map(|_| ()))
+            .or_else(|_| ControlFrameRepr::parse(b).map(|_| ()))
+    });
 }
 
 #[test]

@@ -54,9 +54,11 @@ pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
             let config = SocketConfig::from_env()?;
             let describe = format!(
                 "{} threads x {} sockets per connection (NCCL_SOCKET_NTHREADS x \
-                 NCCL_NSOCKS_PERTHREAD), connect timeout {} s",
+                 NCCL_NSOCKS_PERTHREAD), helper spin {} us (WEFT_SOCKET_SPIN_US), sender-eager \
+                 protocol v2, connect timeout {} s",
                 config.threads,
                 config.sockets_per_thread,
+                config.spin.as_micros(),
                 config.connect_timeout.as_secs()
             );
             let net = SocketNet::new(config)?;

@@ -15,6 +15,12 @@
 //!  0 kind u8 | 1 index u8 | 2 count u8 | 3 reserved u8 = 0 | 4 tag u32 | 8 size u64
 //! ```
 //!
+//! Version 2 made the protocol sender-eager: the receiver still announces each posted buffer
+//! ([`FrameKind::ClearToSend`]), but the sender no longer waits for it: it announces each
+//! message with a [`FrameKind::Data`] frame and moves its bytes at once. Each end checks a
+//! message against the buffer it matched on its own (the sender against the announcement, the
+//! receiver against its posted buffer), so no error frames are needed.
+//!
 //! All integers are big-endian. `parse` never panics; `emit` writes nothing unless it can
 //! write a value that parses back.
 
@@ -29,7 +35,7 @@ pub const HELLO_MAGIC: u32 = 0x5746_5348;
 /// "WFSA": the listener's answer.
 pub const ANSWER_MAGIC: u32 = 0x5746_5341;
 /// The stream protocol version (hello, answer and frames move together).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The most buffers one grouped receive announces (NCCL_NET_MAX_RECVS).
 pub const MAX_GROUP: u8 = 8;
 
@@ -207,21 +213,18 @@ pub enum FrameKind {
     /// Receiver -> sender: buffer `index` of a group of `count` takes up to `size` bytes with
     /// `tag`.
     ClearToSend = 1,
-    /// Sender -> receiver: `size` bytes with `tag` go to buffer `index` of the oldest group.
-    ReadyToSend = 2,
-    /// Sender -> receiver: the send of `size` bytes with `tag` is larger than buffer `index`.
-    TooLarge = 3,
-    /// Sender -> receiver: a send with `tag` (of `size` bytes) matches no buffer of the group.
-    NoSuchTag = 4,
+    /// Sender -> receiver: a message of `size` bytes with `tag`; its bytes follow on the
+    /// control socket (small) or the data sockets (large). `index` and `count` are 0.
+    Data = 2,
 }
 
 /// One control frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlFrameRepr {
     pub kind: FrameKind,
-    /// Buffer index within the group (0 for [`FrameKind::NoSuchTag`]).
+    /// Buffer index within the group ([`FrameKind::ClearToSend`]; 0 for data).
     pub index: u8,
-    /// Buffers in the group, 1..=[`MAX_GROUP`] (0 for [`FrameKind::NoSuchTag`]).
+    /// Buffers in the group, 1..=[`MAX_GROUP`] ([`FrameKind::ClearToSend`]; 0 for data).
     pub count: u8,
     pub tag: u32,
     pub size: u64,
@@ -234,9 +237,7 @@ impl ControlFrameRepr {
             FrameHeader::ref_from_prefix(bytes).map_err(|_| truncated(FRAME_LEN, bytes.len()))?;
         let kind = match h.kind {
             1 => FrameKind::ClearToSend,
-            2 => FrameKind::ReadyToSend,
-            3 => FrameKind::TooLarge,
-            4 => FrameKind::NoSuchTag,
+            2 => FrameKind::Data,
             k => {
                 return Err(ParseError::BadField {
                     field: "frame kind",
@@ -250,11 +251,11 @@ impl ControlFrameRepr {
                 value: u64::from(h.reserved),
             });
         }
-        if kind == FrameKind::NoSuchTag {
+        if kind == FrameKind::Data {
             if h.index != 0 || h.count != 0 {
                 return Err(ParseError::BadField {
                     field: "frame index",
-                    value: u64::from(h.index),
+                    value: u64::from(h.index) | u64::from(h.count) << 8,
                 });
             }
         } else {
@@ -313,7 +314,7 @@ mod test {
 
     #[rustfmt::skip]
     static HELLO: [u8; 32] = [
-        0x57, 0x46, 0x53, 0x48, 0, 1, 0, 3, 0, 8, 0, 0, 0, 0, 0, 0,
+        0x57, 0x46, 0x53, 0x48, 0, 2, 0, 3, 0, 8, 0, 0, 0, 0, 0, 0,
         0xde, 0xad, 0xbe, 0xef, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0, 42,
     ];
 
@@ -353,8 +354,8 @@ mod test {
         };
         assert!(matches!(with(0, 0), Err(ParseError::BadMagic { .. })));
         assert!(matches!(
-            with(5, 2),
-            Err(ParseError::BadVersion { found: 2, .. })
+            with(5, 1),
+            Err(ParseError::BadVersion { found: 1, .. })
         ));
         assert!(matches!(
             with(7, 9),
@@ -418,7 +419,7 @@ mod test {
     #[test]
     fn frame_bytes_and_errors() {
         let f = ControlFrameRepr {
-            kind: FrameKind::ReadyToSend,
+            kind: FrameKind::ClearToSend,
             index: 7,
             count: 8,
             tag: 0x0102_0304,
@@ -428,7 +429,7 @@ mod test {
         assert_eq!(
             b,
             [
-                2, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
+                1, 7, 8, 0, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11
             ]
         );
         assert_eq!(ControlFrameRepr::parse(&b), Ok(f));
@@ -437,13 +438,15 @@ mod test {
             x[i] = v;
             ControlFrameRepr::parse(&x)
         };
-        assert!(matches!(
-            with(0, 5),
-            Err(ParseError::BadField {
-                field: "frame kind",
-                value: 5
-            })
-        ));
+        for kind in [0u8, 3, 4, 255] {
+            assert_eq!(
+                with(0, kind),
+                Err(ParseError::BadField {
+                    field: "frame kind",
+                    value: u64::from(kind)
+                })
+            );
+        }
         assert!(matches!(
             with(1, 8),
             Err(ParseError::BadField {
@@ -466,29 +469,58 @@ mod test {
                 ..
             })
         ));
-        assert!(matches!(
-            with(0, 4),
+        // A data frame carries no index or count.
+        assert_eq!(
+            with(0, 2),
             Err(ParseError::BadField {
                 field: "frame index",
-                ..
+                value: 0x0807
             })
-        ));
+        );
         let bad = ControlFrameRepr { index: 8, ..f };
         assert!(bad.to_bytes().is_err());
         let mut short = [0u8; 15];
         assert!(f.emit(&mut short).is_err());
     }
 
+    #[test]
+    fn data_frame() {
+        let data = ControlFrameRepr {
+            kind: FrameKind::Data,
+            index: 0,
+            count: 0,
+            tag: 0xfeed_0001,
+            size: 524_289,
+        };
+        let b = data.to_bytes().unwrap();
+        assert_eq!(
+            b,
+            [2, 0, 0, 0, 0xfe, 0xed, 0, 1, 0, 0, 0, 0, 0, 0x08, 0, 0x01]
+        );
+        assert_eq!(ControlFrameRepr::parse(&b), Ok(data));
+        let mut buf = [0xa5u8; 17];
+        data.emit(&mut buf).unwrap();
+        assert_eq!(&buf[..16], &b[..]);
+        assert_eq!(buf[16], 0xa5);
+        let indexed = ControlFrameRepr { count: 1, ..data };
+        assert!(indexed.to_bytes().is_err());
+        // Every truncation is refused with the right counts.
+        for len in 0..FRAME_LEN {
+            assert_eq!(
+                ControlFrameRepr::parse(&b[..len]),
+                Err(ParseError::Truncated {
+                    needed: FRAME_LEN,
+                    got: len
+                })
+            );
+        }
+    }
+
     fn arb_frame() -> impl Strategy<Value = ControlFrameRepr> {
-        let kind = prop_oneof![
-            Just(FrameKind::ClearToSend),
-            Just(FrameKind::ReadyToSend),
-            Just(FrameKind::TooLarge),
-            Just(FrameKind::NoSuchTag),
-        ];
+        let kind = prop_oneof![Just(FrameKind::ClearToSend), Just(FrameKind::Data)];
         (kind, 1..=MAX_GROUP, any::<u8>(), any::<u32>(), any::<u64>()).prop_map(
             |(kind, count, i, tag, size)| {
-                let (index, count) = if kind == FrameKind::NoSuchTag {
+                let (index, count) = if kind == FrameKind::Data {
                     (0, 0)
                 } else {
                     (i % count, count)

@@ -380,8 +380,8 @@ impl<N: Net> RecvLink<N> {
                 let mut busy = false;
                 let mut remote_closed = false;
                 let slots = self.fill.region().layout().slots();
-                // Post receives into every free slot first: the sender may already be
-                // waiting for them (a receive must be posted for a send to move).
+                // Post receives into every free slot first: a send completes only once its
+                // receive is announced, so the peer's slot is held until we post.
                 while inflight.len() < slots {
                     let next = match pending.take() {
                         Some(p) => p,

@@ -1,13 +1,22 @@
 //! One connection's message protocol: the control socket, the request table and matching.
 //!
-//! The receiver announces each posted buffer on the control socket (a *clear-to-send* frame:
-//! group size, index in the group, tag, capacity). The sender matches its sends, in the order
-//! they were posted, against the oldest announced group by tag, and answers with a
-//! *ready-to-send* frame (index, tag, actual size). A message of at most [`INLINE_MAX`] bytes
-//! follows its frame on the control socket; a larger one goes in pieces over the data sockets
-//! (see [`super::data_threads`]). A send larger than the buffer it matched, or whose tag is not
-//! in the group, is refused by the sender, which tells the receiver; both report the error
-//! with both sizes.
+//! The protocol is sender-eager, like NCCL's own socket transport: `isend` announces its
+//! message at once with a *data* frame (tag, size) on the control socket and starts moving the
+//! bytes, without waiting for the receiver. A message of at most [`INLINE_MAX`] bytes follows
+//! its frame on the control socket; a larger one goes in pieces over the data sockets (see
+//! [`super::data_threads`]), where the kernel's socket buffers hold it until the receiver has
+//! a buffer for it. The receiver reads the data frames in order and matches each against the
+//! oldest posted receive group by tag; only then does it move the bytes into that buffer. A
+//! frame with no receive posted waits in the stream, so a late `irecv` costs no round trip:
+//! the data is already on the receiving host.
+//!
+//! The receiver still announces each posted buffer (a *clear-to-send* frame: group size, index
+//! in the group, tag, capacity) as `irecv` is called, off the data's path. The sender matches
+//! its sends, in posting order, against these announcements and completes a send once its
+//! bytes were handed to the kernel and it matched one. So each end checks every message on its
+//! own (the sender against the announcement, the receiver against its buffer): a send larger
+//! than its buffer, or whose tag is not in the group, fails both ends with both sizes or the
+//! tags, and no error frame is needed.
 //!
 //! The frames are `weft_core::wire::socket_stream::ControlFrameRepr`.
 //!
@@ -49,9 +58,9 @@ struct RecvBuf {
 enum Op {
     Free,
     Send {
-        addr: usize,
         size: usize,
         tag: u32,
+        /// Checked against the receiver's announcement of its buffer.
         matched: bool,
         /// For inline sends: the control-stream offset once the payload has left.
         inline_end: Option<u64>,
@@ -111,12 +120,12 @@ struct State {
     closed: bool,
     data: DataThreads,
     next_socket: usize,
-    /// Sender: sends not yet matched, in posting order.
+    /// Sender: sends not yet checked against an announcement, in posting order.
     unmatched: VecDeque<usize>,
     /// Sender: announced receive groups, oldest first, and the one being announced.
     groups: VecDeque<CtsGroup>,
     partial: Option<CtsGroup>,
-    /// Receiver: receives with buffers not yet matched, in announcement order.
+    /// Receiver: receives with buffers not yet matched, in posting order.
     posted: VecDeque<usize>,
 }
 
@@ -135,12 +144,13 @@ impl Conn {
         data: Vec<TcpStream>,
         threads: usize,
         peer: SocketAddr,
+        spin: Duration,
     ) -> Result<Arc<Conn>, NetError> {
         let direction = match role {
             Role::Send => Direction::Send,
             Role::Recv => Direction::Recv,
         };
-        let data = DataThreads::start(data, threads, direction, peer)?;
+        let data = DataThreads::start(data, threads, direction, peer, spin)?;
         Ok(Arc::new(Conn {
             state: Mutex::new(State {
                 control,
@@ -188,18 +198,37 @@ impl Conn {
         tag: u32,
     ) -> Result<Option<(usize, u32)>, NetError> {
         let mut st = self.lock();
-        st.usable(self)?;
-        st.progress(self);
+        // No progress before posting: the one after it flushes this frame together with
+        // anything already queued, in one system call.
         st.usable(self)?;
         let Some(idx) = st.free_slot() else {
             return Ok(None);
         };
+        st.queue_frame(ControlFrameRepr {
+            kind: FrameKind::Data,
+            index: 0,
+            count: 0,
+            tag,
+            size: size as u64,
+        });
+        let mut inline_end = None;
+        if size <= INLINE_MAX {
+            if size > 0 {
+                // SAFETY: `isend`'s contract keeps `addr..addr+size` valid and unmodified until
+                // the request completes, and it has not even been handed out yet.
+                let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
+                st.out.extend_from_slice(payload);
+                st.out_queued += size as u64;
+            }
+            inline_end = Some(st.out_queued);
+        } else {
+            st.queue_pieces(idx, addr, size);
+        }
         st.slots[idx].op = Op::Send {
-            addr,
             size,
             tag,
             matched: false,
-            inline_end: None,
+            inline_end,
         };
         st.unmatched.push_back(idx);
         st.progress(self);
@@ -222,8 +251,8 @@ impl Conn {
             .peer(self.peer));
         }
         let mut st = self.lock();
-        st.usable(self)?;
-        st.progress(self);
+        // No progress before posting: the one after it flushes this frame together with
+        // anything already queued, in one system call.
         st.usable(self)?;
         let Some(idx) = st.free_slot() else {
             return Ok(None);
@@ -255,6 +284,21 @@ impl Conn {
     /// Progresses the connection and reports whether request (`idx`, `generation`) is done.
     pub fn test(&self, idx: usize, generation: u32) -> Result<Option<Completion>, NetError> {
         let mut st = self.lock();
+        // A request already done needs no system call (the proxy tests every request in a
+        // loop; each progress costs a recv on the control socket).
+        let live = st
+            .slots
+            .get(idx)
+            .is_some_and(|s| s.generation == generation && !matches!(s.op, Op::Free));
+        if live && st.error.is_none() && !st.closed {
+            if let Some(done) = st.completion(idx) {
+                st.release(idx);
+                return Ok(Some(done));
+            }
+            if st.waits_only_for_data_threads() {
+                return Ok(None);
+            }
+        }
         st.progress(self);
         let stale = match st.slots.get(idx) {
             Some(s) => s.generation != generation || matches!(s.op, Op::Free),
@@ -319,6 +363,19 @@ impl State {
         Ok(())
     }
 
+    /// Whether a progress call could change nothing but what the data threads do: nothing
+    /// to flush, nothing the control stream could match (every send checked, no receive
+    /// buffer waiting for a message), no inline payload arriving, no thread failed. Then
+    /// `test` skips the system calls (a proxy tests its requests in a tight loop); a peer that
+    /// goes away still shows, through the data threads or the next progress.
+    fn waits_only_for_data_threads(&self) -> bool {
+        self.out_pos == self.out.len()
+            && self.unmatched.is_empty()
+            && self.posted.is_empty()
+            && self.inline_rx.is_none()
+            && !self.data.shared().failed.load(Ordering::Acquire)
+    }
+
     fn free_slot(&self) -> Option<usize> {
         self.slots.iter().position(|s| matches!(s.op, Op::Free))
     }
@@ -344,7 +401,7 @@ impl State {
                 ..
             } => {
                 let flushed = inline_end.is_none_or(|end| self.out_sent >= end);
-                (*matched && flushed).then(|| Completion::new(&[*size]))
+                (flushed && *matched).then(|| Completion::new(&[*size]))
             }
             Op::Recv { n, sizes, .. } => {
                 if self.inline_rx.as_ref().is_some_and(|rx| rx.slot == idx) {
@@ -377,10 +434,13 @@ impl State {
         }
         let result = (|| {
             self.flush(conn)?;
-            self.read_control(conn)?;
+            let read = self.read_control(conn);
+            // Announcements read before a failure still count: a receiver that got every
+            // message and closed leaves the sender's last sends complete, not failed.
             if conn.role == Role::Send {
                 self.match_sends(conn)?;
             }
+            read?;
             self.flush(conn)?;
             if self.data.shared().failed.load(Ordering::Acquire) {
                 let err = self
@@ -482,14 +542,18 @@ impl State {
                 } else if avail >= FRAME_LEN {
                     let mut b = [0u8; FRAME_LEN];
                     b.copy_from_slice(&self.inbuf[self.in_start..self.in_start + FRAME_LEN]);
-                    self.in_start += FRAME_LEN;
                     let frame = ControlFrameRepr::parse(&b).map_err(|e| {
                         NetError::new(NetErrorKind::Protocol, "bad control frame from the peer")
                             .peer(conn.peer)
                             .cause(e)
                             .hint("both ends must run the same weft build")
                     })?;
-                    self.handle_frame(conn, frame)?;
+                    if !self.handle_frame(conn, frame)? {
+                        // A message with no receive posted yet: it waits in the stream (and
+                        // its bytes in the kernel's buffers) until `irecv` is called.
+                        return Ok(());
+                    }
+                    self.in_start += FRAME_LEN;
                 } else {
                     break;
                 }
@@ -550,19 +614,19 @@ impl State {
         }
     }
 
-    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<(), NetError> {
+    /// Acts on one frame; `Ok(false)` leaves it in the stream for later (a data frame with
+    /// no receive posted).
+    fn handle_frame(&mut self, conn: &Conn, f: ControlFrameRepr) -> Result<bool, NetError> {
         let protocol = |what: String| {
             NetError::new(NetErrorKind::Protocol, what)
                 .peer(conn.peer)
                 .hint("both ends must run the same weft build")
         };
         match (conn.role, f.kind) {
+            (Role::Recv, FrameKind::Data) => self.match_data(conn, f.tag, f.size),
             (Role::Send, FrameKind::ClearToSend) => {
                 let n = usize::from(f.count);
                 let i = usize::from(f.index);
-                if n == 0 || n > NET_MAX_RECVS || i >= n {
-                    return Err(protocol(format!("bad receive announcement {i}/{n}")));
-                }
                 let mut g = match self.partial.take() {
                     Some(g) if g.n == n && g.got == i => g,
                     None if i == 0 => CtsGroup {
@@ -575,83 +639,81 @@ impl State {
                         )));
                     }
                 };
-                g.tags[i] = f.tag;
-                g.caps[i] = f.size;
+                // `parse` checked 1 <= count <= 8 and index < count.
+                let (Some(tag), Some(cap)) = (g.tags.get_mut(i), g.caps.get_mut(i)) else {
+                    return Err(protocol(format!("bad receive announcement {i}/{n}")));
+                };
+                *tag = f.tag;
+                *cap = f.size;
                 g.got += 1;
                 if g.got == g.n {
                     self.groups.push_back(g);
                 } else {
                     self.partial = Some(g);
                 }
-                Ok(())
-            }
-            (Role::Recv, FrameKind::ReadyToSend | FrameKind::TooLarge | FrameKind::NoSuchTag) => {
-                let Some(&idx) = self.posted.front() else {
-                    return Err(protocol("data announced with no receive posted".into()));
-                };
-                let Op::Recv { bufs, n, sizes } = &mut self.slots[idx].op else {
-                    return Err(protocol("receive slot lost".into()));
-                };
-                let tags: Vec<u32> = bufs[..*n].iter().map(|b| b.tag).collect();
-                if f.kind == FrameKind::NoSuchTag {
-                    return Err(NetError::new(
-                        NetErrorKind::TagMismatch { tag: f.tag },
-                        format!(
-                            "the peer sent tag {} but the receive it must match expects tags {tags:?}",
-                            f.tag
-                        ),
-                    )
-                    .peer(conn.peer)
-                    .hint("post the sends of one grouped receive together, with the receive's tags"));
-                }
-                let i = usize::from(f.index);
-                let Some(buf) = bufs[..*n].get(i).copied() else {
-                    return Err(protocol(format!("data for buffer {i} of a group of {n}")));
-                };
-                let size = usize::try_from(f.size).unwrap_or(usize::MAX);
-                if f.kind == FrameKind::TooLarge {
-                    return Err(NetError::new(
-                        NetErrorKind::Truncated {
-                            send_size: size,
-                            recv_size: buf.cap,
-                        },
-                        format!(
-                            "message truncated: the peer sends {size} bytes with tag {} but the \
-                             receive buffer holds {} bytes",
-                            f.tag, buf.cap
-                        ),
-                    )
-                    .peer(conn.peer)
-                    .hint("post receive buffers at least as large as the matching sends"));
-                }
-                if sizes[i].is_some() || buf.tag != f.tag || size > buf.cap {
-                    return Err(protocol(format!(
-                        "data for buffer {i} (tag {}, {size} bytes) does not fit the posted \
-                         receive (tag {}, {} bytes)",
-                        f.tag, buf.tag, buf.cap
-                    )));
-                }
-                sizes[i] = Some(size);
-                let all = sizes[..*n].iter().all(Option::is_some);
-                if size <= INLINE_MAX {
-                    if size > 0 {
-                        self.inline_rx = Some(InlineRx {
-                            slot: idx,
-                            addr: buf.addr,
-                            len: size,
-                            got: 0,
-                        });
-                    }
-                } else {
-                    self.queue_pieces(idx, buf.addr, size);
-                }
-                if all {
-                    self.posted.pop_front();
-                }
-                Ok(())
+                Ok(true)
             }
             (_, kind) => Err(protocol(format!("unexpected control frame {kind:?}"))),
         }
+    }
+
+    /// Receiver: matches the next message (`tag`, `size`) against the oldest posted group.
+    fn match_data(&mut self, conn: &Conn, tag: u32, size: u64) -> Result<bool, NetError> {
+        let Some(&idx) = self.posted.front() else {
+            return Ok(false);
+        };
+        let Op::Recv { bufs, n, sizes } = &mut self.slots[idx].op else {
+            return Err(NetError::new(NetErrorKind::Protocol, "receive slot lost").peer(conn.peer));
+        };
+        let n = *n;
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let Some(k) = (0..n).find(|&k| sizes[k].is_none() && bufs[k].tag == tag) else {
+            // The sender finds the same mismatch against our announcement.
+            let tags: Vec<u32> = bufs[..n].iter().map(|b| b.tag).collect();
+            return Err(NetError::new(
+                NetErrorKind::TagMismatch { tag },
+                format!(
+                    "the peer sent {size} bytes with tag {tag} but the receive it must match \
+                     expects tags {tags:?}"
+                ),
+            )
+            .peer(conn.peer)
+            .hint("post the sends of one grouped receive together, with the receive's tags"));
+        };
+        let buf = bufs[k];
+        if size > buf.cap {
+            return Err(NetError::new(
+                NetErrorKind::Truncated {
+                    send_size: size,
+                    recv_size: buf.cap,
+                },
+                format!(
+                    "message truncated: the peer sends {size} bytes with tag {tag} but the \
+                     receive buffer holds {} bytes",
+                    buf.cap
+                ),
+            )
+            .peer(conn.peer)
+            .hint("post receive buffers at least as large as the matching sends"));
+        }
+        sizes[k] = Some(size);
+        let all = sizes[..n].iter().all(Option::is_some);
+        if size <= INLINE_MAX {
+            if size > 0 {
+                self.inline_rx = Some(InlineRx {
+                    slot: idx,
+                    addr: buf.addr,
+                    len: size,
+                    got: 0,
+                });
+            }
+        } else {
+            self.queue_pieces(idx, buf.addr, size);
+        }
+        if all {
+            self.posted.pop_front();
+        }
+        Ok(true)
     }
 
     /// Cuts `size` bytes at `addr` into pieces on consecutive data sockets. Both ends call
@@ -677,32 +739,25 @@ impl State {
         self.next_socket = (self.next_socket + count) % sockets;
     }
 
+    /// Sender: checks sends, in posting order, against the receiver's announced buffers (the
+    /// bytes already left; this decides whether the send completes or fails).
     fn match_sends(&mut self, conn: &Conn) -> Result<(), NetError> {
         while let Some(&idx) = self.unmatched.front() {
             let Some(group) = self.groups.front_mut() else {
                 break;
             };
-            let Op::Send {
-                addr, size, tag, ..
-            } = self.slots[idx].op
-            else {
+            let Op::Send { size, tag, .. } = self.slots[idx].op else {
                 self.unmatched.pop_front();
                 continue;
             };
             let n = group.n;
             let Some(k) = (0..n).find(|&k| !group.used[k] && group.tags[k] == tag) else {
                 let tags = group.tags[..n].to_vec();
-                self.queue_frame(ControlFrameRepr {
-                    kind: FrameKind::NoSuchTag,
-                    index: 0,
-                    count: 0,
-                    tag,
-                    size: size as u64,
-                });
                 return Err(NetError::new(
                     NetErrorKind::TagMismatch { tag },
                     format!(
-                        "send of {size} bytes with tag {tag}: the receive it must match expects tags {tags:?}"
+                        "send of {size} bytes with tag {tag}: the receive it must match expects \
+                         tags {tags:?}"
                     ),
                 )
                 .peer(conn.peer)
@@ -710,13 +765,6 @@ impl State {
             };
             let cap = group.caps[k];
             if size as u64 > cap {
-                self.queue_frame(ControlFrameRepr {
-                    kind: FrameKind::TooLarge,
-                    index: k as u8,
-                    count: n as u8,
-                    tag,
-                    size: size as u64,
-                });
                 return Err(NetError::new(
                     NetErrorKind::Truncated {
                         send_size: size,
@@ -731,40 +779,13 @@ impl State {
                 .hint("post receive buffers at least as large as the matching sends"));
             }
             group.used[k] = true;
-            let group_done = group.used[..n].iter().all(|&u| u);
-            self.queue_frame(ControlFrameRepr {
-                kind: FrameKind::ReadyToSend,
-                index: k as u8,
-                count: n as u8,
-                tag,
-                size: size as u64,
-            });
-            let mut inline_end = None;
-            if size <= INLINE_MAX {
-                if size > 0 {
-                    // SAFETY: `isend`'s contract keeps `addr..addr+size` valid and unmodified
-                    // until the request completes, and it has not completed.
-                    let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, size) };
-                    self.out.extend_from_slice(payload);
-                    self.out_queued += size as u64;
-                }
-                inline_end = Some(self.out_queued);
-            } else {
-                self.queue_pieces(idx, addr, size);
-            }
-            if let Op::Send {
-                matched,
-                inline_end: end,
-                ..
-            } = &mut self.slots[idx].op
-            {
-                *matched = true;
-                *end = inline_end;
-            }
-            self.unmatched.pop_front();
-            if group_done {
+            if group.used[..n].iter().all(|&u| u) {
                 self.groups.pop_front();
             }
+            if let Op::Send { matched, .. } = &mut self.slots[idx].op {
+                *matched = true;
+            }
+            self.unmatched.pop_front();
         }
         Ok(())
     }

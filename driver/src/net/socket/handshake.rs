@@ -87,6 +87,8 @@ pub struct SocketListenComm {
     handle: SocketHandleRepr,
     pending: Vec<PendingSocket>,
     groups: HashMap<u64, Group>,
+    /// How long this end's helper threads spin before they sleep (local, not in the handle).
+    spin: Duration,
 }
 
 impl SocketListenComm {
@@ -94,6 +96,7 @@ impl SocketListenComm {
         addr: SocketAddr,
         data_sockets: u8,
         threads: u8,
+        spin: Duration,
     ) -> Result<SocketListenComm, NetError> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             NetError::io(format!("listen on {addr}"), &e)
@@ -115,6 +118,7 @@ impl SocketListenComm {
             },
             pending: Vec::new(),
             groups: HashMap::new(),
+            spin,
         })
     }
 
@@ -266,6 +270,7 @@ impl SocketListenComm {
             data,
             usize::from(self.handle.threads),
             peer,
+            self.spin,
         )?;
         Ok(Some(SocketRecvComm::new(conn)))
     }
@@ -296,12 +301,14 @@ pub struct SocketConnecting {
     answer_got: usize,
     deadline: Instant,
     refused_deadline: Instant,
+    spin: Duration,
 }
 
 impl SocketConnecting {
     pub(super) fn start(
         handle: SocketHandleRepr,
         timeout: Duration,
+        spin: Duration,
     ) -> Result<SocketConnecting, NetError> {
         let count = usize::from(handle.data_sockets) + 1;
         let mut sockets = Vec::with_capacity(count);
@@ -316,6 +323,7 @@ impl SocketConnecting {
             answer_got: 0,
             deadline: Instant::now() + timeout,
             refused_deadline: Instant::now() + (timeout / 2).min(REFUSED_FOR),
+            spin,
         };
         // Start the TCP connects right away so that they progress while the caller polls.
         for i in 0..count {
@@ -462,6 +470,7 @@ impl SocketConnecting {
                     data,
                     usize::from(self.handle.threads),
                     addr,
+                    self.spin,
                 )?;
                 return Ok(Some(SocketSendComm::new(conn)));
             }

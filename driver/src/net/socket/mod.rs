@@ -16,6 +16,7 @@
 //! | `WEFT_SOCKET_NTHREADS`, `NCCL_SOCKET_NTHREADS` | helper threads per connection (1..=16) | 4 |
 //! | `WEFT_NSOCKS_PERTHREAD`, `NCCL_NSOCKS_PERTHREAD` | data sockets per thread (threads x this <= 64) | 1 |
 //! | `WEFT_SOCKET_CONNECT_TIMEOUT` | seconds a connect may take, handshake included | 120 |
+//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000); helps only where every helper thread has a core of its own | 0 |
 
 mod comm;
 mod data_threads;
@@ -50,6 +51,9 @@ pub struct SocketConfig {
     pub sockets_per_thread: u8,
     /// How long a connect (TCP connects plus handshake) may take.
     pub connect_timeout: Duration,
+    /// How long a helper thread keeps looking for work (yielding the CPU between looks)
+    /// before it sleeps; waking a sleeping thread costs tens of microseconds per message.
+    pub spin: Duration,
 }
 
 impl Default for SocketConfig {
@@ -60,6 +64,7 @@ impl Default for SocketConfig {
             threads: 4,
             sockets_per_thread: 1,
             connect_timeout: Duration::from_secs(120),
+            spin: Duration::ZERO,
         }
     }
 }
@@ -131,6 +136,9 @@ impl SocketConfig {
         }
         if let Some(secs) = env_number(env, &["WEFT_SOCKET_CONNECT_TIMEOUT"], 1, 86_400)? {
             c.connect_timeout = Duration::from_secs(secs);
+        }
+        if let Some(us) = env_number(env, &["WEFT_SOCKET_SPIN_US"], 0, 100_000)? {
+            c.spin = Duration::from_micros(us);
         }
         c.data_sockets()?;
         Ok(c)
@@ -323,8 +331,12 @@ impl Net for SocketNet {
 
     fn listen(&self, dev: usize) -> Result<(NetHandle, SocketListenComm), NetError> {
         let d = self.device(dev)?;
-        let listen =
-            SocketListenComm::bind(d.addr, self.config.data_sockets()?, self.config.threads)?;
+        let listen = SocketListenComm::bind(
+            d.addr,
+            self.config.data_sockets()?,
+            self.config.threads,
+            self.config.spin,
+        )?;
         let mut handle = NetHandle::default();
         listen.handle().emit(&mut handle.0).map_err(|e| {
             NetError::new(NetErrorKind::InvalidHandle(e), "encode the listen handle").cause(e)
@@ -348,7 +360,11 @@ impl Net for SocketNet {
                 .cause(e)
                 .hint("the handle must come unchanged from the peer's listen (same weft build)")
             })?;
-            *state = Some(SocketConnecting::start(repr, self.config.connect_timeout)?);
+            *state = Some(SocketConnecting::start(
+                repr,
+                self.config.connect_timeout,
+                self.config.spin,
+            )?);
         }
         let Some(connecting) = state.as_mut() else {
             return Ok(None);
@@ -529,5 +545,16 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn spin_is_off_by_default_and_read_in_microseconds() {
+        assert_eq!(config(&[]).unwrap().spin, Duration::ZERO);
+        let c = config(&[("WEFT_SOCKET_SPIN_US", "75")]).unwrap();
+        assert_eq!(c.spin, Duration::from_micros(75));
+        let e = config(&[("WEFT_SOCKET_SPIN_US", "100001")]).unwrap_err();
+        assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US=100001"), "{e}");
+        let e = config(&[("WEFT_SOCKET_SPIN_US", "-3")]).unwrap_err();
+        assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US"), "{e}");
     }
 }
