@@ -424,11 +424,7 @@ impl Builder<'_> {
         x.set_attr("gdr", "1");
         let mut targets: Vec<(String, u32)> = Vec::new();
         for t in &gpu.nvlink_targets {
-            let t = if t.is_empty() {
-                NVSWITCH_TARGET.to_string()
-            } else {
-                t.to_ascii_lowercase()
-            };
+            let t = nvlink_target(t);
             match targets.iter_mut().find(|(x, _)| *x == t) {
                 Some((_, n)) => *n += 1,
                 None => targets.push((t, 1)),
@@ -522,6 +518,18 @@ pub fn detect(opts: &DetectOptions) -> Result<Detection, DetectError> {
         nics,
         notes,
     })
+}
+
+/// The `target` NCCL writes for an NVLink's far end. NVML names an NVSwitch port with an
+/// all-ones bus id (`FFFFFFFF:FF:FF.0`, seen on 4x H200) or nothing at all; NCCL's dump
+/// writes its fixed NVSwitch token for it, and so must weft for the files to match.
+fn nvlink_target(nvml_busid: &str) -> String {
+    let lower = nvml_busid.trim().to_ascii_lowercase();
+    if lower.is_empty() || lower.starts_with("ffffffff:") {
+        NVSWITCH_TARGET.to_string()
+    } else {
+        lower
+    }
 }
 
 #[cfg(test)]

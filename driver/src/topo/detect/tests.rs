@@ -628,3 +628,12 @@ mod random {
         assert!(switches >= 6 && nested >= 2, "{switches} {nested}");
     }
 }
+
+#[test]
+fn nvswitch_far_ends_get_nccls_token() {
+    // NVML's spelling on the 4x H200 machine, and the empty answer some drivers give.
+    assert_eq!(super::nvlink_target("FFFFFFFF:FF:FF.0"), "fffffff:ff:ff.0");
+    assert_eq!(super::nvlink_target(""), "fffffff:ff:ff.0");
+    // A GPU at the far end keeps its own bus id.
+    assert_eq!(super::nvlink_target("00000000:1B:00.0"), "00000000:1b:00.0");
+}
