@@ -54,7 +54,7 @@ impl Buffer {
 
     /// Values in [-4, 4) with a few fraction bits, encoded as `dtype`.
     fn fill(&mut self, dtype: Dtype, rng: &mut Rng) {
-        let size = dtype.size();
+        let size = dtype.size_of_elem();
         for chunk in self.bytes_mut().chunks_exact_mut(size) {
             let r = rng.next();
             let x = ((r >> 40) as f64 / (1u64 << 24) as f64) * 8.0 - 4.0;

@@ -124,6 +124,15 @@ impl DataType {
         }
     }
 
+    /// Whether this is one of the four float types (NCCL averages them by pre-multiplying
+    /// each input by 1/n; integers are summed and divided once at the end).
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16
+        )
+    }
+
     /// Bytes taken by `count` elements, or `None` if that overflows a `u64`.
     pub const fn bytes_for(self, count: u64) -> Option<u64> {
         count.checked_mul(self.size_of_elem() as u64)

@@ -56,149 +56,9 @@ pub use element::{Element, RankDivisor};
 use element::{MAX, MIN, PROD, SUM};
 pub use narrow::{Bf16, F16};
 
-/// An NCCL element type, with `ncclDataType_t`'s values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Dtype {
-    /// `ncclInt8` (`ncclChar`).
-    Int8 = 0,
-    /// `ncclUint8`.
-    Uint8 = 1,
-    /// `ncclInt32` (`ncclInt`).
-    Int32 = 2,
-    /// `ncclUint32`.
-    Uint32 = 3,
-    /// `ncclInt64`.
-    Int64 = 4,
-    /// `ncclUint64`.
-    Uint64 = 5,
-    /// `ncclFloat16` (`ncclHalf`).
-    Float16 = 6,
-    /// `ncclFloat32` (`ncclFloat`).
-    Float32 = 7,
-    /// `ncclFloat64` (`ncclDouble`).
-    Float64 = 8,
-    /// `ncclBfloat16`.
-    Bfloat16 = 9,
-}
-
-impl Dtype {
-    /// Every type, in `ncclDataType_t` order.
-    pub const ALL: [Dtype; 10] = [
-        Dtype::Int8,
-        Dtype::Uint8,
-        Dtype::Int32,
-        Dtype::Uint32,
-        Dtype::Int64,
-        Dtype::Uint64,
-        Dtype::Float16,
-        Dtype::Float32,
-        Dtype::Float64,
-        Dtype::Bfloat16,
-    ];
-
-    /// Bytes per element.
-    pub const fn size(self) -> usize {
-        match self {
-            Dtype::Int8 | Dtype::Uint8 => 1,
-            Dtype::Float16 | Dtype::Bfloat16 => 2,
-            Dtype::Int32 | Dtype::Uint32 | Dtype::Float32 => 4,
-            Dtype::Int64 | Dtype::Uint64 | Dtype::Float64 => 8,
-        }
-    }
-
-    /// Whether this is one of the four float types (they average by pre-multiplying).
-    pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            Dtype::Float16 | Dtype::Float32 | Dtype::Float64 | Dtype::Bfloat16
-        )
-    }
-
-    /// The name nccl-tests prints in its `type` column (`float`, `half`, `bfloat16`...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::Int8 => "int8",
-            Dtype::Uint8 => "uint8",
-            Dtype::Int32 => "int32",
-            Dtype::Uint32 => "uint32",
-            Dtype::Int64 => "int64",
-            Dtype::Uint64 => "uint64",
-            Dtype::Float16 => "half",
-            Dtype::Float32 => "float",
-            Dtype::Float64 => "double",
-            Dtype::Bfloat16 => "bfloat16",
-        }
-    }
-}
-
-impl fmt::Display for Dtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl TryFrom<u32> for Dtype {
-    type Error = ReduceError;
-
-    fn try_from(value: u32) -> Result<Self, ReduceError> {
-        Dtype::ALL
-            .iter()
-            .copied()
-            .find(|d| *d as u32 == value)
-            .ok_or(ReduceError::UnknownDtype(value))
-    }
-}
-
-/// An NCCL reduction, with `ncclRedOp_t`'s values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Op {
-    /// `ncclSum`.
-    Sum = 0,
-    /// `ncclProd`.
-    Prod = 1,
-    /// `ncclMax`.
-    Max = 2,
-    /// `ncclMin`.
-    Min = 3,
-    /// `ncclAvg` (see the module documentation for how it is carried out).
-    Avg = 4,
-}
-
-impl Op {
-    /// Every op, in `ncclRedOp_t` order.
-    pub const ALL: [Op; 5] = [Op::Sum, Op::Prod, Op::Max, Op::Min, Op::Avg];
-
-    /// The name nccl-tests prints in its `redop` column.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Op::Sum => "sum",
-            Op::Prod => "prod",
-            Op::Max => "max",
-            Op::Min => "min",
-            Op::Avg => "avg",
-        }
-    }
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl TryFrom<u32> for Op {
-    type Error = ReduceError;
-
-    fn try_from(value: u32) -> Result<Self, ReduceError> {
-        Op::ALL
-            .iter()
-            .copied()
-            .find(|o| *o as u32 == value)
-            .ok_or(ReduceError::UnknownOp(value))
-    }
-}
+/// The element types and reductions are core's (`ncclDataType_t` / `ncclRedOp_t` numbers),
+/// under the short names these kernels have always used.
+pub use weft_core::abi::{DataType as Dtype, RedOp as Op};
 
 /// Why a reduction or copy was refused. Nothing is written when one is returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,7 +109,7 @@ impl fmt::Display for ReduceError {
                 f,
                 "a buffer of {len} bytes is not a whole number of {dtype} elements ({} bytes \
                  each): check the count and the data type",
-                dtype.size()
+                dtype.size_of_elem()
             ),
             ReduceError::NoRanks => {
                 f.write_str("ncclAvg over 0 ranks: the communicator must have at least 1 rank")
@@ -358,7 +218,9 @@ impl Reduction {
 
     /// From the raw `ncclDataType_t` and `ncclRedOp_t` values of a C call.
     pub fn from_nccl(datatype: u32, op: u32, nranks: u32) -> Result<Self, ReduceError> {
-        Reduction::new(Dtype::try_from(datatype)?, Op::try_from(op)?, nranks)
+        let dtype = Dtype::try_from(datatype).map_err(|_| ReduceError::UnknownDtype(datatype))?;
+        let op = Op::try_from(op).map_err(|_| ReduceError::UnknownOp(op))?;
+        Reduction::new(dtype, op, nranks)
     }
 
     /// The element type.
@@ -518,7 +380,7 @@ pub fn reduce_typed<T: Element>(
     a: &[T],
     b: &[T],
 ) -> Result<(), ReduceError> {
-    let size = T::DTYPE.size();
+    let size = T::DTYPE.size_of_elem();
     check_pair(T::DTYPE, dst.len() * size, a.len() * size)?;
     check_pair(T::DTYPE, dst.len() * size, b.len() * size)?;
     typed_binary::<T>(op, false, T::avg_scale(1), dst, a, b);
@@ -531,14 +393,14 @@ pub fn reduce_typed_in_place<T: Element>(
     acc: &mut [T],
     src: &[T],
 ) -> Result<(), ReduceError> {
-    let size = T::DTYPE.size();
+    let size = T::DTYPE.size_of_elem();
     check_pair(T::DTYPE, acc.len() * size, src.len() * size)?;
     typed_in_place::<T>(op, false, T::avg_scale(1), acc, src);
     Ok(())
 }
 
 fn check_whole(dtype: Dtype, len: usize) -> Result<(), ReduceError> {
-    if !len.is_multiple_of(dtype.size()) {
+    if !len.is_multiple_of(dtype.size_of_elem()) {
         return Err(ReduceError::PartialElement { len, dtype });
     }
     Ok(())
@@ -626,7 +488,7 @@ fn stage_prefix<T: Element>(stage: &mut T::Stage, n: usize) -> &mut [T] {
 
 /// Elements per staging block.
 const fn stage_elems<T: Element>() -> usize {
-    element::STAGE_BYTES / T::DTYPE.size()
+    element::STAGE_BYTES / T::DTYPE.size_of_elem()
 }
 
 /// A source operand: viewed as `[T]` when aligned for `T`, else read through a stage.
@@ -649,7 +511,7 @@ impl<'a, T: Element> Input<'a, T> {
         match self {
             Input::Typed(typed) => typed.get(start..start + n).unwrap_or_default(),
             Input::Bytes(bytes) => {
-                let size = T::DTYPE.size();
+                let size = T::DTYPE.size_of_elem();
                 let src = bytes
                     .get(start * size..(start + n) * size)
                     .unwrap_or_default();
@@ -687,7 +549,7 @@ impl<'a, T: Element> Output<'a, T> {
             Output::Typed(typed) => typed.get_mut(start..start + n).unwrap_or_default(),
             Output::Bytes(bytes) => {
                 if load {
-                    let size = T::DTYPE.size();
+                    let size = T::DTYPE.size_of_elem();
                     let src = bytes
                         .get(start * size..(start + n) * size)
                         .unwrap_or_default();
@@ -702,7 +564,7 @@ impl<'a, T: Element> Output<'a, T> {
     #[inline(always)]
     fn store(&mut self, start: usize, n: usize, stage: &T::Stage) {
         if let Output::Bytes(bytes) = self {
-            let size = T::DTYPE.size();
+            let size = T::DTYPE.size_of_elem();
             if let Some(dst) = bytes.get_mut(start * size..(start + n) * size) {
                 copy_prefix(dst, stage.as_bytes());
             }
@@ -720,7 +582,7 @@ fn binary_view<T: Element>(
     b: &[u8],
     kernel: impl Fn(&mut [T], &[T], &[T]),
 ) {
-    let count = dst.len() / T::DTYPE.size();
+    let count = dst.len() / T::DTYPE.size_of_elem();
     let (mut d, x, y) = (
         Output::<T>::new(dst),
         Input::<T>::new(a),
@@ -749,7 +611,7 @@ fn binary_view<T: Element>(
 /// As [`binary_view`], for `kernel(acc, src)` updating `acc` in place.
 #[inline(always)]
 fn in_place_view<T: Element>(acc: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
-    let count = acc.len() / T::DTYPE.size();
+    let count = acc.len() / T::DTYPE.size_of_elem();
     let (mut d, x) = (Output::<T>::new(acc), Input::<T>::new(src));
     if let (Output::Typed(d), Input::Typed(x)) = (&mut d, &x) {
         kernel(d, x);
@@ -769,7 +631,7 @@ fn in_place_view<T: Element>(acc: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T
 /// As [`binary_view`], for `kernel(dst, src)`.
 #[inline(always)]
 fn unary_bytes<T: Element>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
-    let count = dst.len() / T::DTYPE.size();
+    let count = dst.len() / T::DTYPE.size_of_elem();
     let (mut d, x) = (Output::<T>::new(dst), Input::<T>::new(src));
     if let (Output::Typed(d), Input::Typed(x)) = (&mut d, &x) {
         kernel(d, x);
@@ -789,7 +651,7 @@ fn unary_bytes<T: Element>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T],
 /// As [`binary_view`], for `kernel(buf)` in place.
 #[inline(always)]
 fn unary_in_place_bytes<T: Element>(buf: &mut [u8], kernel: impl Fn(&mut [T])) {
-    let count = buf.len() / T::DTYPE.size();
+    let count = buf.len() / T::DTYPE.size_of_elem();
     let mut d = Output::<T>::new(buf);
     if let Output::Typed(d) = &mut d {
         kernel(d);

@@ -24,7 +24,7 @@ impl Rng {
 const GUARD: u8 = 0xa5;
 
 fn width(dtype: Dtype) -> u32 {
-    (dtype.size() * 8) as u32
+    (dtype.size_of_elem() * 8) as u32
 }
 
 fn mask(dtype: Dtype) -> u64 {
@@ -253,13 +253,13 @@ fn random_bits(dtype: Dtype, rng: &mut Rng) -> u64 {
 }
 
 fn put(dtype: Dtype, buf: &mut [u8], index: usize, bits: u64) {
-    let size = dtype.size();
+    let size = dtype.size_of_elem();
     let bytes = bits.to_le_bytes();
     buf[index * size..(index + 1) * size].copy_from_slice(&bytes[..size]);
 }
 
 fn get(dtype: Dtype, buf: &[u8], index: usize) -> u64 {
-    let size = dtype.size();
+    let size = dtype.size_of_elem();
     let mut bytes = [0u8; 8];
     bytes[..size].copy_from_slice(&buf[index * size..(index + 1) * size]);
     u64::from_le_bytes(bytes)
@@ -315,7 +315,7 @@ impl Placed {
 }
 
 fn filled(dtype: Dtype, offset: usize, count: usize, rng: &mut Rng) -> (Placed, Vec<u64>) {
-    let mut p = Placed::new(offset, count * dtype.size());
+    let mut p = Placed::new(offset, count * dtype.size_of_elem());
     let values: Vec<u64> = (0..count).map(|_| random_bits(dtype, rng)).collect();
     for (i, &v) in values.iter().enumerate() {
         put(dtype, p.bytes_mut(), i, v);
@@ -341,7 +341,7 @@ fn check_binary(
 ) {
     let (a, va) = filled(dtype, offsets[1], count, rng);
     let (b, vb) = filled(dtype, offsets[2], count, rng);
-    let mut d = Placed::new(offsets[0], count * dtype.size());
+    let mut d = Placed::new(offsets[0], count * dtype.size_of_elem());
     reduce(dtype, op, d.bytes_mut(), a.bytes(), b.bytes()).unwrap();
     d.assert_guards("reduce");
     for i in 0..count {
@@ -354,7 +354,7 @@ fn check_binary(
         });
     }
     // In place: acc (at the destination's offset) = b ⊕ acc.
-    let mut acc = Placed::new(offsets[0], count * dtype.size());
+    let mut acc = Placed::new(offsets[0], count * dtype.size_of_elem());
     acc.bytes_mut().copy_from_slice(a.bytes());
     reduce_in_place(dtype, op, acc.bytes_mut(), b.bytes()).unwrap();
     acc.assert_guards("reduce_in_place");
@@ -379,8 +379,8 @@ fn offset_sets() -> Vec<[usize; 3]> {
 fn every_dtype_and_op_matches_reference_small_lengths_all_offsets() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     both_paths(|path| {
-        for dtype in Dtype::ALL {
-            for op in Op::ALL {
+        for &dtype in Dtype::ALL {
+            for &op in Op::ALL {
                 for count in 0..=67 {
                     for offsets in offset_sets() {
                         check_binary(dtype, op, count, offsets, &mut rng, path);
@@ -395,8 +395,8 @@ fn every_dtype_and_op_matches_reference_small_lengths_all_offsets() {
 fn every_dtype_and_op_matches_reference_large_odd_lengths() {
     let mut rng = Rng(0x1234_5678_9abc_def1);
     both_paths(|path| {
-        for dtype in Dtype::ALL {
-            for op in Op::ALL {
+        for &dtype in Dtype::ALL {
+            for &op in Op::ALL {
                 for count in [1031, 4099, 20_011] {
                     for offsets in [[0, 0, 0], [3, 0, 5], [1, 1, 1], [0, 7, 0]] {
                         check_binary(dtype, op, count, offsets, &mut rng, path);
@@ -498,7 +498,7 @@ fn ring_avg(reduction: &Reduction, inputs: &[Placed], offset: usize) -> Placed {
 fn avg_matches_ncclx_premul_and_postdiv() {
     let mut rng = Rng(0x0bad_cafe_f00d_1234);
     both_paths(|path| {
-        for dtype in Dtype::ALL {
+        for &dtype in Dtype::ALL {
             for nranks in [1u32, 2, 3, 4, 5, 7, 8, 13] {
                 let reduction = Reduction::new(dtype, Op::Avg, nranks).unwrap();
                 assert_eq!(reduction.has_pre_op(), dtype.is_float());
@@ -573,7 +573,7 @@ fn integer_avg_divides_extremes_exactly() {
             let mut buf = Vec::new();
             let edges = [0, 1, m, m >> 1, (m >> 1) + 1, m - 1, 5, m - 4];
             for &e in &edges {
-                buf.extend_from_slice(&e.to_le_bytes()[..dtype.size()]);
+                buf.extend_from_slice(&e.to_le_bytes()[..dtype.size_of_elem()]);
             }
             finish_avg(dtype, &mut buf, nranks).unwrap();
             for (i, &e) in edges.iter().enumerate() {
@@ -838,17 +838,17 @@ fn nccl_values_round_trip() {
 fn reduction_partials_skip_the_pre_op_and_match_free_functions() {
     let mut rng = Rng(31);
     both_paths(|path| {
-        for dtype in Dtype::ALL {
-            for op in Op::ALL {
+        for &dtype in Dtype::ALL {
+            for &op in Op::ALL {
                 let reduction = Reduction::new(dtype, op, 3).unwrap();
                 let count = 45;
                 let (a, va) = filled(dtype, 1, count, &mut rng);
                 let (b, vb) = filled(dtype, 0, count, &mut rng);
-                let mut d = Placed::new(3, count * dtype.size());
+                let mut d = Placed::new(3, count * dtype.size_of_elem());
                 reduction
                     .reduce(d.bytes_mut(), a.bytes(), b.bytes())
                     .unwrap();
-                let mut acc = Placed::new(0, count * dtype.size());
+                let mut acc = Placed::new(0, count * dtype.size_of_elem());
                 acc.bytes_mut().copy_from_slice(b.bytes());
                 reduction
                     .reduce_in_place(acc.bytes_mut(), a.bytes())
@@ -865,9 +865,10 @@ fn reduction_partials_skip_the_pre_op_and_match_free_functions() {
                 }
                 d.assert_guards("Reduction::reduce");
                 acc.assert_guards("Reduction::reduce_in_place");
-                let mut odd = vec![0u8; dtype.size() * 3 + usize::from(dtype.size() > 1)];
+                let mut odd =
+                    vec![0u8; dtype.size_of_elem() * 3 + usize::from(dtype.size_of_elem() > 1)];
                 let finished = reduction.finish(&mut odd);
-                if dtype.size() > 1 {
+                if dtype.size_of_elem() > 1 {
                     assert_eq!(
                         finished,
                         Err(ReduceError::PartialElement {
