@@ -216,9 +216,7 @@ impl CommOptions {
 /// for typed buffers passed as bytes with zerocopy's `as_bytes` / `as_mut_bytes`:
 /// `comm.all_reduce(a.as_bytes(), b.as_mut_bytes(), dtype_of::<f32>(), RedOp::Sum)`.
 pub fn dtype_of<T: crate::exec::reduce::Element>() -> DataType {
-    // The kernels' type numbers are NCCL's, as are the ABI's: the conversion cannot fail
-    // for a type that implements `Element`.
-    DataType::try_from(T::DTYPE as u32).unwrap_or(DataType::Uint8)
+    T::DTYPE
 }
 
 /// A point-to-point operation of a [`Comm::group`].

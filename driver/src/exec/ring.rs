@@ -272,14 +272,14 @@ impl Slice<'_> {
     }
 }
 
-/// A [`Reduction`] for a call (`nranks` >= 1), from the ABI's type and operator numbers.
+/// A [`Reduction`] for a call (`nranks` >= 1).
 pub fn reduction(
     dtype: DataType,
     op: weft_core::abi::RedOp,
     nranks: usize,
 ) -> Result<Reduction, ExecError> {
     let n = u32::try_from(nranks).unwrap_or(u32::MAX);
-    Ok(Reduction::from_nccl(u32::from(dtype), u32::from(op), n)?)
+    Ok(Reduction::new(dtype, op, n)?)
 }
 
 #[cfg(test)]
