@@ -119,9 +119,8 @@ impl BootstrapOptions {
                 ),
             }
         }
-        opts.interface = ["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]
-            .iter()
-            .find_map(|k| get(k).filter(|v| !v.trim().is_empty()));
+        opts.interface =
+            crate::env::first_value(&get, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]);
         opts
     }
 

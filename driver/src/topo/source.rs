@@ -117,9 +117,7 @@ pub fn write_file(path: &Path, what: &'static str, text: &str) -> Result<(), Top
 }
 
 fn env_path(env: &dyn Fn(&str) -> Option<String>, keys: &[&str]) -> Option<PathBuf> {
-    keys.iter()
-        .find_map(|k| env(k).filter(|v| !v.trim().is_empty()))
-        .map(PathBuf::from)
+    crate::env::first_value(env, keys).map(PathBuf::from)
 }
 
 /// NCCL's path settings from the environment (`NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`,
