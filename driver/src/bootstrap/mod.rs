@@ -94,7 +94,7 @@ impl BootstrapOptions {
     /// Defaults overridden by `WEFT_BOOTSTRAP_TIMEOUT`, `WEFT_BOOTSTRAP_PORT`,
     /// `WEFT_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME`. A malformed value is logged and ignored.
     pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::from_lookup(crate::env::process)
     }
 
     /// [`BootstrapOptions::from_env`] over any lookup (for tests).

@@ -230,7 +230,7 @@ pub fn local_topology(
 
 /// [`local_topology`] on this machine with the process environment.
 pub fn host_topology() -> Result<LocalTopology, TopoError> {
-    let env = |k: &str| std::env::var(k).ok();
+    let env = crate::env::process;
     local_topology(None, &env, &mut |notes| DetectOptions::host(&env, notes))
 }
 
