@@ -267,7 +267,7 @@ pub fn resolve(
 
 /// [`detect`] over the process environment.
 pub fn from_env() -> Result<Option<LaunchInfo>, LaunchError> {
-    detect(|k| std::env::var(k).ok())
+    detect(crate::env::process)
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub mod comm;
 /// cbindgen:ignore
 pub mod conn;
 /// cbindgen:ignore
+pub mod env;
+/// cbindgen:ignore
 pub mod exec;
 /// cbindgen:ignore
 pub mod launcher;

@@ -44,37 +44,9 @@ fn transport(step_bytes: usize, timeout: Duration, abort: AbortFlag) -> NetTrans
     NetTransport::new(net(), options(step_bytes, timeout, abort)).unwrap()
 }
 
-/// xorshift64*, seeded: the receiver regenerates what the sender sent.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// Message `i` of stream `seed`: 0..=max bytes (mostly odd sizes, sometimes 0 or full).
-fn message(seed: u64, i: u64, max: usize) -> Vec<u8> {
-    let mut rng = Rng::new(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
-    let len = match rng.next() % 8 {
-        0 => max,
-        1 => 0,
-        _ => ((rng.next() as usize) % (max + 1)) | 1,
-    }
-    .min(max);
-    let mut data = vec![0u8; len];
-    for chunk in data.chunks_mut(8) {
-        let word = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
-    data
-}
+#[path = "common/random.rs"]
+mod random;
+use random::message;
 
 /// Sends `count` messages of stream `seed`.
 fn send_stream(end: &mut FifoSendEnd, seed: u64, count: u64) -> Result<(), ConnError> {

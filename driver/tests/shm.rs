@@ -17,35 +17,9 @@ const SEED: &str = "WEFT_SHM_TEST_SEED";
 const STEP: &str = "WEFT_SHM_TEST_STEP";
 const PAUSE_US: &str = "WEFT_SHM_TEST_PAUSE_US";
 
-/// xorshift64*, seeded per message so the receiver regenerates what the sender sent.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// Message `i`: a size in 0..=max (mostly odd, sometimes 0 or max) and random bytes.
-fn message(seed: u64, i: u64, max: usize) -> Vec<u8> {
-    let mut rng = Rng::new(seed ^ i.wrapping_mul(0xA24B_AED4_963E_E407));
-    let len = match rng.next() % 8 {
-        0 => max,
-        1 => 0,
-        _ => ((rng.next() % (max as u64 + 1)) as usize | 1).min(max),
-    };
-    let mut data = vec![0u8; len];
-    for chunk in data.chunks_mut(8) {
-        chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
-    }
-    data
-}
+#[path = "common/random.rs"]
+mod random;
+use random::message;
 
 fn env_u64(name: &str) -> u64 {
     std::env::var(name)

@@ -29,7 +29,7 @@ fn read_trimmed(path: &str) -> String {
 /// `NCCL_HOSTID` replaces the host name and boot id, for containers that hide them or
 /// should be told apart.
 pub fn host_hash() -> u64 {
-    host_hash_from(|k| std::env::var(k).ok())
+    host_hash_from(crate::env::process)
 }
 
 /// [`host_hash`] over an environment lookup (for tests).

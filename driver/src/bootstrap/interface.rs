@@ -113,9 +113,10 @@ pub fn pick_address(filter: Option<&str>, addrs: &[InterfaceAddr]) -> Option<Int
 
 /// The interface filter from the environment, if any.
 pub fn filter_from_env() -> Option<String> {
-    ["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    crate::env::first_value(
+        &crate::env::process,
+        &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
+    )
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ impl BootstrapOptions {
     /// Defaults overridden by `WEFT_BOOTSTRAP_TIMEOUT`, `WEFT_BOOTSTRAP_PORT`,
     /// `WEFT_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME`. A malformed value is logged and ignored.
     pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::from_lookup(crate::env::process)
     }
 
     /// [`BootstrapOptions::from_env`] over any lookup (for tests).
@@ -119,9 +119,8 @@ impl BootstrapOptions {
                 ),
             }
         }
-        opts.interface = ["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]
-            .iter()
-            .find_map(|k| get(k).filter(|v| !v.trim().is_empty()));
+        opts.interface =
+            crate::env::first_value(&get, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]);
         opts
     }
 

@@ -184,23 +184,15 @@ impl FifoLayout {
     /// step; [`DEFAULT_STEP_BYTES`] when neither is set. A value that does not parse or is
     /// out of range is an error naming the variable, never silently ignored.
     pub fn from_env() -> Result<Self, LayoutError> {
-        for var in ["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"] {
-            if let Ok(text) = std::env::var(var) {
-                let bad = LayoutError {
-                    field: var,
-                    value: 0,
-                    rule: "bytes for the whole ring of 8 slots, e.g. 1048576",
-                };
-                let total: usize = text.trim().parse().map_err(|_| bad)?;
-                let step = (total / NCCL_STEPS) & !63;
-                return Self::new(NCCL_STEPS, step).map_err(|e| LayoutError {
-                    field: var,
-                    value: u64::try_from(total).unwrap_or(u64::MAX),
-                    rule: e.rule,
-                });
-            }
+        let rule = "bytes for the whole ring of 8 slots, e.g. 1048576";
+        match ring_bytes_from_env(&["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"], rule)? {
+            Some((var, total, step)) => Self::new(NCCL_STEPS, step).map_err(|e| LayoutError {
+                field: var,
+                value: u64::try_from(total).unwrap_or(u64::MAX),
+                rule: e.rule,
+            }),
+            None => Ok(Self::default()),
         }
-        Ok(Self::default())
     }
 
     pub fn slots(&self) -> usize {
@@ -216,4 +208,26 @@ impl FifoLayout {
     pub fn total_bytes(&self) -> usize {
         DATA_OFFSET.saturating_add(self.slots.saturating_mul(self.step_bytes))
     }
+}
+
+/// The first of `vars` that is set, read as NCCL reads `NCCL_BUFFSIZE`: bytes for the whole
+/// ring of [`NCCL_STEPS`] slots. Returns the variable, the bytes and the step they give
+/// (rounded down to a multiple of 64); a value that is not a number is an error naming the
+/// variable, with `rule` saying what is expected.
+pub(crate) fn ring_bytes_from_env(
+    vars: &[&'static str],
+    rule: &'static str,
+) -> Result<Option<(&'static str, usize, usize)>, LayoutError> {
+    for &var in vars {
+        if let Ok(text) = std::env::var(var) {
+            let bad = LayoutError {
+                field: var,
+                value: 0,
+                rule,
+            };
+            let total: usize = text.trim().parse().map_err(|_| bad)?;
+            return Ok(Some((var, total, (total / NCCL_STEPS) & !63)));
+        }
+    }
+    Ok(None)
 }

@@ -117,9 +117,7 @@ pub fn write_file(path: &Path, what: &'static str, text: &str) -> Result<(), Top
 }
 
 fn env_path(env: &dyn Fn(&str) -> Option<String>, keys: &[&str]) -> Option<PathBuf> {
-    keys.iter()
-        .find_map(|k| env(k).filter(|v| !v.trim().is_empty()))
-        .map(PathBuf::from)
+    crate::env::first_value(env, keys).map(PathBuf::from)
 }
 
 /// NCCL's path settings from the environment (`NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`,
@@ -232,7 +230,7 @@ pub fn local_topology(
 
 /// [`local_topology`] on this machine with the process environment.
 pub fn host_topology() -> Result<LocalTopology, TopoError> {
-    let env = |k: &str| std::env::var(k).ok();
+    let env = crate::env::process;
     local_topology(None, &env, &mut |notes| DetectOptions::host(&env, notes))
 }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ConnSpec, PeerInfo, Transport};
+use crate::conn::layout::ring_bytes_from_env;
 use crate::conn::{
     AbortFlag, ConnId, Direction, FifoLayout, FifoRecvEnd, FifoRegion, FifoSendEnd, LayoutError,
     WaitPolicy, Waiter,
@@ -99,18 +100,10 @@ impl NetOptions {
             },
             ..NetOptions::default()
         };
-        for var in ["WEFT_NET_BUFFSIZE", "NCCL_BUFFSIZE"] {
-            if let Ok(text) = std::env::var(var) {
-                let bad = LayoutError {
-                    field: var,
-                    value: 0,
-                    rule: "bytes for the whole ring of 8 slots, e.g. 4194304",
-                };
-                let total: usize = text.trim().parse().map_err(|_| bad)?;
-                let step = (total / weft_core::fifo::NCCL_STEPS) & !63;
-                options.layout = FifoLayout::new(weft_core::fifo::NCCL_STEPS, step)?;
-                break;
-            }
+        let rule = "bytes for the whole ring of 8 slots, e.g. 4194304";
+        let vars = ["WEFT_NET_BUFFSIZE", "NCCL_BUFFSIZE"];
+        if let Some((_, _, step)) = ring_bytes_from_env(&vars, rule)? {
+            options.layout = FifoLayout::new(weft_core::fifo::NCCL_STEPS, step)?;
         }
         Ok(options)
     }

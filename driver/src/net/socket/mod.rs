@@ -71,21 +71,13 @@ impl Default for SocketConfig {
 
 type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-fn env_first(env: Lookup<'_>, names: &[&str]) -> Option<(String, String)> {
-    names.iter().find_map(|&n| {
-        env(n)
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| (n.to_string(), v))
-    })
-}
-
 fn env_number(
     env: Lookup<'_>,
     names: &[&str],
     min: u64,
     max: u64,
 ) -> Result<Option<u64>, NetError> {
-    let Some((name, value)) = env_first(env, names) else {
+    let Some((name, value)) = crate::env::first_set(env, names) else {
         return Ok(None);
     };
     match value.trim().parse::<u64>() {
@@ -101,16 +93,18 @@ impl SocketConfig {
     /// Reads the environment (see the module table). A malformed value is an error that
     /// names the variable.
     pub fn from_env() -> Result<SocketConfig, NetError> {
-        SocketConfig::from_lookup(&|name| std::env::var(name).ok())
+        SocketConfig::from_lookup(&crate::env::process)
     }
 
     /// As [`Self::from_env`], reading variables through `env`.
     pub fn from_lookup(env: Lookup<'_>) -> Result<SocketConfig, NetError> {
         let mut c = SocketConfig {
-            ifname: env_first(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]).map(|(_, v)| v),
+            ifname: crate::env::first_value(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]),
             ..SocketConfig::default()
         };
-        if let Some((name, v)) = env_first(env, &["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"]) {
+        if let Some((name, v)) =
+            crate::env::first_set(env, &["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"])
+        {
             c.family = Some(Family::parse(&v).ok_or_else(|| {
                 NetError::new(
                     NetErrorKind::InvalidArgument,

@@ -143,7 +143,7 @@ fn parse_args(args: &[String]) -> Result<Args, TopoCliError> {
 /// `weft topo` with `args` (what follows `topo` on the command line), reading the
 /// process environment.
 pub fn run_topo(args: &[String]) -> Result<TopoOutput, TopoCliError> {
-    run_topo_with_env(args, &|k| std::env::var(k).ok())
+    run_topo_with_env(args, &crate::env::process)
 }
 
 /// [`run_topo`] with an explicit environment lookup (tests).
@@ -172,8 +172,10 @@ pub fn run_topo_with_env(
                 gpus: Vec::<GpuProbe>::new(),
                 nics: NicInputs {
                     addrs: local_addrs(),
-                    ifname_filter: nonempty("WEFT_SOCKET_IFNAME")
-                        .or_else(|| nonempty("NCCL_SOCKET_IFNAME")),
+                    ifname_filter: crate::env::first_value(
+                        env,
+                        &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
+                    ),
                     net_plugin: nonempty("NCCL_NET"),
                     have_gpus: false,
                 },
