@@ -77,9 +77,12 @@ impl DetectOptions {
             root: SysRoot::host(),
             nics: NicInputs {
                 addrs: super::nic::local_addrs(),
-                ifname_filter: env("WEFT_SOCKET_IFNAME")
-                    .or_else(|| env("NCCL_SOCKET_IFNAME"))
-                    .filter(|v| !v.trim().is_empty()),
+                // The same rule as bootstrap and the socket backend: a blank WEFT_ value
+                // does not hide NCCL's.
+                ifname_filter: crate::env::first_value(
+                    env,
+                    &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
+                ),
                 net_plugin: env("NCCL_NET"),
                 have_gpus: !gpus.is_empty(),
             },
