@@ -26,8 +26,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
-/// NCCL's `MAXCHANNELS`.
-pub const MAX_CHANNELS: usize = 64;
+/// NCCL's `MAXCHANNELS`: the channels a search may find are the channels kernels can hold.
+pub const MAX_CHANNELS: usize = crate::abi::MAX_CHANNELS as usize;
 /// NCCL's `NCCL_MAX_NVLS_ARITY`.
 pub const MAX_NVLS_ARITY: usize = 32;
 
