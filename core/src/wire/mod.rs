@@ -2,9 +2,10 @@
 //!
 //! Each format follows smoltcp's two levels: a checked view over bytes (`new_checked`
 //! validates length, magic, version and counts once; after that, accessors never panic) and
-//! a plain `Repr` with `parse(&[u8])` (or `from_view(&view)`), `emit(&self, &mut [u8])` and `buffer_len()`. Integers
-//! are big-endian (`zerocopy::byteorder::network_endian`) so the same handle means the same
-//! bytes on every host. Raw header structs stay private to their module.
+//! a plain `Repr` with `parse(&[u8])` (or `from_view(&view)`), `emit(&self, &mut [u8])` and
+//! `buffer_len()`. Integers are big-endian (`zerocopy::byteorder::network_endian`) so the
+//! same handle means the same bytes on every host. Raw header structs stay private to their
+//! module.
 
 pub mod bootstrap;
 pub mod connect;
