@@ -112,17 +112,12 @@ impl SockAddrRepr {
     }
 
     fn to_raw(self) -> RawSockAddr {
-        let mut addr = [0u8; 16];
-        let (family, scope_id) = match self.0 {
+        let (family, scope_id, addr) = match self.0 {
             SocketAddr::V4(v4) => {
                 let [a, b, c, d] = v4.ip().octets();
-                addr = [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-                (4, 0)
+                (4, 0, [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
             }
-            SocketAddr::V6(v6) => {
-                addr.copy_from_slice(&v6.ip().octets());
-                (6, v6.scope_id())
-            }
+            SocketAddr::V6(v6) => (6, v6.scope_id(), v6.ip().octets()),
         };
         RawSockAddr {
             family,
