@@ -19,6 +19,7 @@
 //! slot is overwritten before it is read, none is read before it is written, and the pair
 //! never deadlocks.
 
+mod counters;
 mod error;
 mod geometry;
 mod receiver;

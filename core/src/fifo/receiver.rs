@@ -1,8 +1,8 @@
 //! The receiver's half: read a slice only once the sender has posted all of it.
 
+use super::counters::StepCounters;
 use super::error::FifoError;
 use super::geometry::{FifoGeometry, steps_ahead};
-use super::sender::post_in_order;
 use super::slice::Slice;
 
 /// The receiving end of a connection: its step counters, as pure state.
@@ -13,9 +13,7 @@ use super::slice::Slice;
 /// skip too); a tail more than a ring ahead of the posted head is an overrun, reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StepReceiver {
-    geometry: FifoGeometry,
-    acquired: u64,
-    posted: u64,
+    counters: StepCounters,
 }
 
 impl StepReceiver {
@@ -23,64 +21,57 @@ impl StepReceiver {
     /// boundary. Publish [`StepReceiver::posted_step`] as the head right away: that returns
     /// the credits of the steps the rounding skipped (as NCCL does on load).
     pub fn load(geometry: FifoGeometry, saved_step: u64) -> Self {
-        let step = geometry.round_up(saved_step);
         StepReceiver {
-            geometry,
-            acquired: step,
-            posted: step,
+            counters: StepCounters::load(geometry, saved_step),
         }
     }
 
     pub fn geometry(&self) -> FifoGeometry {
-        self.geometry
+        self.counters.geometry
     }
 
     /// The step the next `acquire` waits for.
     pub fn next_step(&self) -> u64 {
-        self.acquired
+        self.counters.acquired
     }
 
     /// Steps consumed and freed: the head to publish, and the step to save at kernel end.
     pub fn posted_step(&self) -> u64 {
-        self.posted
+        self.counters.posted
     }
 
     /// Slices acquired and not yet posted.
     pub fn outstanding(&self) -> u64 {
-        self.acquired
-            .wrapping_sub(self.posted)
-            .checked_div(self.geometry.step_per_slice())
-            .unwrap_or(0)
+        self.counters.outstanding()
     }
 
     /// NCCL's rule: `tail >= step + step_per_slice`, on wrapping differences.
     pub fn can_recv(&self, tail: u64) -> bool {
-        self.geometry.can_recv(tail, self.acquired)
+        self.counters
+            .geometry
+            .can_recv(tail, self.counters.acquired)
     }
 
     /// The next slice if the sender's `tail` covers it, `None` to wait.
     pub fn acquire(&mut self, tail: u64) -> Result<Option<Slice>, FifoError> {
-        let slots = self.geometry.slots();
-        if steps_ahead(tail, self.posted) > i64::try_from(slots).unwrap_or(i64::MAX) {
+        let slots = self.counters.geometry.slots();
+        let posted = self.counters.posted;
+        if steps_ahead(tail, posted) > i64::try_from(slots).unwrap_or(i64::MAX) {
             return Err(FifoError::TailOverrun {
                 tail,
-                posted: self.posted,
+                posted,
                 slots,
             });
         }
         if !self.can_recv(tail) {
             return Ok(None);
         }
-        let sps = self.geometry.step_per_slice();
-        let slice = Slice::new(self.acquired, self.geometry.slot_of(self.acquired), sps);
-        self.acquired = self.acquired.wrapping_add(sps);
-        Ok(Some(slice))
+        Ok(Some(self.counters.grant()))
     }
 
     /// Frees the oldest acquired slice; returns the new head to publish (after the data has
     /// been read out of the slots).
     pub fn post(&mut self, slice: Slice) -> Result<u64, FifoError> {
-        self.posted = post_in_order(self.acquired, self.posted, &slice)?;
-        Ok(self.posted)
+        self.counters.post(&slice)
     }
 }

@@ -1,5 +1,6 @@
 //! The sender's half: fill a slice only while the receiver has freed its slots.
 
+use super::counters::StepCounters;
 use super::error::FifoError;
 use super::geometry::{FifoGeometry, steps_ahead};
 use super::slice::Slice;
@@ -16,86 +17,60 @@ use super::slice::Slice;
 /// posted, and posts go in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StepSender {
-    geometry: FifoGeometry,
-    acquired: u64,
-    posted: u64,
+    counters: StepCounters,
 }
 
 impl StepSender {
     /// Starts a kernel on a connection whose step was `saved_step`, rounded up to a chunk
     /// boundary (the receiver rounds the same way, so both sides agree).
     pub fn load(geometry: FifoGeometry, saved_step: u64) -> Self {
-        let step = geometry.round_up(saved_step);
         StepSender {
-            geometry,
-            acquired: step,
-            posted: step,
+            counters: StepCounters::load(geometry, saved_step),
         }
     }
 
     pub fn geometry(&self) -> FifoGeometry {
-        self.geometry
+        self.counters.geometry
     }
 
     /// The step the next `acquire` asks credit for.
     pub fn next_step(&self) -> u64 {
-        self.acquired
+        self.counters.acquired
     }
 
     /// Steps posted so far: the last tail published, and the step to save at kernel end.
     pub fn posted_step(&self) -> u64 {
-        self.posted
+        self.counters.posted
     }
 
     /// Slices acquired and not yet posted.
     pub fn outstanding(&self) -> u64 {
-        self.acquired
-            .wrapping_sub(self.posted)
-            .checked_div(self.geometry.step_per_slice())
-            .unwrap_or(0)
+        self.counters.outstanding()
     }
 
     /// NCCL's rule: `head + slots >= step + step_per_slice`, on wrapping differences.
     pub fn can_send(&self, head: u64) -> bool {
-        self.geometry.can_send(head, self.acquired)
+        self.counters
+            .geometry
+            .can_send(head, self.counters.acquired)
     }
 
     /// The next slice if the receiver's `head` leaves room for it, `None` to wait. A head
     /// past every posted step is a protocol violation, reported instead of trusted.
     pub fn acquire(&mut self, head: u64) -> Result<Option<Slice>, FifoError> {
-        if steps_ahead(head, self.posted) > 0 {
-            return Err(FifoError::HeadAhead {
-                head,
-                posted: self.posted,
-            });
+        let posted = self.counters.posted;
+        if steps_ahead(head, posted) > 0 {
+            return Err(FifoError::HeadAhead { head, posted });
         }
         if !self.can_send(head) {
             return Ok(None);
         }
-        let sps = self.geometry.step_per_slice();
-        let slice = Slice::new(self.acquired, self.geometry.slot_of(self.acquired), sps);
-        self.acquired = self.acquired.wrapping_add(sps);
-        Ok(Some(slice))
+        Ok(Some(self.counters.grant()))
     }
 
     /// Marks the oldest acquired slice as filled; returns the new tail to publish (after the
     /// data and its size are visible to the receiver).
     pub fn post(&mut self, slice: Slice) -> Result<u64, FifoError> {
-        self.posted = post_in_order(self.acquired, self.posted, &slice)?;
-        Ok(self.posted)
+        self.counters.post(&slice)
     }
-}
-
-/// Shared by both ends: `slice` must be the oldest acquired one; returns its end step.
-pub(super) fn post_in_order(acquired: u64, posted: u64, slice: &Slice) -> Result<u64, FifoError> {
-    if acquired == posted {
-        return Err(FifoError::NothingAcquired { step: slice.step() });
-    }
-    if slice.step() != posted {
-        return Err(FifoError::PostOutOfOrder {
-            expected: posted,
-            got: slice.step(),
-        });
-    }
-    Ok(slice.end_step())
 }

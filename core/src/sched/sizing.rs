@@ -6,8 +6,9 @@
 
 use super::{Collective, SchedError, align_up, div_up};
 
-/// FIFO slots per connection buffer (NCCL's `NCCL_STEPS`).
-pub const STEPS: usize = 8;
+/// FIFO slots per connection buffer (NCCL's `NCCL_STEPS`): the slots the FIFO protocol runs
+/// over, so the same constant.
+pub const STEPS: usize = crate::fifo::NCCL_STEPS;
 
 /// NCCL's default SIMPLE buffer (`NCCL_BUFFSIZE`): 4 MiB, so 512 KiB per step.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 22;

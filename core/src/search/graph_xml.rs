@@ -7,7 +7,7 @@
 
 use super::{Channel, Graph, Pattern};
 use crate::topo::model::{PathType, Topology};
-use crate::topo::system_xml::TopoXmlError;
+use crate::topo::system_xml::{TopoXmlError, bad, req};
 use crate::topo::xml::XmlNode;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -74,23 +74,6 @@ pub fn graphs_to_xml(graphs: &[&Graph], topo: &Topology) -> XmlNode {
 /// Writes graphs as NCCL's graph XML text.
 pub fn write_graphs(graphs: &[&Graph], topo: &Topology) -> String {
     graphs_to_xml(graphs, topo).write()
-}
-
-fn req<'a>(x: &'a XmlNode, attr: &'static str) -> Result<&'a str, TopoXmlError> {
-    x.attr(attr).ok_or_else(|| TopoXmlError::MissingAttr {
-        element: x.name.clone(),
-        attr,
-        pos: x.pos,
-    })
-}
-
-fn bad(x: &XmlNode, attr: &'static str, v: &str) -> TopoXmlError {
-    TopoXmlError::BadAttr {
-        element: x.name.clone(),
-        attr,
-        value: v.to_string(),
-        pos: x.pos,
-    }
 }
 
 fn int(x: &XmlNode, attr: &'static str) -> Result<i64, TopoXmlError> {

@@ -26,8 +26,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
-/// NCCL's `MAXCHANNELS`.
-pub const MAX_CHANNELS: usize = 64;
+/// NCCL's `MAXCHANNELS`: the channels a search may find are the channels kernels can hold.
+pub const MAX_CHANNELS: usize = crate::abi::MAX_CHANNELS as usize;
 /// NCCL's `NCCL_MAX_NVLS_ARITY`.
 pub const MAX_NVLS_ARITY: usize = 32;
 
@@ -147,6 +147,25 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// A graph with no channel, marked [`Fallback::Unsupported`]: what is dumped for a
+    /// pattern the hardware cannot run or weft does not search, as NCCL dumps it.
+    pub fn unsupported(id: u32, pattern: Pattern) -> Graph {
+        Graph {
+            id,
+            pattern,
+            cross_nic: 0,
+            bw_intra: 0.0,
+            bw_inter: 0.0,
+            latency_inter: 0.0,
+            type_intra: PathType::Loc,
+            type_inter: PathType::Loc,
+            same_channels: false,
+            channels: Vec::new(),
+            fallback: Some(Fallback::Unsupported),
+            budget_exhausted: false,
+        }
+    }
+
     pub fn nchannels(&self) -> usize {
         self.channels.len()
     }
@@ -1174,31 +1193,17 @@ pub fn compute(
     let mut min_channels = opts.min_channels.max(1);
     let mut max_channels = opts.max_channels.clamp(1, MAX_CHANNELS);
 
-    let empty = |pattern: Pattern, fallback: Option<Fallback>| Graph {
-        id,
-        pattern,
-        cross_nic: 0,
-        bw_intra: 0.0,
-        bw_inter: 0.0,
-        latency_inter: 0.0,
-        type_intra: PathType::Loc,
-        type_inter: PathType::Loc,
-        same_channels: false,
-        channels: Vec::new(),
-        fallback,
-        budget_exhausted: false,
-    };
     if ngpus == 0 {
-        return empty(pattern, Some(Fallback::Unsupported));
+        return Graph::unsupported(id, pattern);
     }
     if pattern == Pattern::Nvls && (nvs.is_none() || sm_min < 90) {
-        return empty(pattern, Some(Fallback::Unsupported));
+        return Graph::unsupported(id, pattern);
     }
     if pattern == Pattern::Nvls {
         max_channels = max_channels.min(MAX_NVLS_ARITY).min(ngpus);
     }
     if pattern == Pattern::CollnetDirect {
-        return empty(pattern, Some(Fallback::Unsupported));
+        return Graph::unsupported(id, pattern);
     }
     if ngpus == 1 && pattern != Pattern::Ring {
         pattern = Pattern::Tree;

@@ -12,10 +12,6 @@ use core::fmt;
 
 /// Bandwidth of a path that stays on one device (NCCL's `LOC_BW`).
 pub const LOC_BW: f32 = 5000.0;
-/// One PCIe Gen3 x16 link (NCCL's `PCI_BW`), used where no speed is known.
-pub const PCI_BW: f32 = 12.0;
-/// NCCL's `NET_BW`, 100 Gb/s.
-pub const NET_BW: f32 = 12.0;
 
 /// Per-link NVLink bandwidth in GB/s for a GPU of compute capability `sm` (NCCL's
 /// `ncclTopoNVLinkBw`: SM60 18, SM70/80 20, SM86 12, SM90 20.6, SM100 40.1).

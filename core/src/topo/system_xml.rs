@@ -141,7 +141,8 @@ impl fmt::Display for TopoXmlError {
     }
 }
 
-fn req<'a>(x: &'a XmlNode, attr: &'static str) -> Result<&'a str, TopoXmlError> {
+/// The value of `attr`, or the error naming the element and its position.
+pub(crate) fn req<'a>(x: &'a XmlNode, attr: &'static str) -> Result<&'a str, TopoXmlError> {
     x.attr(attr).ok_or_else(|| TopoXmlError::MissingAttr {
         element: x.name.clone(),
         attr,
@@ -149,7 +150,8 @@ fn req<'a>(x: &'a XmlNode, attr: &'static str) -> Result<&'a str, TopoXmlError> 
     })
 }
 
-fn bad(x: &XmlNode, attr: &'static str, value: &str) -> TopoXmlError {
+/// The error for an attribute whose value does not parse.
+pub(crate) fn bad(x: &XmlNode, attr: &'static str, value: &str) -> TopoXmlError {
     TopoXmlError::BadAttr {
         element: x.name.clone(),
         attr,

@@ -22,7 +22,7 @@ use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use zerocopy::byteorder::network_endian::{I32, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use super::ParseError;
+use super::{ParseError, prefix};
 
 /// Version of every format in this file; bumped together when any of them changes.
 pub const VERSION: u16 = 1;
@@ -46,16 +46,6 @@ pub const MAX_ABORT_TEXT: usize = 1024;
 /// The rank field of frames sent by the root, which is not a rank.
 pub const ROOT_SENDER: u32 = u32::MAX;
 
-/// Reads a `T` from the front of `bytes`, or says how many bytes were missing.
-fn prefix<T: FromBytes + KnownLayout + Immutable + Unaligned>(
-    bytes: &[u8],
-) -> Result<(&T, &[u8]), ParseError> {
-    T::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
-        needed: core::mem::size_of::<T>(),
-        got: bytes.len(),
-    })
-}
-
 /// Writes `raw` at the front of `buf`, returning the number of bytes written.
 fn write_prefix<T: IntoBytes + Immutable>(raw: &T, buf: &mut [u8]) -> Result<usize, ParseError> {
     let needed = core::mem::size_of::<T>();
@@ -67,20 +57,9 @@ fn write_prefix<T: IntoBytes + Immutable>(raw: &T, buf: &mut [u8]) -> Result<usi
     Ok(needed)
 }
 
+/// The shared check, against this module's [`VERSION`].
 fn check_magic_version(magic: u32, expected: u32, version: u16) -> Result<(), ParseError> {
-    if magic != expected {
-        return Err(ParseError::BadMagic {
-            expected,
-            found: magic,
-        });
-    }
-    if version != VERSION {
-        return Err(ParseError::BadVersion {
-            supported: VERSION,
-            found: version,
-        });
-    }
-    Ok(())
+    super::check_magic_version(magic, expected, version, VERSION)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -133,17 +112,12 @@ impl SockAddrRepr {
     }
 
     fn to_raw(self) -> RawSockAddr {
-        let mut addr = [0u8; 16];
-        let (family, scope_id) = match self.0 {
+        let (family, scope_id, addr) = match self.0 {
             SocketAddr::V4(v4) => {
                 let [a, b, c, d] = v4.ip().octets();
-                addr = [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-                (4, 0)
+                (4, 0, [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
             }
-            SocketAddr::V6(v6) => {
-                addr.copy_from_slice(&v6.ip().octets());
-                (6, v6.scope_id())
-            }
+            SocketAddr::V6(v6) => (6, v6.scope_id(), v6.ip().octets()),
         };
         RawSockAddr {
             family,

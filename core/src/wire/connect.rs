@@ -67,8 +67,8 @@
 use zerocopy::byteorder::network_endian::{I32, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use super::ParseError;
 use super::mesh_handle::NCCL_NET_HANDLE_MAXSIZE;
+use super::{ParseError, prefix};
 
 /// The version of every format in this module.
 pub const VERSION: u16 = 1;
@@ -100,30 +100,8 @@ const _: () = assert!(
         && MAX_CONNECT_INFO_LEN >= IB_QP_LEN
 );
 
-/// Reads the fixed part `H` at the start of `bytes`.
-fn read_fixed<H: FromBytes + KnownLayout + Immutable>(
-    bytes: &[u8],
-) -> Result<(&H, &[u8]), ParseError> {
-    H::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
-        needed: size_of::<H>(),
-        got: bytes.len(),
-    })
-}
-
 fn check_preamble(magic: U32, version: U16, expected: u32) -> Result<(), ParseError> {
-    if magic.get() != expected {
-        return Err(ParseError::BadMagic {
-            expected,
-            found: magic.get(),
-        });
-    }
-    if version.get() != VERSION {
-        return Err(ParseError::BadVersion {
-            supported: VERSION,
-            found: version.get(),
-        });
-    }
-    Ok(())
+    super::check_magic_version(magic.get(), expected, version.get(), VERSION)
 }
 
 /// The first `len` bytes of `rest`, which starts `fixed_len` bytes into the message.
@@ -292,7 +270,7 @@ pub struct P2pConnectInfoView<'a> {
 impl<'a> P2pConnectInfoView<'a> {
     /// Validates `bytes` as a P2P connect info; bytes after its end are ignored.
     pub fn new_checked(bytes: &'a [u8]) -> Result<Self, ParseError> {
-        let (fixed, rest) = read_fixed::<P2pFixed>(bytes)?;
+        let (fixed, rest) = prefix::<P2pFixed>(bytes)?;
         check_preamble(fixed.magic, fixed.version, P2P_MAGIC)?;
         let mode = match fixed.mode {
             0 => P2pMode::Write,
@@ -442,7 +420,7 @@ pub struct ShmConnectInfoView<'a> {
 impl<'a> ShmConnectInfoView<'a> {
     /// Validates `bytes` as an SHM connect info; bytes after its end are ignored.
     pub fn new_checked(bytes: &'a [u8]) -> Result<Self, ParseError> {
-        let (fixed, _) = read_fixed::<ShmFixed>(bytes)?;
+        let (fixed, _) = prefix::<ShmFixed>(bytes)?;
         check_preamble(fixed.magic, fixed.version, SHM_MAGIC)?;
         if fixed.size.get() == 0 {
             return Err(ParseError::BadField {
@@ -541,7 +519,7 @@ pub struct NetConnectInfoView<'a> {
 impl<'a> NetConnectInfoView<'a> {
     /// Validates `bytes` as a NET connect info; bytes after its end are ignored.
     pub fn new_checked(bytes: &'a [u8]) -> Result<Self, ParseError> {
-        let (fixed, rest) = read_fixed::<NetFixed>(bytes)?;
+        let (fixed, rest) = prefix::<NetFixed>(bytes)?;
         check_preamble(fixed.magic, fixed.version, NET_MAGIC)?;
         let len = usize::from(fixed.len);
         if len > NET_HANDLE_MAXSIZE {
@@ -706,7 +684,7 @@ pub struct IbQpInfoView<'a> {
 impl<'a> IbQpInfoView<'a> {
     /// Validates `bytes` as an IB queue-pair info; bytes after its end are ignored.
     pub fn new_checked(bytes: &'a [u8]) -> Result<Self, ParseError> {
-        let (fixed, _) = read_fixed::<IbQpFixed>(bytes)?;
+        let (fixed, _) = prefix::<IbQpFixed>(bytes)?;
         check_preamble(fixed.magic, fixed.version, IB_QP_MAGIC)?;
         for (field, value) in [("ib qpn", fixed.qpn.get()), ("ib psn", fixed.psn.get())] {
             if value > MAX_IB_24BIT {

@@ -316,18 +316,7 @@ impl<'a> MeshHandleView<'a> {
             needed: HEADER_LEN,
             got: bytes.len(),
         })?;
-        if header.magic.get() != MAGIC {
-            return Err(ParseError::BadMagic {
-                expected: MAGIC,
-                found: header.magic.get(),
-            });
-        }
-        if header.version.get() != VERSION {
-            return Err(ParseError::BadVersion {
-                supported: VERSION,
-                found: header.version.get(),
-            });
-        }
+        super::check_magic_version(header.magic.get(), MAGIC, header.version.get(), VERSION)?;
         if usize::from(header.count) > MAX_ENTRIES {
             return Err(ParseError::TooMany {
                 field: "mesh handle entries",

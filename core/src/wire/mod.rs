@@ -2,9 +2,10 @@
 //!
 //! Each format follows smoltcp's two levels: a checked view over bytes (`new_checked`
 //! validates length, magic, version and counts once; after that, accessors never panic) and
-//! a plain `Repr` with `parse(&[u8])` (or `from_view(&view)`), `emit(&self, &mut [u8])` and `buffer_len()`. Integers
-//! are big-endian (`zerocopy::byteorder::network_endian`) so the same handle means the same
-//! bytes on every host. Raw header structs stay private to their module.
+//! a plain `Repr` with `parse(&[u8])` (or `from_view(&view)`), `emit(&self, &mut [u8])` and
+//! `buffer_len()`. Integers are big-endian (`zerocopy::byteorder::network_endian`) so the
+//! same handle means the same bytes on every host. Raw header structs stay private to their
+//! module.
 
 pub mod bootstrap;
 pub mod connect;
@@ -13,6 +14,41 @@ pub mod socket_handle;
 pub mod socket_stream;
 
 use core::fmt;
+
+use zerocopy::{FromBytes, Immutable, KnownLayout, Unaligned};
+
+/// Reads a `T` from the front of `bytes`, or says how many bytes were missing.
+pub(crate) fn prefix<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+    bytes: &[u8],
+) -> Result<(&T, &[u8]), ParseError> {
+    T::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
+        needed: core::mem::size_of::<T>(),
+        got: bytes.len(),
+    })
+}
+
+/// The check every format starts with, magic first: a wrong magic means the bytes are not
+/// this format at all, which says more than a version mismatch would.
+pub(crate) fn check_magic_version(
+    magic: u32,
+    expected: u32,
+    version: u16,
+    supported: u16,
+) -> Result<(), ParseError> {
+    if magic != expected {
+        return Err(ParseError::BadMagic {
+            expected,
+            found: magic,
+        });
+    }
+    if version != supported {
+        return Err(ParseError::BadVersion {
+            supported,
+            found: version,
+        });
+    }
+    Ok(())
+}
 
 /// Why a byte buffer is not a valid weft wire message. Small and `Copy`, so that parsing
 /// untrusted bytes never allocates; each variant names the field at fault.

@@ -100,18 +100,7 @@ impl<T: AsRef<[u8]>> SocketHandle<T> {
             needed: HANDLE_LEN,
             got,
         })?;
-        if h.magic.get() != MAGIC {
-            return Err(ParseError::BadMagic {
-                expected: MAGIC,
-                found: h.magic.get(),
-            });
-        }
-        if h.version.get() != VERSION {
-            return Err(ParseError::BadVersion {
-                supported: VERSION,
-                found: h.version.get(),
-            });
-        }
+        super::check_magic_version(h.magic.get(), MAGIC, h.version.get(), VERSION)?;
         match h.family {
             4 => {
                 if h.address

@@ -101,18 +101,7 @@ impl HelloRepr {
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
         let (h, _) =
             HelloHeader::ref_from_prefix(bytes).map_err(|_| truncated(HELLO_LEN, bytes.len()))?;
-        if h.magic.get() != HELLO_MAGIC {
-            return Err(ParseError::BadMagic {
-                expected: HELLO_MAGIC,
-                found: h.magic.get(),
-            });
-        }
-        if h.version.get() != VERSION {
-            return Err(ParseError::BadVersion {
-                supported: VERSION,
-                found: h.version.get(),
-            });
-        }
+        super::check_magic_version(h.magic.get(), HELLO_MAGIC, h.version.get(), VERSION)?;
         if h.reserved.get() != 0 || h.reserved2.get() != 0 {
             return Err(ParseError::BadField {
                 field: "hello reserved",

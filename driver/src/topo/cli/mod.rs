@@ -25,7 +25,7 @@ use weft_core::search::trees::{tree_links, trees_line};
 use weft_core::search::{
     Fallback, Graph, Pattern, SearchOptions, compute, ring_lines, system_line,
 };
-use weft_core::topo::model::{NodeData, NodeKind, PathType};
+use weft_core::topo::model::{NodeData, NodeKind};
 
 use weft_core::topo::{PathOptions, Paths, Topology, compute_paths};
 
@@ -273,7 +273,7 @@ impl TopoView {
             let nvls = if nvls {
                 compute(&topo, &paths, 3, Pattern::Nvls, &SearchOptions::nvls(inter))
             } else {
-                empty_graph(3, Pattern::Nvls)
+                Graph::unsupported(3, Pattern::Nvls)
             };
             Some((ring, tree, nvls))
         };
@@ -514,13 +514,13 @@ impl TopoView {
         let (ring, tree, nvls) = match &self.graphs {
             Some((r, t, n)) => (r.clone(), t.clone(), n.clone()),
             None => (
-                empty_graph(0, Pattern::Ring),
-                empty_graph(1, Pattern::BalancedTree),
-                empty_graph(3, Pattern::Nvls),
+                Graph::unsupported(0, Pattern::Ring),
+                Graph::unsupported(1, Pattern::BalancedTree),
+                Graph::unsupported(3, Pattern::Nvls),
             ),
         };
-        let direct = empty_graph(4, Pattern::CollnetDirect);
-        let chain = empty_graph(2, Pattern::Tree);
+        let direct = Graph::unsupported(4, Pattern::CollnetDirect);
+        let chain = Graph::unsupported(2, Pattern::Tree);
         write_graphs(&[&ring, &tree, &direct, &chain, &nvls], &self.topo)
     }
 
@@ -530,24 +530,6 @@ impl TopoView {
             self.graphs.as_ref().map(|g| &g.0),
             &format!("weft topo: {title}"),
         )
-    }
-}
-
-/// A graph with no channel, as NCCL dumps a pattern it did not search.
-fn empty_graph(id: u32, pattern: Pattern) -> Graph {
-    Graph {
-        id,
-        pattern,
-        cross_nic: 0,
-        bw_intra: 0.0,
-        bw_inter: 0.0,
-        latency_inter: 0.0,
-        type_intra: PathType::Loc,
-        type_inter: PathType::Loc,
-        same_channels: false,
-        channels: Vec::new(),
-        fallback: Some(Fallback::Unsupported),
-        budget_exhausted: false,
     }
 }
 
