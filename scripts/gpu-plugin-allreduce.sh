@@ -81,6 +81,7 @@ for ranks in $ranks_list; do
         continue
     fi
     for config in $configs; do
+        # shellcheck disable=SC2054 # the commas are NCCL_DEBUG_SUBSYS's list, not separators
         env_args=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO
                   NCCL_DEBUG_SUBSYS=INIT,NET,ENV)
         label="$config"

@@ -17,8 +17,8 @@ mkdir -p "$OUT"
 # NVLink multicast must stay off on these machines (docs: DESIGN.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NGPUS=$(nvidia-smi -L | wc -l)
-[ -n "${2:-}" ] && export NCCL_TOPO_FILE=$(realpath "$2")
-[ -n "${3:-}" ] && export NCCL_GRAPH_FILE=$(realpath "$3")
+if [ -n "${2:-}" ]; then NCCL_TOPO_FILE="$(realpath "$2")"; export NCCL_TOPO_FILE; fi
+if [ -n "${3:-}" ]; then NCCL_GRAPH_FILE="$(realpath "$3")"; export NCCL_GRAPH_FILE; fi
 cat > "$OUT/allreduce.py" <<PY
 import os
 r = int(os.environ["RANK"]); n = int(os.environ["WORLD_SIZE"])

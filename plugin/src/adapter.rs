@@ -255,7 +255,8 @@ fn wrong_kind(ptr: *mut c_void, want: Kind, tag: u64) -> NetError {
 /// As for [`read_tag`]; if the tag matches, `ptr` came from `into_obj::<T>(want, ..)`, is
 /// still live, and nobody else uses it during `'a`.
 unsafe fn borrow<'a, T>(ptr: *mut c_void, want: Kind) -> Result<&'a mut T, NetError> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `ptr` is NULL, misaligned or 8 readable bytes: this function's # Safety includes
+    // read_tag's.
     let tag = unsafe { read_tag(ptr, want)? };
     if tag != want as u64 {
         return Err(wrong_kind(ptr, want, tag));
@@ -269,7 +270,8 @@ unsafe fn borrow<'a, T>(ptr: *mut c_void, want: Kind) -> Result<&'a mut T, NetEr
 /// # Safety
 /// As for [`borrow`]; the pointer is not used again.
 pub(crate) unsafe fn take<T>(ptr: *mut c_void, want: Kind) -> Result<T, NetError> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `ptr` is NULL, misaligned or 8 readable bytes: this function's # Safety includes
+    // read_tag's.
     let tag = unsafe { read_tag(ptr, want)? };
     if tag != want as u64 {
         return Err(wrong_kind(ptr, want, tag));
@@ -366,7 +368,8 @@ impl<N: Net> Adapter<N> {
             ));
         }
         for (i, b) in bufs.iter().enumerate() {
-            // SAFETY: contract; registrations are only read.
+            // SAFETY: each `mr` is NULL or a live registration of this adapter (recv_buffers'
+            // # Safety); they are only read.
             let mr: &N::MemHandle = unsafe { borrow(b.mr, Kind::Mr) }.map_err(|e| {
                 NetError::new(
                     NetErrorKind::InvalidArgument,
@@ -448,7 +451,7 @@ impl<N: Net> PluginNet for Adapter<N> {
     }
 
     unsafe fn accept(&self, listen: *mut c_void) -> Result<Option<Obj>, NetError> {
-        // SAFETY: contract.
+        // SAFETY: `listen` is NULL or an unclosed listen comm of this adapter (accept's # Safety).
         let listen: &mut N::ListenComm = unsafe { borrow(listen, Kind::Listen)? };
         Ok(self
             .net
@@ -469,7 +472,8 @@ impl<N: Net> PluginNet for Adapter<N> {
                 "NULL comm passed to regMr (needs a send or a receive comm)",
             ));
         }
-        // SAFETY: contract (misaligned pointers are refused).
+        // SAFETY: `comm` is not NULL (checked above) and is a live comm of this adapter
+        // (reg_mr's # Safety), so 8 readable bytes.
         let tag = unsafe { read_tag(comm, Kind::Send)? };
         let comm = match Kind::from_tag(tag) {
             // SAFETY: the tag says what the object is; registration only reads the comm.
@@ -489,7 +493,8 @@ impl<N: Net> PluginNet for Adapter<N> {
     }
 
     unsafe fn dereg_mr(&self, mr: *mut c_void) -> Result<(), NetError> {
-        // SAFETY: contract.
+        // SAFETY: `mr` is NULL or an unreleased registration of this adapter (dereg_mr's # Safety);
+        // not used again.
         let mr: N::MemHandle = unsafe { take(mr, Kind::Mr)? };
         self.net.dereg_mr(mr)
     }
@@ -502,9 +507,9 @@ impl<N: Net> PluginNet for Adapter<N> {
         tag: u32,
         mr: *mut c_void,
     ) -> Result<Option<Obj>, NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or a live send comm of this adapter (isend's # Safety).
         let comm: &mut N::SendComm = unsafe { borrow(comm, Kind::Send)? };
-        // SAFETY: contract.
+        // SAFETY: `mr` is NULL or a live registration of this adapter (isend's # Safety).
         let mr: &N::MemHandle = unsafe { borrow(mr, Kind::Mr)? };
         // SAFETY: the data stays valid until the request completes (contract).
         let req = unsafe { self.net.isend(comm, data, size, tag, mr)? };
@@ -512,29 +517,30 @@ impl<N: Net> PluginNet for Adapter<N> {
     }
 
     unsafe fn irecv(&self, comm: *mut c_void, bufs: &[RawRecv]) -> Result<Option<Obj>, NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or a live receive comm of this adapter (irecv's # Safety).
         let comm: &mut N::RecvComm = unsafe { borrow(comm, Kind::Recv)? };
         let mut rb = Vec::with_capacity(bufs.len());
-        // SAFETY: contract.
+        // SAFETY: every buffer's `mr` is NULL or a live registration (irecv's # Safety).
         unsafe { self.recv_buffers(bufs, &mut rb)? };
-        // SAFETY: the buffers stay valid until the request completes (contract).
+        // SAFETY: the buffers stay valid and unused by others until the request completes
+        // (irecv's # Safety).
         let req = unsafe { self.net.irecv(comm, &rb)? };
         Ok(req.map(|r| into_obj(Kind::Request, r)))
     }
 
     unsafe fn iflush(&self, comm: *mut c_void, bufs: &[RawRecv]) -> Result<Option<Obj>, NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or a live receive comm of this adapter (iflush's # Safety).
         let comm: &mut N::RecvComm = unsafe { borrow(comm, Kind::Recv)? };
         let mut rb = Vec::with_capacity(bufs.len());
-        // SAFETY: contract.
+        // SAFETY: every buffer's `mr` is NULL or a live registration (iflush's # Safety).
         unsafe { self.recv_buffers(bufs, &mut rb)? };
-        // SAFETY: as for irecv.
+        // SAFETY: as for irecv (iflush's # Safety is irecv's).
         let req = unsafe { self.net.iflush(comm, &rb)? };
         Ok(req.map(|r| into_obj(Kind::Request, r)))
     }
 
     unsafe fn test(&self, request: *mut c_void) -> Result<Option<Completion>, NetError> {
-        // SAFETY: contract.
+        // SAFETY: `request` is NULL or a pending request of this adapter (test's # Safety).
         let req: &mut N::Request = unsafe { borrow(request, Kind::Request)? };
         let result = self.net.test(req);
         if !matches!(result, Ok(None)) {
@@ -546,19 +552,22 @@ impl<N: Net> PluginNet for Adapter<N> {
     }
 
     unsafe fn close_send(&self, comm: *mut c_void) -> Result<(), NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or an unclosed send comm of this adapter (close_send's # Safety);
+        // not used again.
         let comm: N::SendComm = unsafe { take(comm, Kind::Send)? };
         self.net.close_send(comm)
     }
 
     unsafe fn close_recv(&self, comm: *mut c_void) -> Result<(), NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or an unclosed receive comm of this adapter (close_recv's #
+        // Safety); not used again.
         let comm: N::RecvComm = unsafe { take(comm, Kind::Recv)? };
         self.net.close_recv(comm)
     }
 
     unsafe fn close_listen(&self, comm: *mut c_void) -> Result<(), NetError> {
-        // SAFETY: contract.
+        // SAFETY: `comm` is NULL or an unclosed listen comm of this adapter (close_listen's #
+        // Safety); not used again.
         let comm: N::ListenComm = unsafe { take(comm, Kind::Listen)? };
         self.net.close_listen(comm)
     }

@@ -155,7 +155,7 @@ fn check_size(size: usize, entry: &str) -> Result<(), NetError> {
 /// Pointers as in `ncclNet_t::listen`.
 unsafe fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> NcclResult {
     boundary!("listen", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(listen_comm, "listenComm")? };
         *out = null_mut();
         if handle.is_null() {
@@ -175,7 +175,7 @@ unsafe fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void)
 /// Pointers as in `ncclNet_t::connect`.
 unsafe fn connect(dev: c_int, handle: *mut c_void, send_comm: *mut *mut c_void) -> NcclResult {
     boundary!("connect", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(send_comm, "sendComm")? };
         *out = null_mut();
         if handle.is_null() {
@@ -196,7 +196,7 @@ unsafe extern "C" fn accept(
     _recv_dev_comm: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
     boundary!("accept", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(recv_comm, "recvComm")? };
         *out = null_mut();
         // SAFETY: NCCL passes the listen comm we returned.
@@ -207,7 +207,7 @@ unsafe extern "C" fn accept(
 
 unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     boundary!("devices", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(ndev, "ndev")? };
         *out = c_int::try_from(net("devices")?.devices()).unwrap_or(c_int::MAX);
         Ok(())
@@ -222,7 +222,7 @@ unsafe extern "C" fn reg_mr(
     mhandle: *mut *mut c_void,
 ) -> NcclResult {
     boundary!("regMr", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(mhandle, "mhandle")? };
         *out = null_mut();
         let kind = ptr_kind(kind)?;
@@ -243,7 +243,7 @@ unsafe extern "C" fn reg_mr_dma_buf(
     mhandle: *mut *mut c_void,
 ) -> NcclResult {
     boundary!("regMrDmaBuf", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(mhandle, "mhandle")? };
         *out = null_mut();
         Err(NetError::new(
@@ -275,7 +275,7 @@ unsafe fn isend(
     request: *mut *mut c_void,
 ) -> NcclResult {
     boundary!("isend", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(request, "request")? };
         *out = null_mut();
         check_size(size, "isend")?;
@@ -393,7 +393,7 @@ unsafe extern "C" fn iflush(
     request: *mut *mut c_void,
 ) -> NcclResult {
     boundary!("iflush", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(request, "request")? };
         *out = null_mut();
         let mut bufs = [RawRecv::default(); NET_MAX_RECVS];
@@ -411,7 +411,7 @@ unsafe extern "C" fn iflush(
         };
         let bufs = bufs.get(..count).unwrap_or_default();
         // A NULL request tells NCCL the flush is complete (host memory needs none).
-        // SAFETY: as for irecv.
+        // SAFETY: as for irecv: arrays of `n` elements, buffers live until the request completes.
         *out = raw(unsafe { net("iflush")?.iflush(recv_comm, bufs)? });
         Ok(())
     })
@@ -434,7 +434,7 @@ fn report_sizes(done: &Completion, sizes: *mut c_int) -> Result<(), NetError> {
 
 unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
     boundary!("test", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let done = unsafe { out(done, "done")? };
         *done = 0;
         // SAFETY: NCCL passes a request we returned that has not completed yet.
@@ -510,7 +510,7 @@ fn common(dev: c_int) -> Result<Common, NetError> {
 unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut v8::Properties) -> NcclResult {
     boundary!("getProperties", {
         let c = common(dev)?;
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(props, "props")? };
         *out = v8::Properties {
             name: c.name,
@@ -533,7 +533,7 @@ unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut v8::Properties) -
 unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut v9::Properties) -> NcclResult {
     boundary!("getProperties", {
         let c = common(dev)?;
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(props, "props")? };
         *out = v9::Properties {
             name: c.name,
@@ -560,7 +560,7 @@ unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut v9::Properties) -
 unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut v11::Properties) -> NcclResult {
     boundary!("getProperties", {
         let c = common(dev)?;
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(props, "props")? };
         *out = v11::Properties {
             name: c.name,
@@ -614,7 +614,7 @@ unsafe extern "C" fn init_v11(
     _profiler: ProfilerCallback,
 ) -> NcclResult {
     boundary!("init", {
-        // SAFETY: NCCL's out-pointer.
+        // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(ctx, "ctx")? };
         *out = null_mut();
         // SAFETY: NULL or NCCL's configuration for this communicator.
@@ -653,7 +653,7 @@ unsafe extern "C" fn listen_v8(
     handle: *mut c_void,
     comm: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { listen(dev, handle, comm) }
 }
 
@@ -663,7 +663,7 @@ unsafe extern "C" fn listen_v11(
     handle: *mut c_void,
     comm: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { listen(dev, handle, comm) }
 }
 
@@ -673,7 +673,7 @@ unsafe extern "C" fn connect_v8(
     comm: *mut *mut c_void,
     _dev_comm: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { connect(dev, handle, comm) }
 }
 
@@ -684,7 +684,7 @@ unsafe extern "C" fn connect_v10(
     comm: *mut *mut c_void,
     _dev_comm: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { connect(dev, handle, comm) }
 }
 
@@ -695,7 +695,7 @@ unsafe extern "C" fn connect_v11(
     comm: *mut *mut c_void,
     _dev_comm: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { connect(dev, handle, comm) }
 }
 
@@ -709,12 +709,12 @@ unsafe extern "C" fn isend_v8(
 ) -> NcclResult {
     let Ok(size) = usize::try_from(size) else {
         return boundary!("isend", {
-            // SAFETY: NCCL's out-pointer.
+            // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
             *unsafe { out(request, "request")? } = null_mut();
             Err(invalid(format!("isend of a negative size ({size})")))
         });
     };
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { isend(comm, data, size, tag, mhandle, request) }
 }
 
@@ -726,7 +726,7 @@ unsafe extern "C" fn isend_v9(
     mhandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { isend(comm, data, size, tag, mhandle, request) }
 }
 
@@ -739,7 +739,7 @@ unsafe extern "C" fn isend_v10(
     _phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe { isend(comm, data, size, tag, mhandle, request) }
 }
 
@@ -752,7 +752,7 @@ unsafe extern "C" fn irecv_v8(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe {
         irecv(
             comm,
@@ -776,7 +776,7 @@ unsafe extern "C" fn irecv_v9(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe {
         irecv(
             comm,
@@ -802,7 +802,7 @@ unsafe extern "C" fn irecv_v10(
     _phandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: NCCL's arguments, forwarded.
+    // SAFETY: NCCL passes what ncclNet_t documents for this call: the callee's # Safety.
     unsafe {
         irecv(
             comm,

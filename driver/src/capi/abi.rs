@@ -313,10 +313,10 @@ mod test {
         for dt in DataType::ALL {
             let mut size = 0usize;
             let mut name: *const c_char = std::ptr::null();
-            // SAFETY: valid out-pointer.
+            // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
             let status = unsafe { weft_dtype_size(*dt as u32, &mut size) };
             assert_eq!(status, weft_status::WEFT_OK);
-            // SAFETY: valid out-pointer.
+            // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
             let status = unsafe { weft_dtype_name(*dt as u32, &mut name) };
             assert_eq!(status, weft_status::WEFT_OK);
             assert_eq!(size, dt.size_of_elem());
@@ -329,7 +329,7 @@ mod test {
             assert_eq!(back, *dt as u32);
         }
         let mut size = 0usize;
-        // SAFETY: valid out-pointer.
+        // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
         let status = unsafe { weft_dtype_size(10, &mut size) };
         assert_eq!(status, weft_status::WEFT_ERR_BAD_FIELD);
     }
@@ -337,7 +337,7 @@ mod test {
     #[test]
     fn layout_matches_core() {
         let mut l = weft_abi_layout::default();
-        // SAFETY: valid out-pointer.
+        // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
         assert_eq!(unsafe { weft_abi_layout_get(&mut l) }, weft_status::WEFT_OK);
         assert_eq!(l.abi_version, ABI_VERSION);
         assert_eq!(l.conn_info_size, 88);

@@ -53,6 +53,17 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("(non-string panic payload)")
 }
 
+/// Records a caught panic as `function`'s last error.
+fn record_panic(function: &str, payload: &(dyn Any + Send)) {
+    set_last_error(
+        function,
+        &format!(
+            "internal error: panicked: {}; this is a bug in weft, please report it",
+            panic_text(payload)
+        ),
+    );
+}
+
 /// Runs a status-returning body: `Ok` clears the last error and gives `WEFT_OK`; an error
 /// records "function: message" and gives its code; a panic gives `WEFT_ERR_INTERNAL`.
 pub(crate) fn status_call(
@@ -69,13 +80,7 @@ pub(crate) fn status_call(
             e.status
         }
         Err(payload) => {
-            set_last_error(
-                function,
-                &format!(
-                    "internal error: panicked: {}; this is a bug in weft, please report it",
-                    panic_text(payload.as_ref())
-                ),
-            );
+            record_panic(function, payload.as_ref());
             weft_status::WEFT_ERR_INTERNAL
         }
     }
@@ -88,13 +93,7 @@ pub(crate) fn value_call<T>(function: &'static str, fallback: T, body: impl FnOn
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(payload) => {
-            set_last_error(
-                function,
-                &format!(
-                    "internal error: panicked: {}; this is a bug in weft, please report it",
-                    panic_text(payload.as_ref())
-                ),
-            );
+            record_panic(function, payload.as_ref());
             fallback
         }
     }
