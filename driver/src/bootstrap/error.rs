@@ -153,6 +153,15 @@ impl fmt::Display for BootstrapError {
                 missing,
                 root,
                 waited,
+            } if missing.is_empty() => write!(
+                f,
+                "bootstrap: no rank checked in with the root at {root} within {waited:.1?}. \
+                 Check that the ranks were launched with this unique id and can reach {root}"
+            ),
+            BootstrapError::MissingRanks {
+                missing,
+                root,
+                waited,
             } => write!(
                 f,
                 "bootstrap: rank(s) {missing:?} never connected to the root at {root} within \
@@ -194,5 +203,36 @@ impl std::error::Error for BootstrapError {
             } => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn missing_ranks_message_says_who_or_that_nobody_came() {
+        let root: SocketAddr = "127.0.0.1:4242".parse().unwrap();
+        let waited = Duration::from_secs(3);
+        let nobody = BootstrapError::MissingRanks {
+            missing: Vec::new(),
+            root,
+            waited,
+        };
+        let text = nobody.to_string();
+        assert!(
+            text.contains("no rank checked in with the root at 127.0.0.1:4242"),
+            "{text}"
+        );
+        assert!(!text.contains("[]"), "{text}");
+        let some = BootstrapError::MissingRanks {
+            missing: vec![2, 5],
+            root,
+            waited,
+        };
+        assert!(
+            some.to_string().contains("rank(s) [2, 5] never connected"),
+            "{some}"
+        );
     }
 }
