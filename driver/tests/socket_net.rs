@@ -900,3 +900,46 @@ fn spinning_helper_threads_carry_every_byte() {
         );
     }
 }
+
+/// The end of a job: a sender closes as soon as its last send completed, while the
+/// receiver's data threads still read that message's pieces from the data sockets. The
+/// receiver must get every byte, not "peer closed". The race was seen once, under CI load,
+/// in net_transport's slow-reader test; on an idle machine this test passes without the fix
+/// too (the data threads usually finish first), so it guards the property, not the timing.
+#[test]
+fn sender_closing_right_after_its_last_send_loses_nothing() {
+    let net = net(4, 1);
+    for round in 0..4u64 {
+        let (mut send, mut recv) = pair(&net);
+        let mut rng = XorShift(0xc105_e000 + round);
+        let data = rng.bytes(6_000_007);
+        let mut rbuf = vec![0xa5u8; data.len()];
+        let dummy = SocketMemHandle { addr: 0, size: 0 };
+        let bufs = [RecvBuffer {
+            data: rbuf.as_mut_ptr(),
+            size: rbuf.len(),
+            tag: 9,
+            mr: &dummy,
+        }];
+        // SAFETY: both buffers outlive the requests, which complete below.
+        let mut r = unsafe { net.irecv(&mut recv, &bufs) }.unwrap().unwrap();
+        // SAFETY: as above.
+        let mut s = unsafe { net.isend(&mut send, data.as_ptr(), data.len(), 9, &dummy) }
+            .unwrap()
+            .unwrap();
+        let start = Instant::now();
+        while net.test(&mut s).unwrap().is_none() {
+            assert!(start.elapsed() < DEADLINE, "send did not complete");
+        }
+        net.close_send(send).unwrap();
+        let done = loop {
+            assert!(start.elapsed() < DEADLINE, "receive did not complete");
+            if let Some(c) = net.test(&mut r).unwrap() {
+                break c;
+            }
+        };
+        assert_eq!(done.sizes().first().copied(), Some(data.len()));
+        assert!(rbuf == data, "round {round}: received bytes differ");
+        drop(recv);
+    }
+}

@@ -376,6 +376,15 @@ impl State {
             && !self.data.shared().failed.load(Ordering::Acquire)
     }
 
+    /// Whether the data threads still carry pieces of some matched message.
+    fn data_in_flight(&self) -> bool {
+        self.data
+            .shared()
+            .pending
+            .iter()
+            .any(|p| p.load(Ordering::Acquire) != 0)
+    }
+
     fn free_slot(&self) -> Option<usize> {
         self.slots.iter().position(|s| matches!(s.op, Op::Free))
     }
@@ -600,6 +609,18 @@ impl State {
                 }
             };
             return match result {
+                // A sender that closed after its last message: what it sent is matched, and
+                // the pieces still on the data sockets stay readable after its FIN, so the
+                // data threads finish them. Only a receive that can no longer be matched is
+                // an error, once nothing is in flight (failing the comm stops the data
+                // threads, which must not cut short a message that did arrive).
+                Ok(_)
+                    if conn.role == Role::Recv
+                        && self.inline_rx.is_none()
+                        && (self.posted.is_empty() || self.data_in_flight()) =>
+                {
+                    Ok(())
+                }
                 Ok(_) => Err(NetError::new(
                     NetErrorKind::PeerClosed,
                     "the peer closed the control connection",
