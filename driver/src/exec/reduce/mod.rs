@@ -611,26 +611,24 @@ fn binary_view<T: Element>(
 /// As [`binary_view`], for `kernel(acc, src)` updating `acc` in place.
 #[inline(always)]
 fn in_place_view<T: Element>(acc: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
-    let count = acc.len() / T::DTYPE.size_of_elem();
-    let (mut d, x) = (Output::<T>::new(acc), Input::<T>::new(src));
-    if let (Output::Typed(d), Input::Typed(x)) = (&mut d, &x) {
-        kernel(d, x);
-        return;
-    }
-    let (mut stage_d, mut stage_x) = (T::Stage::new_zeroed(), T::Stage::new_zeroed());
-    let mut start = 0;
-    while start < count {
-        let n = stage_elems::<T>().min(count - start);
-        let xs = x.block(start, n, &mut stage_x);
-        kernel(d.block(start, n, &mut stage_d, true), xs);
-        d.store(start, n, &stage_d);
-        start += n;
-    }
+    dst_src_view(acc, src, true, kernel);
 }
 
-/// As [`binary_view`], for `kernel(dst, src)`.
+/// As [`binary_view`], for `kernel(dst, src)` writing `dst` without reading it.
 #[inline(always)]
 fn unary_bytes<T: Element>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
+    dst_src_view(dst, src, false, kernel);
+}
+
+/// The staging loop behind [`in_place_view`] and [`unary_bytes`]: `load_dst` says whether a
+/// staged destination block must first hold the destination's current values.
+#[inline(always)]
+fn dst_src_view<T: Element>(
+    dst: &mut [u8],
+    src: &[u8],
+    load_dst: bool,
+    kernel: impl Fn(&mut [T], &[T]),
+) {
     let count = dst.len() / T::DTYPE.size_of_elem();
     let (mut d, x) = (Output::<T>::new(dst), Input::<T>::new(src));
     if let (Output::Typed(d), Input::Typed(x)) = (&mut d, &x) {
@@ -642,7 +640,7 @@ fn unary_bytes<T: Element>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T],
     while start < count {
         let n = stage_elems::<T>().min(count - start);
         let xs = x.block(start, n, &mut stage_x);
-        kernel(d.block(start, n, &mut stage_d, false), xs);
+        kernel(d.block(start, n, &mut stage_d, load_dst), xs);
         d.store(start, n, &stage_d);
         start += n;
     }
