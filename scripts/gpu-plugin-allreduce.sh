@@ -80,14 +80,28 @@ for ranks in $ranks_list; do
         echo "skip $ranks ranks: only $ngpu GPUs"
         continue
     fi
-    for config in $configs; do
+    for spec_full in $configs; do
+        config="${spec_full%%@*}"
+        extras=()
+        lib="$plugin"
+        if [[ "$spec_full" == *@* ]]; then
+            IFS=+ read -r -a extras <<< "${spec_full#*@}"
+        fi
         # shellcheck disable=SC2054 # the commas are NCCL_DEBUG_SUBSYS's list, not separators
         env_args=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO
                   NCCL_DEBUG_SUBSYS=INIT,NET,ENV)
         label="$config"
+        suffix=""
+        for e in "${extras[@]}"; do
+            case "$e" in
+                lib=*) lib="$(realpath "${e#lib=}")"; suffix+="-$(basename "$(dirname "$lib")")" ;;
+                *=*) suffix+="-${e#NCCL_}" ;;
+                *) echo "bad extra '$e' in $spec_full (want VAR=VAL or lib=PATH)" >&2; exit 2 ;;
+            esac
+        done
         case "$config" in
             weft | weft:*)
-                env_args+=(NCCL_NET_PLUGIN="$plugin" NCCL_NET=weft)
+                env_args+=(NCCL_NET_PLUGIN="$lib" NCCL_NET=weft)
                 if [[ "$config" == weft:* ]]; then
                     spec="${config#weft:}"
                     shape="${spec%%:*}"
@@ -100,11 +114,16 @@ for ranks in $ranks_list; do
                 fi
                 ;;
             socket) env_args+=(NCCL_NET_PLUGIN=none NCCL_NET=Socket) ;;
+            shm) env_args+=(NCCL_NET_PLUGIN=none NCCL_SHM_DISABLE=0) ;;
             socket4x4)
                 env_args+=(NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=4
                            NCCL_NSOCKS_PERTHREAD=4) ;;
             *) echo "unknown configuration $config" >&2; exit 2 ;;
         esac
+        for e in "${extras[@]}"; do
+            [[ "$e" == lib=* ]] || env_args+=("$e")
+        done
+        label="$label${suffix//[^A-Za-z0-9_.-]/}"
         log="$out/$label-$ranks.log"
         port=$((port + 1))
         echo "== $label, $ranks ranks: ${env_args[*]}"
@@ -128,10 +147,14 @@ for ranks in $ranks_list; do
                 echo "   weft's plugin was NOT loaded and used (see $log)"
                 status=1
             fi
+        elif [[ "$config" == shm ]]; then
+            via="$(grep -c 'via SHM' "$log" || true)"
+            echo "   $via channel connections via SHM"
         else
             via="$(grep -c 'via NET/Socket' "$log" || true)"
             echo "   $via channel connections via NET/Socket"
         fi
+        grep '^THREADS' "$log" | sed 's/^/   /' || true
     done
 done
 

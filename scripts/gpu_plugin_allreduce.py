@@ -48,6 +48,37 @@ def rank_data(torch, count, rank, seed):
     return torch.randint(-1000, 1001, (count,), generator=gen, dtype=torch.int32).to(torch.float32)
 
 
+def thread_times():
+    """CPU seconds used so far by each thread of this process, summed by thread name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        key = name.rstrip("0123456789")
+        total, count = out.get(key, (0.0, 0))
+        out[key] = (total + cpu, count + 1)
+    return out
+
+
+def thread_report(before, after, seconds):
+    """'name xN: P%' for the busiest thread names: where the CPU went while timing."""
+    rows = []
+    for name, (cpu, count) in after.items():
+        used = cpu - before.get(name, (0.0, 0))[0]
+        if used > 0:
+            rows.append((used / seconds * 100, name, count))
+    rows.sort(reverse=True)
+    return ", ".join(f"{name} x{count}: {pct:.0f}%" for pct, name, count in rows[:8])
+
+
 def check(torch, dist, count, rank, world, seed):
     """All-reduces random integers; returns the number of wrong elements (0 = correct)."""
     x = rank_data(torch, count, rank, seed).cuda()
@@ -90,11 +121,14 @@ def run(args):
             dist.all_reduce(x)
         torch.cuda.synchronize()
         dist.barrier()
+        threads_before = thread_times()
         start = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(x)
         torch.cuda.synchronize()
-        elapsed = (time.perf_counter() - start) / iters
+        wall = time.perf_counter() - start
+        threads = thread_report(threads_before, thread_times(), wall)
+        elapsed = wall / iters
         # The slowest rank defines the time.
         t = torch.tensor([elapsed], dtype=torch.float64, device="cuda")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -125,6 +159,7 @@ def run(args):
                 f"#wrong {r['wrong']}",
                 flush=True,
             )
+            print(f"THREADS {args.label:>12} ranks {world} {human(size):>9} rank 0: {threads}", flush=True)
     if rank == 0:
         with open(args.out, "a") as f:
             for r in rows:

@@ -943,3 +943,60 @@ fn sender_closing_right_after_its_last_send_loses_nothing() {
         drop(recv);
     }
 }
+
+#[test]
+fn trace_files_of_both_ends_line_up() {
+    let dir = std::env::temp_dir().join(format!("weft-socket-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let net = SocketNet::new(SocketConfig {
+        ifname: Some("=lo".into()),
+        trace: Some(dir.clone()),
+        ..SocketConfig::default()
+    })
+    .unwrap();
+    let (mut send, mut recv) = pair(&net);
+    // An inline message, a large one (pieces on the data sockets), an empty one.
+    let sizes = [100usize, 1 << 20, 0];
+    for (i, &size) in sizes.iter().enumerate() {
+        let data = XorShift(11 + i as u64).bytes(size);
+        let (s, r, got) = transfer(&net, &mut send, &mut recv, &data, size.max(1), 3);
+        assert!(s.is_ok() && r.is_ok());
+        assert_eq!(&got[..size], &data[..]);
+    }
+    net.close_send(send).unwrap();
+    net.close_recv(recv).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    // weft-trace-<pid>-<connection id>-<role>.tsv: one id for both ends.
+    let id = |f: &str| f.rsplitn(2, '-').nth(1).unwrap().to_string();
+    assert_eq!(id(&files[0]), id(&files[1]));
+    assert!(files[0].ends_with("-recv.tsv") && files[1].ends_with("-send.tsv"));
+    for (file, events) in files.iter().zip(["PMHD", "PHD"]) {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for (seq, &size) in sizes.iter().enumerate() {
+            let mine: Vec<(char, u64, u64)> = text
+                .lines()
+                .map(|l| l.split('\t').collect::<Vec<_>>())
+                .filter(|f| f[0] == seq.to_string())
+                .map(|f| (f[1].chars().next().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap()))
+                .collect();
+            let letters: String = mine.iter().map(|e| e.0).collect();
+            // Only messages on the data sockets have a separate hand-over time.
+            let want: String = events
+                .chars()
+                .filter(|&c| c != 'H' || size > 32 * 1024)
+                .collect();
+            assert_eq!(letters, want, "{file} message {seq}:\n{text}");
+            assert!(mine.windows(2).all(|w| w[0].1 <= w[1].1), "{file}: times go back: {mine:?}");
+            let sized = if file.ends_with("send.tsv") { 'P' } else { 'M' };
+            let bytes = mine.iter().find(|e| e.0 == sized).unwrap().2;
+            assert_eq!(bytes, size as u64, "{file} message {seq}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -37,6 +37,8 @@ use weft_core::wire::socket_stream::{ControlFrameRepr, FRAME_LEN, FrameKind};
 
 use super::data_threads::{DataThreads, Direction, Piece};
 use super::sys;
+use super::LocalSettings;
+use super::trace::{Event, Trace};
 
 /// Messages up to this size travel on the control socket, right behind their frame: no
 /// thread hop, lowest latency. A protocol constant: both ends must agree.
@@ -76,6 +78,9 @@ enum Op {
 struct Slot {
     generation: u32,
     op: Op,
+    /// The message number, for tracing: sends in posting order, receives by the message
+    /// they matched (the first of a group until then).
+    seq: u64,
 }
 
 /// A group of receive buffers the peer announced (sender side).
@@ -127,6 +132,11 @@ struct State {
     partial: Option<CtsGroup>,
     /// Receiver: receives with buffers not yet matched, in posting order.
     posted: VecDeque<usize>,
+    /// Messages posted (sender) or matched (receiver) so far: both ends number them alike.
+    messages: u64,
+    /// Receives posted so far.
+    receives: u64,
+    trace: Option<Trace>,
 }
 
 /// One end of an established connection, shared by its comm handle and its requests.
@@ -144,13 +154,18 @@ impl Conn {
         data: Vec<TcpStream>,
         threads: usize,
         peer: SocketAddr,
-        spin: Duration,
+        local: &LocalSettings,
+        conn_id: u64,
     ) -> Result<Arc<Conn>, NetError> {
         let direction = match role {
             Role::Send => Direction::Send,
             Role::Recv => Direction::Recv,
         };
-        let data = DataThreads::start(data, threads, direction, peer, spin)?;
+        let trace = local
+            .trace
+            .as_deref()
+            .map(|dir| Trace::new(dir, conn_id, role == Role::Send));
+        let data = DataThreads::start(data, threads, direction, peer, local, trace.is_some())?;
         Ok(Arc::new(Conn {
             state: Mutex::new(State {
                 control,
@@ -166,6 +181,7 @@ impl Conn {
                     .map(|_| Slot {
                         generation: 0,
                         op: Op::Free,
+                        seq: 0,
                     })
                     .collect(),
                 error: None,
@@ -176,6 +192,9 @@ impl Conn {
                 groups: VecDeque::new(),
                 partial: None,
                 posted: VecDeque::new(),
+                messages: 0,
+                receives: 0,
+                trace,
             }),
             role,
             peer,
@@ -204,6 +223,10 @@ impl Conn {
         let Some(idx) = st.free_slot() else {
             return Ok(None);
         };
+        let seq = st.messages;
+        st.messages += 1;
+        st.slots[idx].seq = seq;
+        st.stamp(seq, Event::Posted, size);
         st.queue_frame(ControlFrameRepr {
             kind: FrameKind::Data,
             index: 0,
@@ -257,6 +280,10 @@ impl Conn {
         let Some(idx) = st.free_slot() else {
             return Ok(None);
         };
+        let seq = st.receives;
+        st.receives += 1;
+        st.slots[idx].seq = seq;
+        st.stamp(seq, Event::Posted, 0);
         let mut rb = [RecvBuf::default(); NET_MAX_RECVS];
         for (dst, &(addr, cap, tag)) in rb.iter_mut().zip(bufs) {
             *dst = RecvBuf { addr, cap, tag };
@@ -292,7 +319,7 @@ impl Conn {
             .is_some_and(|s| s.generation == generation && !matches!(s.op, Op::Free));
         if live && st.error.is_none() && !st.closed {
             if let Some(done) = st.completion(idx) {
-                st.release(idx);
+                st.finish(idx);
                 return Ok(Some(done));
             }
             if st.waits_only_for_data_threads() {
@@ -313,7 +340,7 @@ impl Conn {
             .hint("test each request until it reports done once, then drop it"));
         }
         if let Some(done) = st.completion(idx) {
-            st.release(idx);
+            st.finish(idx);
             return Ok(Some(done));
         }
         if st.error.is_some() || st.closed {
@@ -334,6 +361,9 @@ impl Conn {
         }
         st.closed = true;
         st.data.stop();
+        if let Some(trace) = &mut st.trace {
+            trace.write();
+        }
         // Flush what the peer may still need (the last inline sends), briefly.
         st.flush_until(Instant::now() + Duration::from_millis(200));
         // Unread input would make close() send a reset that can destroy data the peer has
@@ -387,6 +417,30 @@ impl State {
 
     fn free_slot(&self) -> Option<usize> {
         self.slots.iter().position(|s| matches!(s.op, Op::Free))
+    }
+
+    /// Releases a request that completed, tracing when its bytes were handed over and now.
+    fn finish(&mut self, idx: usize) {
+        if let Some(trace) = &mut self.trace {
+            let seq = self.slots[idx].seq;
+            let handed = self
+                .data
+                .shared()
+                .handed_ns
+                .as_ref()
+                .map_or(0, |s| s[idx].swap(0, Ordering::Relaxed));
+            if handed != 0 {
+                trace.record(seq, Event::Handed, handed, 0);
+            }
+            trace.now(seq, Event::Done, 0);
+        }
+        self.release(idx);
+    }
+
+    fn stamp(&mut self, seq: u64, event: Event, bytes: usize) {
+        if let Some(trace) = &mut self.trace {
+            trace.now(seq, event, bytes as u64);
+        }
     }
 
     fn release(&mut self, idx: usize) {
@@ -719,6 +773,10 @@ impl State {
         }
         sizes[k] = Some(size);
         let all = sizes[..n].iter().all(Option::is_some);
+        let seq = self.messages;
+        self.messages += 1;
+        self.slots[idx].seq = seq;
+        self.stamp(seq, Event::Matched, size);
         if size <= INLINE_MAX {
             if size > 0 {
                 self.inline_rx = Some(InlineRx {

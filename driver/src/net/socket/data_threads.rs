@@ -12,9 +12,11 @@
 //! or whose socket is not ready, may keep trying for `spin` (yielding the CPU between tries,
 //! `WEFT_SOCKET_SPIN_US`) before it sleeps: in `poll` (1 ms, so that an abort is seen quickly)
 //! when the kernel's buffers are full, on a condition variable when it has nothing queued.
-//! Spinning is off by default: where threads outnumber cores, a spinning thread loses the
+//! Spinning is on by default only where the process may use many CPUs
+//! ([`super::default_spin`]): where threads outnumber cores, a spinning thread loses the
 //! wake-up preemption a sleeping one gets and waits for the busy thread's whole time slice
-//! (measured: a 512 KiB ping-pong over loopback on 2 cores went from 0.3 ms to 8 ms). Posting a piece signals the condition variable only when the thread sleeps
+//! (measured: a 512 KiB ping-pong over loopback on 2 cores went from 0.3 ms to 8 ms).
+//! Posting a piece signals the condition variable only when the thread sleeps
 //! on it, so the proxy's `isend`/`irecv` make no system call for a spinning thread.
 //!
 //! A finished piece decrements its request's counter in [`DataShared::pending`]; the comm
@@ -30,6 +32,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::super::{NET_MAX_REQUESTS, NetError, NetErrorKind};
+use super::LocalSettings;
 use super::sys;
 
 /// Which way a connection's data flows.
@@ -59,6 +62,8 @@ pub(super) struct DataShared {
     pub error: Mutex<Option<NetError>>,
     /// Tells every thread to return.
     pub abort: AtomicBool,
+    /// With tracing on: when each slot's last piece finished (`CLOCK_MONOTONIC` ns).
+    pub handed_ns: Option<Box<[AtomicU64; NET_MAX_REQUESTS]>>,
 }
 
 #[derive(Debug, Default)]
@@ -88,13 +93,15 @@ impl DataThreads {
         threads: usize,
         direction: Direction,
         peer: SocketAddr,
-        spin: Duration,
+        local: &LocalSettings,
+        stamp: bool,
     ) -> Result<Self, NetError> {
         let shared = Arc::new(DataShared {
             pending: std::array::from_fn(|_| AtomicUsize::new(0)),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             abort: AtomicBool::new(false),
+            handed_ns: stamp.then(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0)))),
         });
         let nsockets = sockets.len();
         let threads = threads.clamp(1, nsockets.max(1));
@@ -122,7 +129,7 @@ impl DataThreads {
                 shared: Arc::clone(&this.shared),
                 direction,
                 peer,
-                spin,
+                spin: local.spin,
             };
             let name = format!(
                 "weft-sock-{}{t}",
@@ -332,9 +339,7 @@ impl Worker {
                             if offsets[i] == piece.len {
                                 offsets[i] = 0;
                                 queues[i].pop_front();
-                                if let Some(p) = self.shared.pending.get(piece.slot) {
-                                    p.fetch_sub(1, Ordering::Release);
-                                }
+                                self.piece_done(piece.slot);
                             }
                         }
                         Err(e) if sys::would_block(&e) => break,
@@ -371,6 +376,19 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Counts a finished piece against its request (stamping the time of the last one when
+    /// tracing).
+    fn piece_done(&self, slot: usize) {
+        let Some(p) = self.shared.pending.get(slot) else {
+            return;
+        };
+        // Pieces of one request finish on several threads: the latest stamp is the last piece's.
+        if let Some(t) = self.shared.handed_ns.as_ref().and_then(|s| s.get(slot)) {
+            t.fetch_max(sys::monotonic_ns(), Ordering::Relaxed);
+        }
+        p.fetch_sub(1, Ordering::Release);
     }
 
     fn verb(&self) -> &'static str {

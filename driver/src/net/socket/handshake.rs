@@ -22,6 +22,7 @@ use weft_core::wire::socket_stream::{ANSWER_LEN, AnswerRepr, HELLO_LEN, HelloRep
 
 use super::super::{NetError, NetErrorKind};
 use super::comm::{Conn, Role};
+use super::LocalSettings;
 use super::sys;
 use super::{SocketRecvComm, SocketSendComm};
 
@@ -87,8 +88,8 @@ pub struct SocketListenComm {
     handle: SocketHandleRepr,
     pending: Vec<PendingSocket>,
     groups: HashMap<u64, Group>,
-    /// How long this end's helper threads spin before they sleep (local, not in the handle).
-    spin: Duration,
+    /// This end's own settings (not in the handle).
+    local: LocalSettings,
 }
 
 impl SocketListenComm {
@@ -96,7 +97,7 @@ impl SocketListenComm {
         addr: SocketAddr,
         data_sockets: u8,
         threads: u8,
-        spin: Duration,
+        settings: LocalSettings,
     ) -> Result<SocketListenComm, NetError> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             NetError::io(format!("listen on {addr}"), &e)
@@ -118,7 +119,7 @@ impl SocketListenComm {
             },
             pending: Vec::new(),
             groups: HashMap::new(),
-            spin,
+            local: settings,
         })
     }
 
@@ -270,7 +271,8 @@ impl SocketListenComm {
             data,
             usize::from(self.handle.threads),
             peer,
-            self.spin,
+            &self.local,
+            id,
         )?;
         Ok(Some(SocketRecvComm::new(conn)))
     }
@@ -301,14 +303,14 @@ pub struct SocketConnecting {
     answer_got: usize,
     deadline: Instant,
     refused_deadline: Instant,
-    spin: Duration,
+    local: LocalSettings,
 }
 
 impl SocketConnecting {
     pub(super) fn start(
         handle: SocketHandleRepr,
         timeout: Duration,
-        spin: Duration,
+        local: LocalSettings,
     ) -> Result<SocketConnecting, NetError> {
         let count = usize::from(handle.data_sockets) + 1;
         let mut sockets = Vec::with_capacity(count);
@@ -323,7 +325,7 @@ impl SocketConnecting {
             answer_got: 0,
             deadline: Instant::now() + timeout,
             refused_deadline: Instant::now() + (timeout / 2).min(REFUSED_FOR),
-            spin,
+            local,
         };
         // Start the TCP connects right away so that they progress while the caller polls.
         for i in 0..count {
@@ -470,7 +472,8 @@ impl SocketConnecting {
                     data,
                     usize::from(self.handle.threads),
                     addr,
-                    self.spin,
+                    &self.local,
+                    self.conn_id,
                 )?;
                 return Ok(Some(SocketSendComm::new(conn)));
             }

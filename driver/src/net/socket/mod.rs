@@ -16,15 +16,18 @@
 //! | `WEFT_SOCKET_NTHREADS`, `NCCL_SOCKET_NTHREADS` | helper threads per connection (1..=16) | 4 |
 //! | `WEFT_NSOCKS_PERTHREAD`, `NCCL_NSOCKS_PERTHREAD` | data sockets per thread (threads x this <= 64) | 1 |
 //! | `WEFT_SOCKET_CONNECT_TIMEOUT` | seconds a connect may take, handshake included | 120 |
-//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000); helps only where every helper thread has a core of its own | 0 |
+//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000); helps only where every helper thread has a core of its own | 50 with 16 or more usable CPUs, else 0 |
+//! | `WEFT_SOCKET_TRACE` | a directory: each connection end writes its per-message timestamps there on close (`scripts/socket_trace.py` reads them) | off |
 
 mod comm;
 mod data_threads;
 mod handshake;
 pub mod interface;
 mod sys;
+mod trace;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +57,16 @@ pub struct SocketConfig {
     /// How long a helper thread keeps looking for work (yielding the CPU between looks)
     /// before it sleeps; waking a sleeping thread costs tens of microseconds per message.
     pub spin: Duration,
+    /// Where each connection end writes its per-message timestamps on close
+    /// (`WEFT_SOCKET_TRACE`; see `scripts/socket_trace.py`).
+    pub trace: Option<PathBuf>,
+}
+
+/// What each end of a connection decides for itself (not carried in the handle).
+#[derive(Debug, Clone, Default)]
+pub(super) struct LocalSettings {
+    pub spin: Duration,
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for SocketConfig {
@@ -65,11 +78,30 @@ impl Default for SocketConfig {
             sockets_per_thread: 1,
             connect_timeout: Duration::from_secs(120),
             spin: Duration::ZERO,
+            trace: None,
         }
     }
 }
 
 type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// From this many usable CPUs on, helper threads spin by default.
+pub const SPIN_MIN_CORES: usize = 16;
+/// How long helper threads spin by default on such machines.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// The spin used when `WEFT_SOCKET_SPIN_US` is not set: [`DEFAULT_SPIN`] where the process may
+/// use at least [`SPIN_MIN_CORES`] CPUs, else none. Under NCCL's proxy a spinning thread
+/// picks up each message without a wake-up: on a 64-core host a 2-rank all-reduce went from
+/// 6.4-7.3 to 9.6-11.4 GB/s (docs/benchmarks.md). Where threads outnumber cores, spinning
+/// costs more than it saves (see `data_threads`), hence the threshold.
+pub fn default_spin(cores: usize) -> Duration {
+    if cores >= SPIN_MIN_CORES {
+        DEFAULT_SPIN
+    } else {
+        Duration::ZERO
+    }
+}
 
 fn env_number(
     env: Lookup<'_>,
@@ -98,7 +130,15 @@ impl SocketConfig {
 
     /// As [`Self::from_env`], reading variables through `env`.
     pub fn from_lookup(env: Lookup<'_>) -> Result<SocketConfig, NetError> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        SocketConfig::from_lookup_on(env, cores)
+    }
+
+    /// As [`Self::from_lookup`], on a machine where this process may run on `cores` CPUs
+    /// (which decides the default spin).
+    pub fn from_lookup_on(env: Lookup<'_>, cores: usize) -> Result<SocketConfig, NetError> {
         let mut c = SocketConfig {
+            spin: default_spin(cores),
             ifname: crate::env::first_value(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]),
             ..SocketConfig::default()
         };
@@ -134,6 +174,7 @@ impl SocketConfig {
         if let Some(us) = env_number(env, &["WEFT_SOCKET_SPIN_US"], 0, 100_000)? {
             c.spin = Duration::from_micros(us);
         }
+        c.trace = crate::env::first_value(env, &["WEFT_SOCKET_TRACE"]).map(PathBuf::from);
         c.data_sockets()?;
         Ok(c)
     }
@@ -199,6 +240,13 @@ impl SocketNet {
     /// The chosen interfaces, in device order.
     pub fn interfaces(&self) -> &[Interface] {
         &self.devices
+    }
+
+    fn local(&self) -> LocalSettings {
+        LocalSettings {
+            spin: self.config.spin,
+            trace: self.config.trace.clone(),
+        }
     }
 
     fn device(&self, dev: usize) -> Result<&Interface, NetError> {
@@ -329,7 +377,7 @@ impl Net for SocketNet {
             d.addr,
             self.config.data_sockets()?,
             self.config.threads,
-            self.config.spin,
+            self.local(),
         )?;
         let mut handle = NetHandle::default();
         listen.handle().emit(&mut handle.0).map_err(|e| {
@@ -357,7 +405,7 @@ impl Net for SocketNet {
             *state = Some(SocketConnecting::start(
                 repr,
                 self.config.connect_timeout,
-                self.config.spin,
+                self.local(),
             )?);
         }
         let Some(connecting) = state.as_mut() else {
@@ -542,8 +590,14 @@ mod tests {
     }
 
     #[test]
-    fn spin_is_off_by_default_and_read_in_microseconds() {
-        assert_eq!(config(&[]).unwrap().spin, Duration::ZERO);
+    fn spin_defaults_by_core_count_and_is_read_in_microseconds() {
+        let none = |_: &str| None;
+        assert_eq!(SocketConfig::from_lookup_on(&none, 2).unwrap().spin, Duration::ZERO);
+        assert_eq!(SocketConfig::from_lookup_on(&none, 15).unwrap().spin, Duration::ZERO);
+        assert_eq!(SocketConfig::from_lookup_on(&none, 16).unwrap().spin, DEFAULT_SPIN);
+        assert_eq!(SocketConfig::from_lookup_on(&none, 64).unwrap().spin, DEFAULT_SPIN);
+        let zero = |n: &str| (n == "WEFT_SOCKET_SPIN_US").then(|| "0".to_string());
+        assert_eq!(SocketConfig::from_lookup_on(&zero, 64).unwrap().spin, Duration::ZERO);
         let c = config(&[("WEFT_SOCKET_SPIN_US", "75")]).unwrap();
         assert_eq!(c.spin, Duration::from_micros(75));
         let e = config(&[("WEFT_SOCKET_SPIN_US", "100001")]).unwrap_err();
