@@ -19,6 +19,9 @@ each message this prints (microseconds, median and 90th percentile over all conn
     hop           isend to the receiver's test seeing it done: the plugin's share of a hop
     recv early    how long before the isend its receive was posted (negative: after)
     send gap      from one isend to the next on the same connection (the GPU's pace)
+
+and how often the caller (NCCL's proxy) called isend, irecv and test, and how long it spent
+inside them.
 """
 
 import collections
@@ -31,8 +34,10 @@ NAME = re.compile(r"weft-trace-(\d+)-([0-9a-f]{16})-(send|recv)\.tsv$")
 
 
 def load(directory):
-    """{conn_id: {"send": {seq: {event: (ns, bytes)}}, "recv": {...}}}"""
+    """{conn_id: {"send": {seq: {event: (ns, bytes)}}, "recv": {...}}}, and
+    {(role, call): [calls, ns]} summed over every file."""
     conns = collections.defaultdict(dict)
+    calls = collections.defaultdict(lambda: [0, 0])
     for name in sorted(os.listdir(directory)):
         m = NAME.match(name)
         if not m:
@@ -42,13 +47,18 @@ def load(directory):
         with open(os.path.join(directory, name)) as f:
             for line in f:
                 parts = line.split()
+                if parts[:1] == ["#"] and len(parts) == 6:
+                    # "# test calls N ns TOTAL": time the caller spent inside the plugin.
+                    calls[(role, parts[1])][0] += int(parts[3])
+                    calls[(role, parts[1])][1] += int(parts[5])
+                    continue
                 if len(parts) != 4:
                     continue
                 seq, event, ns, nbytes = int(parts[0]), parts[1], int(parts[2]), int(parts[3])
                 # A receive's P is numbered by receives posted, the rest by messages.
                 events[seq].setdefault(event, (ns, nbytes))
         conns[conn][role] = events
-    return conns
+    return conns, calls
 
 
 def spans(conns):
@@ -84,7 +94,7 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def report(conns):
+def report(conns, calls=None):
     lines = []
     paired = [ends for ends in conns.values() if "send" in ends and "recv" in ends]
     pairs = len(paired)
@@ -105,6 +115,15 @@ def report(conns):
             f"{metric:>12} {len(values):8d} {statistics.median(values):9.1f} "
             f"{percentile(values, 0.9):9.1f} {statistics.fmean(values):9.1f}"
         )
+    if calls:
+        messages = sum(len(ends["send"]) for ends in paired)
+        lines.append("time inside the plugin (every traced end):")
+        for (role, call), (n, ns) in sorted(calls.items()):
+            if n:
+                lines.append(
+                    f"{role:>6} {call:>6} {n:10d} calls, {ns / n / 1000:7.2f} us each, "
+                    f"{ns / 1e9:8.3f} s in all, {n / max(messages, 1):8.1f} per message"
+                )
     return "\n".join(lines)
 
 
@@ -112,11 +131,11 @@ def main(argv):
     if len(argv) != 2 or not os.path.isdir(argv[1]):
         print(__doc__)
         return 2
-    conns = load(argv[1])
+    conns, calls = load(argv[1])
     if not conns:
         print(f"no weft-trace-*.tsv files in {argv[1]}")
         return 1
-    print(report(conns))
+    print(report(conns, calls))
     return 0
 
 

@@ -973,7 +973,7 @@ fn trace_files_of_both_ends_line_up() {
     files.sort();
     assert_eq!(files.len(), 2, "{files:?}");
     // weft-trace-<pid>-<connection id>-<role>.tsv: one id for both ends.
-    let id = |f: &str| f.rsplitn(2, '-').nth(1).unwrap().to_string();
+    let id = |f: &str| f.rsplit_once('-').unwrap().0.to_string();
     assert_eq!(id(&files[0]), id(&files[1]));
     assert!(files[0].ends_with("-recv.tsv") && files[1].ends_with("-send.tsv"));
     for (file, events) in files.iter().zip(["PMHD", "PHD"]) {
@@ -983,7 +983,13 @@ fn trace_files_of_both_ends_line_up() {
                 .lines()
                 .map(|l| l.split('\t').collect::<Vec<_>>())
                 .filter(|f| f[0] == seq.to_string())
-                .map(|f| (f[1].chars().next().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap()))
+                .map(|f| {
+                    (
+                        f[1].chars().next().unwrap(),
+                        f[2].parse().unwrap(),
+                        f[3].parse().unwrap(),
+                    )
+                })
                 .collect();
             let letters: String = mine.iter().map(|e| e.0).collect();
             // Only messages on the data sockets have a separate hand-over time.
@@ -992,7 +998,10 @@ fn trace_files_of_both_ends_line_up() {
                 .filter(|&c| c != 'H' || size > 32 * 1024)
                 .collect();
             assert_eq!(letters, want, "{file} message {seq}:\n{text}");
-            assert!(mine.windows(2).all(|w| w[0].1 <= w[1].1), "{file}: times go back: {mine:?}");
+            assert!(
+                mine.windows(2).all(|w| w[0].1 <= w[1].1),
+                "{file}: times go back: {mine:?}"
+            );
             let sized = if file.ends_with("send.tsv") { 'P' } else { 'M' };
             let bytes = mine.iter().find(|e| e.0 == sized).unwrap().2;
             assert_eq!(bytes, size as u64, "{file} message {seq}");

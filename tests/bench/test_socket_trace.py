@@ -20,6 +20,9 @@ SEND = """0\tP\t1000000\t1048576
 1\tP\t2000000\t1048576
 1\tH\t2040000\t0
 1\tD\t2041000\t0
+# isend calls 2 ns 3000
+# irecv calls 0 ns 0
+# test calls 10 ns 20000
 """
 RECV = """0\tP\t900000\t0
 1\tP\t950000\t0
@@ -41,8 +44,11 @@ class TraceTest(unittest.TestCase):
             # A file of another connection with only one end is ignored.
             with open(os.path.join(d, "weft-trace-12-0000000000000001-send.tsv"), "w") as f:
                 f.write(SEND)
-            conns = socket_trace.load(d)
+            conns, calls = socket_trace.load(d)
             spans = socket_trace.spans(conns)
+            # Both send files count (the unpaired one too).
+            self.assertEqual(calls[("send", "test")], [20, 40000])
+            self.assertEqual(calls[("send", "isend")], [4, 6000])
             self.assertEqual(spans["send P->H"], [50.0, 40.0])
             self.assertEqual(spans["send->match"], [10.0, 20.0])
             self.assertEqual(spans["match->H"], [60.0, 60.0])
@@ -50,7 +56,8 @@ class TraceTest(unittest.TestCase):
             self.assertEqual(spans["hop"], [75.0, 90.0])
             self.assertEqual(spans["recv early"], [100.0, 1050.0])
             self.assertEqual(spans["send gap"], [1000.0])
-            text = socket_trace.report(conns)
+            text = socket_trace.report(conns, calls)
+            self.assertIn("test         20 calls,    2.00 us each", text)
             self.assertIn("1 connections with both ends traced", text)
             self.assertIn("2 x 1048576 B", text)
             self.assertEqual(socket_trace.main(["socket_trace.py", d]), 0)

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 use super::super::{Completion, NET_MAX_RECVS, NET_MAX_REQUESTS, NetError, NetErrorKind};
 use weft_core::wire::socket_stream::{ControlFrameRepr, FRAME_LEN, FrameKind};
 
+use super::LocalSettings;
 use super::data_threads::{DataThreads, Direction, Piece};
 use super::sys;
-use super::LocalSettings;
-use super::trace::{Event, Trace};
+use super::trace::{Call, Event, Trace};
 
 /// Messages up to this size travel on the control socket, right behind their frame: no
 /// thread hop, lowest latency. A protocol constant: both ends must agree.
@@ -216,7 +216,40 @@ impl Conn {
         size: usize,
         tag: u32,
     ) -> Result<Option<(usize, u32)>, NetError> {
+        self.timed(Call::Isend, |st| self.post_send_locked(st, addr, size, tag))
+    }
+
+    /// Posts a grouped receive; `Ok(None)` when all request slots are taken.
+    pub fn post_recv(
+        &self,
+        bufs: &[(usize, usize, u32)],
+    ) -> Result<Option<(usize, u32)>, NetError> {
+        self.timed(Call::Irecv, |st| self.post_recv_locked(st, bufs))
+    }
+
+    /// Progresses the connection and reports whether request (`idx`, `generation`) is done.
+    pub fn test(&self, idx: usize, generation: u32) -> Result<Option<Completion>, NetError> {
+        self.timed(Call::Test, |st| self.test_locked(st, idx, generation))
+    }
+
+    /// Runs `f` under the lock, timing it when tracing.
+    fn timed<T>(&self, call: Call, f: impl FnOnce(&mut State) -> T) -> T {
         let mut st = self.lock();
+        let start = st.trace.as_ref().map(|_| sys::monotonic_ns());
+        let out = f(&mut st);
+        if let (Some(start), Some(trace)) = (start, st.trace.as_mut()) {
+            trace.count(call, sys::monotonic_ns().saturating_sub(start));
+        }
+        out
+    }
+
+    fn post_send_locked(
+        &self,
+        st: &mut State,
+        addr: usize,
+        size: usize,
+        tag: u32,
+    ) -> Result<Option<(usize, u32)>, NetError> {
         // No progress before posting: the one after it flushes this frame together with
         // anything already queued, in one system call.
         st.usable(self)?;
@@ -258,9 +291,9 @@ impl Conn {
         Ok(Some((idx, st.slots[idx].generation)))
     }
 
-    /// Posts a grouped receive; `Ok(None)` when all request slots are taken.
-    pub fn post_recv(
+    fn post_recv_locked(
         &self,
+        st: &mut State,
         bufs: &[(usize, usize, u32)],
     ) -> Result<Option<(usize, u32)>, NetError> {
         if bufs.is_empty() || bufs.len() > NET_MAX_RECVS {
@@ -273,7 +306,6 @@ impl Conn {
             )
             .peer(self.peer));
         }
-        let mut st = self.lock();
         // No progress before posting: the one after it flushes this frame together with
         // anything already queued, in one system call.
         st.usable(self)?;
@@ -308,9 +340,12 @@ impl Conn {
         Ok(Some((idx, st.slots[idx].generation)))
     }
 
-    /// Progresses the connection and reports whether request (`idx`, `generation`) is done.
-    pub fn test(&self, idx: usize, generation: u32) -> Result<Option<Completion>, NetError> {
-        let mut st = self.lock();
+    fn test_locked(
+        &self,
+        st: &mut State,
+        idx: usize,
+        generation: u32,
+    ) -> Result<Option<Completion>, NetError> {
         // A request already done needs no system call (the proxy tests every request in a
         // loop; each progress costs a recv on the control socket).
         let live = st

@@ -21,8 +21,8 @@ use weft_core::wire::socket_handle::SocketHandleRepr;
 use weft_core::wire::socket_stream::{ANSWER_LEN, AnswerRepr, HELLO_LEN, HelloRepr};
 
 use super::super::{NetError, NetErrorKind};
-use super::comm::{Conn, Role};
 use super::LocalSettings;
+use super::comm::{Conn, Role};
 use super::sys;
 use super::{SocketRecvComm, SocketSendComm};
 

@@ -592,12 +592,27 @@ mod tests {
     #[test]
     fn spin_defaults_by_core_count_and_is_read_in_microseconds() {
         let none = |_: &str| None;
-        assert_eq!(SocketConfig::from_lookup_on(&none, 2).unwrap().spin, Duration::ZERO);
-        assert_eq!(SocketConfig::from_lookup_on(&none, 15).unwrap().spin, Duration::ZERO);
-        assert_eq!(SocketConfig::from_lookup_on(&none, 16).unwrap().spin, DEFAULT_SPIN);
-        assert_eq!(SocketConfig::from_lookup_on(&none, 64).unwrap().spin, DEFAULT_SPIN);
+        assert_eq!(
+            SocketConfig::from_lookup_on(&none, 2).unwrap().spin,
+            Duration::ZERO
+        );
+        assert_eq!(
+            SocketConfig::from_lookup_on(&none, 15).unwrap().spin,
+            Duration::ZERO
+        );
+        assert_eq!(
+            SocketConfig::from_lookup_on(&none, 16).unwrap().spin,
+            DEFAULT_SPIN
+        );
+        assert_eq!(
+            SocketConfig::from_lookup_on(&none, 64).unwrap().spin,
+            DEFAULT_SPIN
+        );
         let zero = |n: &str| (n == "WEFT_SOCKET_SPIN_US").then(|| "0".to_string());
-        assert_eq!(SocketConfig::from_lookup_on(&zero, 64).unwrap().spin, Duration::ZERO);
+        assert_eq!(
+            SocketConfig::from_lookup_on(&zero, 64).unwrap().spin,
+            Duration::ZERO
+        );
         let c = config(&[("WEFT_SOCKET_SPIN_US", "75")]).unwrap();
         assert_eq!(c.spin, Duration::from_micros(75));
         let e = config(&[("WEFT_SOCKET_SPIN_US", "100001")]).unwrap_err();

@@ -8,9 +8,11 @@
 //! messages the same way and carry the connection's id, so the two ends' files line up:
 //! `scripts/socket_trace.py <directory>` prints where each message spent its time.
 //!
-//! On close, an end writes `<directory>/weft-trace-<pid>-<connection id>-<send|recv>.tsv`
-//! (lines `seq event ns bytes`, bytes 0 where not known; events `P`osted, `M`atched, `H`anded over, `D`one). At most
-//! [`MAX_EVENTS`] events are kept per end; later ones are dropped.
+//! On close, an end writes `<directory>/weft-trace-<pid>-<connection id>-<send|recv>.tsv`:
+//! lines `seq event ns bytes` (bytes 0 where not known; events `P`osted, `M`atched,
+//! `H`anded over, `D`one), then `# <isend|irecv|test> calls <n> ns <total>`: how often the
+//! caller (NCCL's proxy) called in, and how long it spent inside. At most [`MAX_EVENTS`]
+//! events are kept per end; later ones are dropped.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,26 @@ impl Event {
     }
 }
 
+/// The entry points whose time inside the plugin is summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Call {
+    Isend,
+    Irecv,
+    Test,
+}
+
+impl Call {
+    const ALL: [Call; 3] = [Call::Isend, Call::Irecv, Call::Test];
+
+    fn name(self) -> &'static str {
+        match self {
+            Call::Isend => "isend",
+            Call::Irecv => "irecv",
+            Call::Test => "test",
+        }
+    }
+}
+
 /// One connection end's recorder.
 #[derive(Debug)]
 pub(super) struct Trace {
@@ -50,6 +72,8 @@ pub(super) struct Trace {
     conn_id: u64,
     send: bool,
     events: Vec<(u64, Event, u64, u64)>,
+    /// Per [`Call`]: how many calls, and nanoseconds spent inside them.
+    calls: [(u64, u64); 3],
 }
 
 impl Trace {
@@ -60,6 +84,7 @@ impl Trace {
             conn_id,
             send,
             events: Vec::with_capacity(4096),
+            calls: [(0, 0); 3],
         }
     }
 
@@ -72,6 +97,15 @@ impl Trace {
 
     pub fn now(&mut self, seq: u64, event: Event, bytes: u64) {
         self.record(seq, event, sys::monotonic_ns(), bytes);
+    }
+
+    /// Counts one call of `call` that took `ns`.
+    pub fn count(&mut self, call: Call, ns: u64) {
+        let i = call as usize;
+        if let Some((calls, total)) = self.calls.get_mut(i) {
+            *calls += 1;
+            *total += ns;
+        }
     }
 
     /// Writes the file; a failure is logged, not returned (tracing must not fail a job).
@@ -87,6 +121,9 @@ impl Trace {
             let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
             for (seq, event, ns, bytes) in &self.events {
                 writeln!(out, "{seq}\t{}\t{ns}\t{bytes}", event.letter())?;
+            }
+            for (call, (calls, ns)) in Call::ALL.iter().zip(self.calls) {
+                writeln!(out, "# {} calls {calls} ns {ns}", call.name())?;
             }
             out.flush()
         })();
