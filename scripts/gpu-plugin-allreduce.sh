@@ -16,7 +16,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 #   RANKS ("2 4"), SIZES ("64K,1M,8M,64M,128M,512M"), CONFIGS ("weft socket socket4x4"; also
 #   weft:TxS, e.g. weft:8x2, sets WEFT_SOCKET_NTHREADS x WEFT_NSOCKS_PERTHREAD for weft only,
 #   and weft:TxS:US, e.g. weft:4x4:50, also sets WEFT_SOCKET_SPIN_US, how long weft's helper
-#   threads spin before they sleep; 0, the default, never spins),
+#   threads spin before they sleep; 0 never spins; unset, weft spins 50 us where the process
+#   may use 16 or more CPUs),
 #   BENCH=0 skips the plugin-alone measurements (they need weft-plugin-harness next to the
 #   library, or HARNESS=path, and examples/nccl_pattern_bw beside it, or PATTERN=path; carry
 #   them from scripts/build-plugin.sh),
