@@ -475,7 +475,7 @@ fn multi_step_slices_fail_with_a_clear_error() {
 // A Net wrapper that checks the proxy's buffer discipline.
 
 mod checking {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     use weft::net::socket::SocketNet;
     use weft::net::{
@@ -490,6 +490,8 @@ mod checking {
         pub inner: SocketNet,
         pub sends_checked: AtomicU64,
         pub overwritten: AtomicU64,
+        /// While set, `test` blocks (a misbehaving backend), for the proxy's stop deadline.
+        pub stall: AtomicBool,
         delay_seed: AtomicU64,
     }
 
@@ -499,6 +501,7 @@ mod checking {
                 inner,
                 sends_checked: AtomicU64::new(0),
                 overwritten: AtomicU64::new(0),
+                stall: AtomicBool::new(false),
                 delay_seed: AtomicU64::new(0x1234_5678),
             }
         }
@@ -601,6 +604,9 @@ mod checking {
             Ok(None)
         }
         fn test(&self, request: &mut Request) -> Result<Option<Completion>, NetError> {
+            while self.stall.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             if request.delays > 0 {
                 request.delays -= 1;
                 return Ok(None);
@@ -685,6 +691,64 @@ fn in_flight_send_slots_are_never_overwritten() {
         0,
         "a slot changed while its send was in flight"
     );
+}
+
+#[test]
+fn a_backend_that_blocks_cannot_hang_the_close() {
+    let socket = || {
+        SocketNet::new(SocketConfig {
+            ifname: Some("=lo".into()),
+            threads: 1,
+            ..SocketConfig::default()
+        })
+        .unwrap()
+    };
+    let n0 = Arc::new(checking::CheckingNet::new(socket()));
+    let opts = || options(4096, Duration::from_secs(60), AbortFlag::new());
+    let linger = opts().linger;
+    let t0 = NetTransport::new(Arc::clone(&n0), opts()).unwrap();
+    let t1 = NetTransport::new(net(), opts()).unwrap();
+    let (rsetup, rinfo) = t1
+        .recv_setup(ConnSpec {
+            rank: 1,
+            peer: 0,
+            channel: 0,
+        })
+        .unwrap();
+    let (ssetup, sinfo) = t0
+        .send_setup(ConnSpec {
+            rank: 0,
+            peer: 1,
+            channel: 0,
+        })
+        .unwrap();
+    let mut send = t0.send_connect(ssetup, &rinfo).unwrap();
+    let mut recv = t1.recv_connect(rsetup, &sinfo).unwrap();
+    // Fewer messages than FIFO slots: no reader thread needed.
+    send_stream(&mut send, 0x77, 6).unwrap();
+    recv_stream(&mut recv, 0x77, 6).unwrap();
+    // From now on the sender's backend blocks in `test`, with a send in flight.
+    n0.stall.store(true, std::sync::atomic::Ordering::Release);
+    send_stream(&mut send, 0x78, 1).unwrap();
+    drop(send);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    let closer = thread::spawn(move || {
+        drop(t0);
+        done_tx.send(()).unwrap();
+    });
+    let bound = linger + weft::proxy::STOP_GRACE + Duration::from_secs(3);
+    let closed = done_rx.recv_timeout(bound);
+    // Let the thread left behind finish before the test ends.
+    n0.stall.store(false, std::sync::atomic::Ordering::Release);
+    assert!(closed.is_ok(), "closing hung behind a blocking backend");
+    assert!(
+        started.elapsed() >= linger,
+        "the close did not give the link its linger"
+    );
+    closer.join().unwrap();
+    drop(recv);
+    drop(t1);
 }
 
 /// Four ranks in a ring (threads, each with its own bootstrap and proxy, on whatever cores

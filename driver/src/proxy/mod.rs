@@ -39,6 +39,8 @@ pub const IDLE_SLEEP: Duration = Duration::from_micros(50);
 pub const LONG_IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// Idleness after which the proxy sleeps [`LONG_IDLE_SLEEP`].
 pub const LONG_IDLE: Duration = Duration::from_millis(20);
+/// How long past its linger a stopping proxy thread may take before `Drop` leaves it behind.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Idle passes spent spinning, then yielding, before the first sleep.
 const IDLE_SPINS: u32 = 200;
 const IDLE_YIELDS: u32 = 20;
@@ -143,13 +145,31 @@ impl<N: Net + 'static> NetProxy<N> {
 }
 
 impl<N: Net + 'static> Drop for NetProxy<N> {
+    /// Stops the thread: links still moving data get `linger` to finish, then fail. If the
+    /// thread has not returned [`STOP_GRACE`] after that (a backend call that blocks, which
+    /// the `Net` contract forbids), it is left behind with an error rather than hanging the
+    /// caller; it owns everything it touches, so it can finish on its own later.
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            if t.join().is_err() {
-                log::error!("the NET proxy thread panicked");
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        let deadline = Instant::now() + self.shared.linger + STOP_GRACE;
+        while !t.is_finished() {
+            if Instant::now() >= deadline {
+                log::error!(
+                    "the NET proxy thread ({} backend) did not stop within {:?} of its \
+                     communicator's close: a backend call is blocking; leaving the thread behind",
+                    self.shared.net.name(),
+                    self.shared.linger + STOP_GRACE
+                );
+                return;
             }
+            t.thread().unpark();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if t.join().is_err() {
+            log::error!("the NET proxy thread panicked");
         }
     }
 }
