@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 use weft::net::socket::{SocketConfig, SocketMemHandle, SocketNet, SocketRecvComm, SocketSendComm};
 use weft::net::{Net, RecvBuffer};
 
+mod common;
+use common::pair;
+
 const SLOTS: usize = 8;
 const STEP: usize = 512 << 10;
 const CHUNK_STEPS: u64 = 4;
@@ -57,23 +60,6 @@ impl Fifo {
     fn slot_addr(&self, step: u64) -> usize {
         self.buf.as_ptr() as usize + (step as usize % SLOTS) * STEP
     }
-}
-
-fn pair(net: &SocketNet) -> (SocketSendComm, SocketRecvComm) {
-    let (handle, mut listen) = net.listen(0).expect("listen");
-    let mut state = None;
-    let (mut s, mut r) = (None, None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < deadline, "handshake timed out");
-        if s.is_none() {
-            s = net.connect(0, &handle, &mut state).expect("connect");
-        }
-        if r.is_none() {
-            r = net.accept(&mut listen).expect("accept");
-        }
-    }
-    (s.unwrap(), r.unwrap())
 }
 
 fn stamp(rank: usize, channel: usize, step: u64) -> u64 {

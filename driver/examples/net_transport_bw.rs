@@ -23,6 +23,9 @@ use weft::net::socket::{SocketConfig, SocketNet};
 use weft::transport::ConnSpec;
 use weft::transport::net::{NetOptions, NetTransport};
 
+mod common;
+use common::fill;
+
 const SIZES: [usize; 8] = [
     4096,
     65_536,
@@ -34,16 +37,6 @@ const SIZES: [usize; 8] = [
     256 << 20,
 ];
 const CHILD_ENV: &str = "WEFT_NET_BW_RANK1";
-
-fn fill(buf: &mut [u8], mut seed: u64) {
-    for chunk in buf.chunks_mut(8) {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let b = seed.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
 
 fn iters(size: usize, mib: usize) -> usize {
     ((mib << 20) / size).clamp(4, 100_000)

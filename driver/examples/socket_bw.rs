@@ -11,41 +11,17 @@
 //! best of 3 timed runs is printed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use weft::net::socket::{SocketConfig, SocketMemHandle, SocketNet, SocketRecvComm, SocketSendComm};
 use weft::net::{Net, RecvBuffer};
 
+mod common;
+use common::{fill, pair};
+
 const WINDOW: usize = 8;
 const TAG: u32 = 1;
 const REPEATS: usize = 3;
-
-fn pair(net: &SocketNet) -> (SocketSendComm, SocketRecvComm) {
-    let (handle, mut listen) = net.listen(0).expect("listen");
-    let mut state = None;
-    let (mut s, mut r) = (None, None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while s.is_none() || r.is_none() {
-        assert!(Instant::now() < deadline, "handshake timed out");
-        if s.is_none() {
-            s = net.connect(0, &handle, &mut state).expect("connect");
-        }
-        if r.is_none() {
-            r = net.accept(&mut listen).expect("accept");
-        }
-    }
-    (s.unwrap(), r.unwrap())
-}
-
-fn fill(buf: &mut [u8], mut seed: u64) {
-    for chunk in buf.chunks_mut(8) {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let b = seed.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
 
 /// Sends `iters` messages of `size` bytes, `WINDOW` in flight; buffer `i % WINDOW` each.
 fn run_sender(

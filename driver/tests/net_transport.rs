@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use weft::conn::{AbortFlag, ConnError, FifoLayout, FifoRecvEnd, FifoSendEnd, WaitPolicy, Waiter};
+use weft::net::Net;
 use weft::net::socket::{SocketConfig, SocketNet};
 use weft::transport::ConnSpec;
 use weft::transport::net::{NetOptions, NetTransport, NetTransportError};
@@ -75,10 +76,10 @@ fn recv_stream(end: &mut FifoRecvEnd, seed: u64, count: u64) -> Result<(), ConnE
 
 /// Connects `channels` connections from rank `a` to rank `b` of two transports, doing the
 /// handshake in the documented order (the infos would travel through bootstrap).
-fn connect(
-    from: &NetTransport<SocketNet>,
+fn connect<A: Net, B: Net>(
+    from: &NetTransport<A>,
     from_rank: u32,
-    to: &NetTransport<SocketNet>,
+    to: &NetTransport<B>,
     to_rank: u32,
     channel: u32,
 ) -> (FifoSendEnd, FifoRecvEnd) {
@@ -662,22 +663,7 @@ fn in_flight_send_slots_are_never_overwritten() {
     let opts = || options(3008, Duration::from_secs(60), AbortFlag::new());
     let t0 = NetTransport::new(Arc::clone(&n0), opts()).unwrap();
     let t1 = NetTransport::new(Arc::clone(&n1), opts()).unwrap();
-    let (rsetup, rinfo) = t1
-        .recv_setup(ConnSpec {
-            rank: 1,
-            peer: 0,
-            channel: 0,
-        })
-        .unwrap();
-    let (ssetup, sinfo) = t0
-        .send_setup(ConnSpec {
-            rank: 0,
-            peer: 1,
-            channel: 0,
-        })
-        .unwrap();
-    let mut send = t0.send_connect(ssetup, &rinfo).unwrap();
-    let mut recv = t1.recv_connect(rsetup, &sinfo).unwrap();
+    let (mut send, mut recv) = connect(&t0, 0, &t1, 1, 0);
     let reader = thread::spawn(move || recv_stream(&mut recv, 0x55, 2000));
     // The sender rewrites every slot it gets as fast as it can.
     send_stream(&mut send, 0x55, 2000).unwrap();
@@ -708,22 +694,7 @@ fn a_backend_that_blocks_cannot_hang_the_close() {
     let linger = opts().linger;
     let t0 = NetTransport::new(Arc::clone(&n0), opts()).unwrap();
     let t1 = NetTransport::new(net(), opts()).unwrap();
-    let (rsetup, rinfo) = t1
-        .recv_setup(ConnSpec {
-            rank: 1,
-            peer: 0,
-            channel: 0,
-        })
-        .unwrap();
-    let (ssetup, sinfo) = t0
-        .send_setup(ConnSpec {
-            rank: 0,
-            peer: 1,
-            channel: 0,
-        })
-        .unwrap();
-    let mut send = t0.send_connect(ssetup, &rinfo).unwrap();
-    let mut recv = t1.recv_connect(rsetup, &sinfo).unwrap();
+    let (mut send, mut recv) = connect(&t0, 0, &t1, 1, 0);
     // Fewer messages than FIFO slots: no reader thread needed.
     send_stream(&mut send, 0x77, 6).unwrap();
     recv_stream(&mut recv, 0x77, 6).unwrap();

@@ -148,15 +148,25 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// Builds one end from its established `sockets`: the control socket first, then the
+    /// data sockets in index order.
     pub fn new(
         role: Role,
-        control: TcpStream,
-        data: Vec<TcpStream>,
+        sockets: impl IntoIterator<Item = TcpStream>,
         threads: usize,
         peer: SocketAddr,
         local: &LocalSettings,
         conn_id: u64,
     ) -> Result<Arc<Conn>, NetError> {
+        let mut sockets = sockets.into_iter();
+        let control = sockets.next().ok_or_else(|| {
+            NetError::new(
+                NetErrorKind::Protocol,
+                "a connection without its control socket",
+            )
+            .peer(peer)
+        })?;
+        let data: Vec<TcpStream> = sockets.collect();
         let direction = match role {
             Role::Send => Direction::Send,
             Role::Recv => Direction::Recv,

@@ -260,15 +260,9 @@ impl SocketListenComm {
         let Some(group) = self.groups.remove(&id) else {
             return Ok(None);
         };
-        let mut sockets = group.sockets.into_iter().flatten();
-        let Some(control) = sockets.next() else {
-            return Ok(None);
-        };
-        let data: Vec<TcpStream> = sockets.collect();
         let conn = Conn::new(
             Role::Recv,
-            control,
-            data,
+            group.sockets.into_iter().flatten(),
             usize::from(self.handle.threads),
             peer,
             &self.local,
@@ -456,20 +450,16 @@ impl SocketConnecting {
                     .cause(e)
                     .hint("the handle points at something that is not a weft listener"));
                 }
-                let mut streams = std::mem::take(&mut self.sockets)
-                    .into_iter()
-                    .filter_map(|s| match s {
-                        SocketStage::Ready(s) => Some(s),
-                        _ => None,
-                    });
-                let Some(control) = streams.next() else {
-                    return Ok(None);
-                };
-                let data: Vec<TcpStream> = streams.collect();
+                let streams =
+                    std::mem::take(&mut self.sockets)
+                        .into_iter()
+                        .filter_map(|s| match s {
+                            SocketStage::Ready(s) => Some(s),
+                            _ => None,
+                        });
                 let conn = Conn::new(
                     Role::Send,
-                    control,
-                    data,
+                    streams,
                     usize::from(self.handle.threads),
                     addr,
                     &self.local,
