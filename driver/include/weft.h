@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 1
+#define WEFT_ABI_VERSION 2
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -44,6 +44,24 @@
 
 // `weft_conn_info.flags`: buffers live in host memory (SHM, NET without GPUDirect).
 #define WEFT_CONN_HOST_MEMORY (1 << 5)
+
+// Most operations in one `weft_p2p_args`.
+#define WEFT_P2P_MAX_OPS 16
+
+// `weft_kernel_fault.code`: nothing went wrong.
+#define WEFT_FAULT_NONE 0
+
+// `weft_kernel_fault.code`: a wait on a peer passed `weft_dev_comm.timeout_ns`.
+#define WEFT_FAULT_TIMEOUT 1
+
+// `weft_kernel_fault.code`: the host raised the abort flag during a wait.
+#define WEFT_FAULT_ABORTED 2
+
+// `weft_kernel_fault.wait`: waiting for the peer's data.
+#define WEFT_WAIT_RECV 0
+
+// `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
+#define WEFT_WAIT_SEND 1
 
 // Most entries in a mesh handle.
 #define WEFT_MESH_MAX_ENTRIES 9
@@ -408,7 +426,54 @@ typedef struct weft_dev_comm {
   uint64_t abort_flag;
   // Address of `n_channels` `DevChannel`s.
   uint64_t channels;
+  // How long a kernel waits on a peer before it gives up (nanoseconds of the GPU's
+  // global timer; 0: only the abort flag ends a wait).
+  uint64_t timeout_ns;
+  // Address of a [`KernelFault`] (host-mapped memory) where the first block that gives
+  // up records why, for the host to name the peer; 0: none.
+  uint64_t fault;
 } weft_dev_comm;
+
+// Why a kernel stopped early: written once (by the first block that gives up, guarded by
+// `code`) into host-mapped memory, so that the host can say which peer and which wait.
+typedef struct weft_kernel_fault {
+  // [`FAULT_NONE`], [`FAULT_TIMEOUT`] or [`FAULT_ABORTED`].
+  uint32_t code;
+  // The channel (block) that gave up.
+  uint32_t channel;
+  // The peer it was waiting on.
+  int32_t peer;
+  // [`WAIT_RECV`] (data from `peer`) or [`WAIT_SEND`] (credit from `peer`).
+  uint32_t wait;
+  // The FIFO step it was waiting for.
+  uint64_t step;
+  // How long it had waited, in nanoseconds.
+  uint64_t waited_ns;
+} weft_kernel_fault;
+
+// One send or receive of a point-to-point launch: `bytes` at `buff`, to or from `peer`,
+// spread over `nchannels` channels (blocks `block_lo ..` of the launch, channel `k` of
+// the op on the communicator's channel `k`).
+typedef struct weft_p2p_op {
+  uint64_t buff;
+  uint64_t bytes;
+  int32_t peer;
+  // 1: send to `peer`; 0: receive from it.
+  uint32_t send;
+  uint32_t block_lo;
+  uint32_t nchannels;
+} weft_p2p_op;
+
+// The parameter of the point-to-point kernel: a group's sends and receives, run at once
+// (a rank that sends and receives in one group would deadlock if they ran in turn).
+typedef struct weft_p2p_args {
+  // Address of the `DevComm`.
+  uint64_t comm;
+  // Entries of `ops` in use.
+  uint32_t nops;
+  uint32_t reserved;
+  struct weft_p2p_op ops[WEFT_P2P_MAX_OPS];
+} weft_p2p_args;
 
 
 

@@ -73,7 +73,7 @@ static_assert(sizeof(weft_conn_info) == 88 && offsetof(weft_conn_info, head) == 
 static_assert(sizeof(weft_coll_work) == 80 && offsetof(weft_coll_work, dtype) == 44,
               "weft_coll_work layout");
 static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 176 &&
-                  sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 32,
+                  sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 48 && sizeof(weft_kernel_fault) == 32,
               "device struct sizes");
 
 static_assert(sizeof(weft_mesh_entry) == 28 && offsetof(weft_mesh_entry, qpn) == 20 &&

@@ -175,17 +175,68 @@ pub struct DevComm {
     pub abort_flag: u64,
     /// Address of `n_channels` `DevChannel`s.
     pub channels: u64,
+    /// How long a kernel waits on a peer before it gives up (nanoseconds of the GPU's
+    /// global timer; 0: only the abort flag ends a wait).
+    pub timeout_ns: u64,
+    /// Address of a [`KernelFault`] (host-mapped memory) where the first block that gives
+    /// up records why, for the host to name the peer; 0: none.
+    pub fault: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<DevComm>() == 32);
+    assert!(size_of::<DevComm>() == 48);
     assert!(offset_of!(DevComm, rank) == 0);
     assert!(offset_of!(DevComm, nranks) == 4);
     assert!(offset_of!(DevComm, n_channels) == 8);
     assert!(offset_of!(DevComm, abort_flag) == 16);
     assert!(offset_of!(DevComm, channels) == 24);
+    assert!(offset_of!(DevComm, timeout_ns) == 32);
+    assert!(offset_of!(DevComm, fault) == 40);
 };
+
+/// Why a kernel stopped early: written once (by the first block that gives up, guarded by
+/// `code`) into host-mapped memory, so that the host can say which peer and which wait.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct KernelFault {
+    /// [`FAULT_NONE`], [`FAULT_TIMEOUT`] or [`FAULT_ABORTED`].
+    pub code: u32,
+    /// The channel (block) that gave up.
+    pub channel: u32,
+    /// The peer it was waiting on.
+    pub peer: i32,
+    /// [`WAIT_RECV`] (data from `peer`) or [`WAIT_SEND`] (credit from `peer`).
+    pub wait: u32,
+    /// The FIFO step it was waiting for.
+    pub step: u64,
+    /// How long it had waited, in nanoseconds.
+    pub waited_ns: u64,
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<KernelFault>() == 32);
+    assert!(offset_of!(KernelFault, code) == 0);
+    assert!(offset_of!(KernelFault, channel) == 4);
+    assert!(offset_of!(KernelFault, peer) == 8);
+    assert!(offset_of!(KernelFault, wait) == 12);
+    assert!(offset_of!(KernelFault, step) == 16);
+    assert!(offset_of!(KernelFault, waited_ns) == 24);
+};
+
+/// [`KernelFault::code`]: nothing went wrong.
+pub const FAULT_NONE: u32 = 0;
+/// [`KernelFault::code`]: a wait on a peer passed [`DevComm::timeout_ns`].
+pub const FAULT_TIMEOUT: u32 = 1;
+/// [`KernelFault::code`]: the host raised the abort flag during a wait.
+pub const FAULT_ABORTED: u32 = 2;
+/// [`KernelFault::wait`]: waiting for the peer's data (the receiver side of a connection).
+pub const WAIT_RECV: u32 = 0;
+/// [`KernelFault::wait`]: waiting for the peer to free a slot (the sender side).
+pub const WAIT_SEND: u32 = 1;
 
 #[cfg(test)]
 mod test {
@@ -269,7 +320,7 @@ mod test {
             if ch.validate().is_ok() {
                 prop_assert!(ch.ring.next >= 0 && (ch.ring.next as u32) < ch.npeers);
             }
-            let comm = DevComm::read_from_bytes(&raw[..32]).unwrap();
+            let comm = DevComm::read_from_bytes(&raw[..48]).unwrap();
             prop_assert_eq!(comm.channels, u64::from_ne_bytes(raw[24..32].try_into().unwrap()));
         }
     }

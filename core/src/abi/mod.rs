@@ -10,26 +10,31 @@
 //!
 //! - [`kinds`]: `DataType`, `RedOp`, `CollKind`, `Algorithm`, `Protocol` with NCCL's numbers.
 //! - [`conn`]: `ConnInfo`, one direction of one connection (buffers, head, tail, step, flags).
-//! - [`work`]: `CollWork` and `KernelArgs`, what a launch asks for.
-//! - [`channel`]: `RingInfo`, `TreeInfo`, `ChannelPeer`, `DevChannel`, `DevComm`.
+//! - [`work`]: `CollWork` and `KernelArgs`, what a launch asks for; `P2pOp` and `P2pArgs`,
+//!   what a point-to-point launch asks for.
+//! - [`channel`]: `RingInfo`, `TreeInfo`, `ChannelPeer`, `DevChannel`, `DevComm`, and
+//!   `KernelFault`, where a kernel that gave up on a peer says why.
 
 pub mod channel;
 pub mod conn;
 pub mod kinds;
 pub mod work;
 
-pub use channel::{ChannelPeer, DevChannel, DevComm, RingInfo, TreeInfo};
+pub use channel::{
+    ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelFault,
+    RingInfo, TreeInfo, WAIT_RECV, WAIT_SEND,
+};
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,
     CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo,
 };
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
-pub use work::{CollSpec, CollWork, KernelArgs};
+pub use work::{CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp};
 
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's
 /// meaning or an enum's numbers, so a kernel or C caller built against another `weft.h`
 /// can refuse to run instead of misreading memory.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Number of FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const NUM_PROTOCOLS: usize = 3;

@@ -161,6 +161,58 @@ const _: () = {
     assert!(offset_of!(KernelArgs, work) == 8);
 };
 
+/// Most operations one point-to-point launch carries ([`P2pArgs::ops`]).
+pub const P2P_MAX_OPS: usize = 16;
+
+/// One send or receive of a point-to-point launch: `bytes` at `buff`, to or from `peer`,
+/// spread over `nchannels` channels (blocks `block_lo ..` of the launch, channel `k` of
+/// the op on the communicator's channel `k`).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct P2pOp {
+    pub buff: u64,
+    pub bytes: u64,
+    pub peer: i32,
+    /// 1: send to `peer`; 0: receive from it.
+    pub send: u32,
+    pub block_lo: u32,
+    pub nchannels: u32,
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<P2pOp>() == 32);
+    assert!(offset_of!(P2pOp, bytes) == 8);
+    assert!(offset_of!(P2pOp, peer) == 16);
+    assert!(offset_of!(P2pOp, send) == 20);
+    assert!(offset_of!(P2pOp, block_lo) == 24);
+    assert!(offset_of!(P2pOp, nchannels) == 28);
+};
+
+/// The parameter of the point-to-point kernel: a group's sends and receives, run at once
+/// (a rank that sends and receives in one group would deadlock if they ran in turn).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct P2pArgs {
+    /// Address of the `DevComm`.
+    pub comm: u64,
+    /// Entries of `ops` in use.
+    pub nops: u32,
+    pub reserved: u32,
+    pub ops: [P2pOp; P2P_MAX_OPS],
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<P2pArgs>() == 16 + 32 * P2P_MAX_OPS);
+    assert!(offset_of!(P2pArgs, nops) == 8);
+    assert!(offset_of!(P2pArgs, ops) == 16);
+};
+
 #[cfg(test)]
 mod test {
     use super::*;

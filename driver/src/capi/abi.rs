@@ -14,7 +14,7 @@ use super::status::{CallError, weft_status};
 // each is written out here and checked against core at compile time.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 1;
+pub const WEFT_ABI_VERSION: u32 = 2;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.
@@ -35,6 +35,18 @@ pub const WEFT_CONN_PROXY_DRIVEN: u32 = 1 << 3;
 pub const WEFT_CONN_SHARED_BUFFERS: u32 = 1 << 4;
 /// `weft_conn_info.flags`: buffers live in host memory (SHM, NET without GPUDirect).
 pub const WEFT_CONN_HOST_MEMORY: u32 = 1 << 5;
+/// Most operations in one `weft_p2p_args`.
+pub const WEFT_P2P_MAX_OPS: usize = 16;
+/// `weft_kernel_fault.code`: nothing went wrong.
+pub const WEFT_FAULT_NONE: u32 = 0;
+/// `weft_kernel_fault.code`: a wait on a peer passed `weft_dev_comm.timeout_ns`.
+pub const WEFT_FAULT_TIMEOUT: u32 = 1;
+/// `weft_kernel_fault.code`: the host raised the abort flag during a wait.
+pub const WEFT_FAULT_ABORTED: u32 = 2;
+/// `weft_kernel_fault.wait`: waiting for the peer's data.
+pub const WEFT_WAIT_RECV: u32 = 0;
+/// `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
+pub const WEFT_WAIT_SEND: u32 = 1;
 
 const _: () = {
     use weft_core::abi as core_abi;
@@ -49,6 +61,12 @@ const _: () = {
     assert!(WEFT_CONN_PROXY_DRIVEN == core_abi::CONN_PROXY_DRIVEN);
     assert!(WEFT_CONN_SHARED_BUFFERS == core_abi::CONN_SHARED_BUFFERS);
     assert!(WEFT_CONN_HOST_MEMORY == core_abi::CONN_HOST_MEMORY);
+    assert!(WEFT_P2P_MAX_OPS == core_abi::P2P_MAX_OPS);
+    assert!(WEFT_FAULT_NONE == core_abi::FAULT_NONE);
+    assert!(WEFT_FAULT_TIMEOUT == core_abi::FAULT_TIMEOUT);
+    assert!(WEFT_FAULT_ABORTED == core_abi::FAULT_ABORTED);
+    assert!(WEFT_WAIT_RECV == core_abi::WAIT_RECV);
+    assert!(WEFT_WAIT_SEND == core_abi::WAIT_SEND);
     assert!(
         core_abi::CONN_KNOWN_FLAGS
             == WEFT_CONN_DIRECT_READ

@@ -1,0 +1,468 @@
+// weft's collective kernels: NCCL's SIMPLE protocol over ring channels, one block per
+// channel, and the point-to-point kernel of send/recv groups.
+//
+// Compiled by NVRTC once per element type (-DWEFT_DTYPE=<weft_data_type>), with weft.h
+// (generated from weft_core::abi) giving the structs the host fills:
+//   weft_dev_comm  -> weft_dev_channel[n_channels] -> weft_channel_peer[nranks]
+// Each connection end (weft_conn_info) has a FIFO of `steps` slots of `step_size` bytes in
+// the receiver's memory, a tail counter (slots the sender posted) next to it, and a head
+// counter (slots the receiver freed) in the sender's memory: each side polls its own
+// memory and writes the other's, as NCCL's P2P transport in write mode.
+//
+// No wait is endless: every wait polls the communicator's abort flag and gives up after
+// weft_dev_comm.timeout_ns, recording which peer it waited on in this block's
+// weft_kernel_fault (host-mapped) and raising the abort flag so the other blocks stop too.
+#include "weft.h"
+#include "ring_program.cuh"
+#include "reduce.cuh"
+
+#ifndef WEFT_DTYPE
+#error "compile with -DWEFT_DTYPE=<weft_data_type number>"
+#endif
+
+namespace weft {
+
+#if WEFT_DTYPE == 0
+typedef i8 T;
+#elif WEFT_DTYPE == 1
+typedef u8 T;
+#elif WEFT_DTYPE == 2
+typedef i32 T;
+#elif WEFT_DTYPE == 3
+typedef u32 T;
+#elif WEFT_DTYPE == 4
+typedef i64 T;
+#elif WEFT_DTYPE == 5
+typedef u64 T;
+#elif WEFT_DTYPE == 6
+typedef half_t T;
+#elif WEFT_DTYPE == 7
+typedef float T;
+#elif WEFT_DTYPE == 8
+typedef double T;
+#elif WEFT_DTYPE == 9
+typedef bf16_t T;
+#else
+#error "unknown WEFT_DTYPE"
+#endif
+
+// Threads per block; the host launches exactly this many.
+constexpr int THREADS = 512;
+// 16-byte packs each thread has in flight.
+constexpr int UNROLL = 4;
+constexpr int PROTO_SIMPLE = 2;
+// Spins between two looks at the abort flag and the clock (the flag lives in host memory:
+// reading it crosses PCIe).
+constexpr u32 SPINS_PER_CHECK = 256;
+
+__device__ __forceinline__ u64 global_timer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ u64 load_acquire(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint4 load_volatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// An element of a received slot, past the L1 cache (another GPU wrote it).
+template <typename E>
+__device__ __forceinline__ E load_volatile_elem(const E* p) {
+  return *(const volatile E*)p;
+}
+template <>
+__device__ __forceinline__ half_t load_volatile_elem(const half_t* p) {
+  half_t r;
+  r.bits = *(const volatile u16*)p;
+  return r;
+}
+template <>
+__device__ __forceinline__ bf16_t load_volatile_elem(const bf16_t* p) {
+  bf16_t r;
+  r.bits = *(const volatile u16*)p;
+  return r;
+}
+
+// One connection end as a block works it (copied from weft_conn_info into shared memory).
+struct Fifo {
+  char* buf;          // slot 0 of the FIFO (the receiver's memory)
+  u64* counter_mine;  // polled here: head (send side) or tail (receive side)
+  u64* counter_peer;  // written here: tail (send side) or head (receive side)
+  u64 step;           // slots posted (send) or consumed (receive) so far
+  u64 step_size;
+  u32 steps;
+  int peer;
+};
+
+struct Block {
+  const weft_dev_comm* comm;
+  volatile u32* abort_flag;
+  weft_kernel_fault* fault;
+  u32 fault_index;
+};
+
+// Waits (thread 0 only) until *counter >= need. False when the block must stop.
+__device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
+                         u32 channel) {
+  if (load_acquire(counter) >= need) return true;
+  u64 start = global_timer();
+  u32 spins = 0;
+  for (;;) {
+    if (load_acquire(counter) >= need) return true;
+    if (++spins < SPINS_PER_CHECK) continue;
+    spins = 0;
+    u32 code = WEFT_FAULT_NONE;
+    u64 now = global_timer();
+    if (*b.abort_flag != 0) {
+      code = WEFT_FAULT_ABORTED;
+    } else if (b.comm->timeout_ns != 0 && now - start > b.comm->timeout_ns) {
+      code = WEFT_FAULT_TIMEOUT;
+    }
+    if (code == WEFT_FAULT_NONE) continue;
+    if (b.fault != nullptr) {
+      volatile weft_kernel_fault* f = b.fault + b.fault_index;
+      f->channel = channel;
+      f->peer = peer;
+      f->wait = kind;
+      f->step = need;
+      f->waited_ns = now - start;
+      __threadfence_system();
+      f->code = code;
+    }
+    *b.abort_flag = 1;
+    __threadfence_system();
+    return false;
+  }
+}
+
+// The block's data movement for one slice: out1 (and out2 if set) = finish(pre(a) OP fifo),
+// where `a` is the rank's input (may be null), `fifo` a received slot (may be null);
+// `post` applies the reduction's final step. Any of the pointers may alias the user's
+// buffers in place: each element is read before it is written, by the same thread.
+template <typename E, int OP>
+__device__ __forceinline__ E element(const Reduction<E, OP>& red, const E* a, bool pre,
+                                     const E* fifo, bool post, u64 i) {
+  E v;
+  if (a != nullptr) {
+    v = a[i];
+    if (pre) v = red.pre(v);
+    if (fifo != nullptr) v = red.combine(v, load_volatile_elem(fifo + i));
+  } else {
+    v = load_volatile_elem(fifo + i);
+  }
+  if (post) v = red.finish(v);
+  return v;
+}
+
+template <typename E, int OP>
+__device__ void reduce_copy_of(const Reduction<E, OP>& red, const E* a, bool pre, const E* fifo,
+                               E* out1, E* out2, bool post, u64 nelem) {
+  typedef E T;
+  constexpr int PER_PACK = 16 / sizeof(T);
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int nwarps = THREADS / 32;
+  uintptr_t misalign = ((uintptr_t)a | (uintptr_t)fifo | (uintptr_t)out1 | (uintptr_t)out2) & 15;
+  u64 npacks = misalign == 0 ? nelem / PER_PACK : 0;
+  union Pack {
+    uint4 v;
+    T e[PER_PACK];
+  };
+  for (u64 base = (u64)warp * UNROLL * 32; base < npacks; base += (u64)nwarps * UNROLL * 32) {
+    Pack pa[UNROLL], pf[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      u64 p = base + u * 32 + lane;
+      if (p < npacks) {
+        if (a != nullptr) pa[u].v = ((const uint4*)a)[p];
+        if (fifo != nullptr) pf[u].v = load_volatile16((const uint4*)fifo + p);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      u64 p = base + u * 32 + lane;
+      if (p >= npacks) continue;
+      Pack r;
+#pragma unroll
+      for (int j = 0; j < PER_PACK; j++) {
+        T v;
+        if (a != nullptr) {
+          v = pa[u].e[j];
+          if (pre) v = red.pre(v);
+          if (fifo != nullptr) v = red.combine(v, pf[u].e[j]);
+        } else {
+          v = pf[u].e[j];
+        }
+        if (post) v = red.finish(v);
+        r.e[j] = v;
+      }
+      ((uint4*)out1)[p] = r.v;
+      if (out2 != nullptr) ((uint4*)out2)[p] = r.v;
+    }
+  }
+  // What the packs did not cover (a tail, or everything when misaligned).
+  for (u64 i = npacks * PER_PACK + tid; i < nelem; i += THREADS) {
+    T v = element(red, a, pre, fifo, post, i);
+    out1[i] = v;
+    if (out2 != nullptr) out2[i] = v;
+  }
+}
+
+template <int OP>
+__device__ __forceinline__ void reduce_copy(const Reduction<T, OP>& red, const T* a, bool pre,
+                                            const T* fifo, T* out1, T* out2, bool post, u64 nelem) {
+  reduce_copy_of<T, OP>(red, a, pre, fifo, out1, out2, post, nelem);
+}
+
+// A plain copy of bytes (point-to-point): a or fifo to out.
+__device__ __forceinline__ void reduce_copy_bytes(const Reduction<u8, OP_SUM>& red, const u8* a,
+                                                  const u8* fifo, u8* out, u64 n) {
+  reduce_copy_of<u8, OP_SUM>(red, a, false, fifo, out, nullptr, false, n);
+}
+
+__device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer) {
+  f.buf = (char*)c.buffs[PROTO_SIMPLE];
+  f.counter_mine = (u64*)(send ? c.head : c.tail);
+  f.counter_peer = (u64*)(send ? c.tail : c.head);
+  f.step = c.step;
+  f.step_size = c.step_size;
+  f.steps = c.steps;
+  f.peer = peer;
+}
+
+// What one block runs for one primitive of `len` elements: every slice takes one FIFO slot
+// of each connection it uses. Returns false when the block must stop.
+template <int OP>
+__device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channel, Fifo& send,
+                         Fifo& recv, const Step& st, const T* input, T* output, bool reduces,
+                         volatile int* stop) {
+  const bool sends = prim_sends(st.prim);
+  const bool receives = prim_receives(st.prim);
+  const u64 align = align_elems(sizeof(T));
+  const u64 max_elems = (sends ? send.step_size : recv.step_size) / sizeof(T) / align * align;
+  Slicing cut;
+  cut.init(st.len, max_elems, align);
+  for (u64 k = 0; k < cut.n; k++) {
+    u64 off = cut.start(k, st.len);
+    u64 n = cut.size(k, st.len);
+    if (threadIdx.x == 0) {
+      bool ok = true;
+      if (receives) ok = wait_for(b, recv.counter_mine, recv.step + 1, recv.peer, WEFT_WAIT_RECV, channel);
+      // A free slot: the receiver has freed at least step + 1 - steps of them.
+      if (ok && sends && send.step + 1 > send.steps)
+        ok = wait_for(b, send.counter_mine, send.step + 1 - send.steps, send.peer, WEFT_WAIT_SEND, channel);
+      *stop = ok ? 0 : 1;
+    }
+    __syncthreads();
+    if (*stop) return false;
+    const T* in = prim_reads_input(st.prim) ? input + st.input_offset + off : nullptr;
+    T* out = prim_writes_output(st.prim) ? output + st.output_offset + off : nullptr;
+    const T* fifo_in = receives ? (const T*)(recv.buf + (recv.step % recv.steps) * recv.step_size) : nullptr;
+    T* fifo_out = sends ? (T*)(send.buf + (send.step % send.steps) * send.step_size) : nullptr;
+    const bool pre = reduces && in != nullptr;
+    const bool post = st.post_op && reduces;
+    switch (st.prim) {
+      case PRIM_SEND:  // reducing collectives' inputs enter the reduction here
+        reduce_copy(red, in, pre, nullptr, fifo_out, nullptr, false, n);
+        break;
+      case PRIM_COPY_SEND:  // all-gather, broadcast: in place, the copy is skipped
+        reduce_copy(red, in, false, nullptr, fifo_out, in == out ? nullptr : out, false, n);
+        break;
+      case PRIM_RECV:
+        reduce_copy(red, nullptr, false, fifo_in, out, nullptr, false, n);
+        break;
+      case PRIM_RECV_COPY_SEND:
+        reduce_copy(red, nullptr, false, fifo_in, fifo_out, out, false, n);
+        break;
+      case PRIM_RECV_REDUCE_SEND:
+        reduce_copy(red, in, pre, fifo_in, fifo_out, nullptr, post, n);
+        break;
+      case PRIM_RECV_REDUCE_COPY_SEND:
+        reduce_copy(red, in, pre, fifo_in, fifo_out, out, post, n);
+        break;
+      case PRIM_RECV_REDUCE_COPY:
+        reduce_copy(red, in, pre, fifo_in, out, nullptr, post, n);
+        break;
+      default:  // PRIM_COPY: a ring of one rank
+        reduce_copy(red, in, pre, nullptr, out, nullptr, post, n);
+        break;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // The barrier ordered every thread's stores before this release: the peer that sees
+      // the new tail sees the data.
+      if (sends) store_release(send.counter_peer, ++send.step);
+      if (receives) store_release(recv.counter_peer, ++recv.step);
+    }
+  }
+  return true;
+}
+
+template <int OP>
+__device__ void ring_collective(const weft_kernel_args& args) {
+  __shared__ Fifo send, recv;
+  __shared__ int stop;
+  __shared__ int ring[64];
+  const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
+  const weft_coll_work& w = args.work;
+  const u32 channel = w.channel_lo + blockIdx.x;
+  const weft_dev_channel* ch = (const weft_dev_channel*)comm->channels + channel;
+  weft_channel_peer* peers = (weft_channel_peer*)ch->peers;
+  const u32 nranks = (u32)comm->nranks;
+  Block b;
+  b.comm = comm;
+  b.abort_flag = (volatile u32*)comm->abort_flag;
+  b.fault = (weft_kernel_fault*)comm->fault;
+  b.fault_index = blockIdx.x;
+
+  // Rings of more than 64 ranks are read from global memory.
+  const int* ring_ranks = (const int*)ch->ring.user_ranks;
+  if (nranks <= 64) {
+    for (u32 i = threadIdx.x; i < nranks; i += THREADS) ring[i] = ring_ranks[i];
+    ring_ranks = ring;
+  }
+  if (threadIdx.x == 0) {
+    stop = *b.abort_flag != 0;
+    if (nranks > 1) {
+      load_fifo(send, peers[ch->ring.next].send, true, ch->ring.next);
+      load_fifo(recv, peers[ch->ring.prev].recv, false, ch->ring.prev);
+    }
+  }
+  __syncthreads();
+  if (stop) return;
+
+  Reduction<T, OP> red;
+  red.avg_scale = *(const T*)&w.red_op_arg;
+  red.nranks = nranks;
+  const bool reduces = w.coll == COLL_ALL_REDUCE || w.coll == COLL_REDUCE_SCATTER || w.coll == COLL_REDUCE;
+  RingProgram prog;
+  prog.init(w.coll, w.root, w.count, sizeof(T), w.chunk_size / sizeof(T), w.channel_count,
+            blockIdx.x, ring_ranks, nranks, (u32)comm->rank);
+  const T* input = (const T*)w.send_buff;
+  T* output = (T*)w.recv_buff;
+  for (u64 loop = 0; loop < prog.nloops; loop++) {
+    for (u32 s = 0; s < prog.steps_per_loop; s++) {
+      Step st = prog.step(loop, s);
+      if (st.len == 0) continue;
+      if (!run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &stop)) return;
+    }
+  }
+  if (threadIdx.x == 0 && nranks > 1) {
+    peers[ch->ring.next].send.step = send.step;
+    peers[ch->ring.prev].recv.step = recv.step;
+  }
+}
+
+}  // namespace weft
+
+// One entry point per reduction; non-reducing collectives use the sum one.
+#define WEFT_RING_ENTRY(name, op)                                                  \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
+    weft::ring_collective<op>(args);                                               \
+  }
+WEFT_RING_ENTRY(weft_ring_sum, weft::OP_SUM)
+WEFT_RING_ENTRY(weft_ring_prod, weft::OP_PROD)
+WEFT_RING_ENTRY(weft_ring_max, weft::OP_MAX)
+WEFT_RING_ENTRY(weft_ring_min, weft::OP_MIN)
+WEFT_RING_ENTRY(weft_ring_avg, weft::OP_AVG)
+
+namespace weft {
+
+// Bytes of `op` that channel `k` of its `nchannels` carries (16-byte aligned parts, as the
+// collectives' channel split).
+__device__ __forceinline__ void p2p_part(const weft_p2p_op& op, u32 k, u64* offset, u64* len) {
+  u64 per = align_up(div_up(op.bytes, op.nchannels), 16);
+  u64 start = min_u64((u64)k * per, op.bytes);
+  *offset = start;
+  *len = min_u64(per, op.bytes - start);
+}
+
+// One block of a point-to-point launch: its share of one send or receive, a FIFO slot per
+// slice of at most one step.
+__device__ void p2p_block(const weft_p2p_args& args) {
+  __shared__ Fifo fifo;
+  __shared__ int stop;
+  __shared__ int op_index;
+  const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
+  if (threadIdx.x == 0) {
+    op_index = -1;
+    for (u32 o = 0; o < args.nops && o < WEFT_P2P_MAX_OPS; o++) {
+      if (blockIdx.x >= args.ops[o].block_lo && blockIdx.x < args.ops[o].block_lo + args.ops[o].nchannels)
+        op_index = (int)o;
+    }
+  }
+  __syncthreads();
+  if (op_index < 0) return;
+  const weft_p2p_op& op = args.ops[op_index];
+  const u32 k = blockIdx.x - op.block_lo;
+  const weft_dev_channel* ch = (const weft_dev_channel*)comm->channels + k;
+  weft_channel_peer* peer = (weft_channel_peer*)ch->peers + op.peer;
+  Block b;
+  b.comm = comm;
+  b.abort_flag = (volatile u32*)comm->abort_flag;
+  b.fault = (weft_kernel_fault*)comm->fault;
+  b.fault_index = blockIdx.x;
+  if (threadIdx.x == 0) {
+    stop = *b.abort_flag != 0;
+    load_fifo(fifo, op.send ? peer->send : peer->recv, op.send != 0, op.peer);
+  }
+  __syncthreads();
+  if (stop) return;
+  u64 offset, len;
+  p2p_part(op, k, &offset, &len);
+  char* user = (char*)op.buff + offset;
+  Reduction<u8, OP_SUM> copy;
+  copy.avg_scale = 0;
+  copy.nranks = 1;
+  Slicing cut;
+  cut.init(len, fifo.step_size / 16 * 16, 16);
+  for (u64 s = 0; s < cut.n && len > 0; s++) {
+    u64 off = cut.start(s, len);
+    u64 n = cut.size(s, len);
+    if (threadIdx.x == 0) {
+      bool ok;
+      if (op.send)
+        ok = fifo.step + 1 <= fifo.steps ||
+             wait_for(b, fifo.counter_mine, fifo.step + 1 - fifo.steps, op.peer, WEFT_WAIT_SEND, k);
+      else
+        ok = wait_for(b, fifo.counter_mine, fifo.step + 1, op.peer, WEFT_WAIT_RECV, k);
+      stop = ok ? 0 : 1;
+    }
+    __syncthreads();
+    if (stop) return;
+    char* slot = fifo.buf + (fifo.step % fifo.steps) * fifo.step_size;
+    if (op.send)
+      reduce_copy_bytes(copy, (const u8*)(user + off), nullptr, (u8*)slot, n);
+    else
+      reduce_copy_bytes(copy, nullptr, (const u8*)slot, (u8*)(user + off), n);
+    __syncthreads();
+    if (threadIdx.x == 0) store_release(fifo.counter_peer, ++fifo.step);
+  }
+  if (threadIdx.x == 0) {
+    if (op.send)
+      peer->send.step = fifo.step;
+    else
+      peer->recv.step = fifo.step;
+  }
+}
+
+}  // namespace weft
+
+extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) weft_p2p(weft_p2p_args args) {
+  weft::p2p_block(args);
+}

@@ -1,0 +1,195 @@
+// Element types and reductions, with the CPU executor's exact semantics
+// (driver/src/exec/reduce): integer sum and product wrap; float min/max are fmin/fmax
+// (a NaN operand yields the other, -0 < +0); half and bfloat16 compute in float and round
+// to nearest even; float Avg pre-multiplies each input by 1/nranks, integer Avg divides the
+// wrapped sum, truncating toward zero. Compiled with --fmad=false so that x*s + y is two
+// roundings, as on the CPU.
+#ifndef WEFT_REDUCE_CUH
+#define WEFT_REDUCE_CUH
+
+namespace weft {
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef int i32;
+typedef long long i64;
+typedef unsigned short u16;
+
+// weft_red_op's numbers.
+enum Op : u32 { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3, OP_AVG = 4 };
+
+struct half_t { u16 bits; };
+struct bf16_t { u16 bits; };
+
+__device__ __forceinline__ float half_to_float(u16 hbits) {
+  u32 h = hbits;
+  u32 sign = (h & 0x8000u) << 16;
+  u32 magnitude = h & 0x7fffu;
+  u32 rebiased = (magnitude << 13) + ((127u - 15u) << 23);
+  u32 bits;
+  if (magnitude >= 0x7c00u) {
+    bits = (rebiased + ((128u - 16u) << 23)) | (magnitude > 0x7c00u ? 0x00400000u : 0u);
+  } else if (magnitude < 0x0400u) {
+    bits = __float_as_uint(__uint_as_float(rebiased + (1u << 23)) -
+                           __uint_as_float((127u - 14u) << 23));
+  } else {
+    bits = rebiased;
+  }
+  return __uint_as_float(bits | sign);
+}
+
+__device__ __forceinline__ u16 float_to_half(float value) {
+  u32 x = __float_as_uint(value);
+  u32 sign = (x >> 16) & 0x8000u;
+  u32 a = x & 0x7fffffffu;
+  u32 bits;
+  if (a > 0x7f800000u) {
+    bits = 0x7e00u | ((a >> 13) & 0x03ffu);
+  } else if (a >= 0x477ff000u) {
+    bits = 0x7c00u;
+  } else if (a < 0x38800000u) {
+    bits = __float_as_uint(__fadd_rn(__uint_as_float(a), 0.5f)) - 0x3f000000u;
+  } else {
+    u32 odd = (a >> 13) & 1u;
+    bits = (a - ((127u - 15u) << 23) + 0x0fffu + odd) >> 13;
+  }
+  return (u16)(bits | sign);
+}
+
+__device__ __forceinline__ float bf16_to_float(u16 b) { return __uint_as_float(((u32)b) << 16); }
+
+__device__ __forceinline__ u16 float_to_bf16(float value) {
+  u32 x = __float_as_uint(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (u16)((x >> 16) | 0x0040u);
+  u32 odd = (x >> 16) & 1u;
+  return (u16)((x + 0x7fffu + odd) >> 16);
+}
+
+__device__ __forceinline__ i32 order_key16(u16 bits) {
+  short x = (short)bits;
+  return (i32)(short)(x ^ ((x >> 15) & 0x7fff));
+}
+
+template <int OP>
+__device__ __forceinline__ u16 minmax16(u16 a, u16 b, u16 infinity) {
+  bool a_first = OP == OP_MIN ? order_key16(a) < order_key16(b) : order_key16(a) > order_key16(b);
+  u16 pick = a_first ? a : b;
+  if ((b & 0x7fffu) > infinity) return a;
+  if ((a & 0x7fffu) > infinity) return b;
+  return pick;
+}
+
+template <typename F, typename Bits>
+__device__ __forceinline__ F fminmax(F x, F y, Bits xb, Bits yb, bool is_min) {
+  // driver/src/exec/reduce/element.rs: equal values combine their bits (-0 vs +0).
+  Bits both = is_min ? (xb | yb) : (xb & yb);
+  F pick = is_min ? (x < y ? x : y) : (x > y ? x : y);
+  if (x == y) pick = sizeof(F) == 4 ? (F)__uint_as_float((u32)both) : (F)__longlong_as_double((i64)both);
+  if (y != y) return x;
+  return pick;
+}
+
+// Traits: how one element type reduces. `Scale` is what the float Avg multiplies by.
+template <typename T> struct Elem;
+
+#define WEFT_INT_ELEM(T, U)                                                                 \
+  template <> struct Elem<T> {                                                              \
+    static constexpr bool is_float = false;                                                 \
+    template <int OP> __device__ static __forceinline__ T apply(T x, T y) {                 \
+      if (OP == OP_SUM || OP == OP_AVG) return (T)((U)x + (U)y);                            \
+      if (OP == OP_PROD) return (T)((U)x * (U)y);                                           \
+      if (OP == OP_MIN) return y < x ? y : x;                                               \
+      return y > x ? y : x;                                                                 \
+    }                                                                                       \
+    __device__ static __forceinline__ T scale(T x, T) { return x; }                         \
+    __device__ static __forceinline__ T divide(T x, u64 n) {                                \
+      bool negative = ((T)-1 < (T)0) && x < (T)0;                                           \
+      U magnitude = negative ? (U)(0 - (U)x) : (U)x;                                        \
+      U q = (U)((u64)magnitude / n);                                                        \
+      return negative ? (T)(0 - q) : (T)q;                                                  \
+    }                                                                                       \
+  };
+
+WEFT_INT_ELEM(i8, u8)
+WEFT_INT_ELEM(u8, u8)
+WEFT_INT_ELEM(i32, u32)
+WEFT_INT_ELEM(u32, u32)
+WEFT_INT_ELEM(i64, u64)
+WEFT_INT_ELEM(u64, u64)
+
+template <> struct Elem<float> {
+  static constexpr bool is_float = true;
+  template <int OP> __device__ static __forceinline__ float apply(float x, float y) {
+    if (OP == OP_SUM || OP == OP_AVG) return __fadd_rn(x, y);
+    if (OP == OP_PROD) return __fmul_rn(x, y);
+    return fminmax<float, u32>(x, y, __float_as_uint(x), __float_as_uint(y), OP == OP_MIN);
+  }
+  __device__ static __forceinline__ float scale(float x, float s) { return __fmul_rn(x, s); }
+  __device__ static __forceinline__ float divide(float x, u64) { return x; }
+};
+
+template <> struct Elem<double> {
+  static constexpr bool is_float = true;
+  template <int OP> __device__ static __forceinline__ double apply(double x, double y) {
+    if (OP == OP_SUM || OP == OP_AVG) return __dadd_rn(x, y);
+    if (OP == OP_PROD) return __dmul_rn(x, y);
+    return fminmax<double, u64>(x, y, (u64)__double_as_longlong(x), (u64)__double_as_longlong(y),
+                                OP == OP_MIN);
+  }
+  __device__ static __forceinline__ double scale(double x, double s) { return __dmul_rn(x, s); }
+  __device__ static __forceinline__ double divide(double x, u64) { return x; }
+};
+
+template <> struct Elem<half_t> {
+  static constexpr bool is_float = true;
+  template <int OP> __device__ static __forceinline__ half_t apply(half_t x, half_t y) {
+    half_t r;
+    if (OP == OP_SUM || OP == OP_AVG)
+      r.bits = float_to_half(__fadd_rn(half_to_float(x.bits), half_to_float(y.bits)));
+    else if (OP == OP_PROD)
+      r.bits = float_to_half(__fmul_rn(half_to_float(x.bits), half_to_float(y.bits)));
+    else
+      r.bits = minmax16<OP>(x.bits, y.bits, 0x7c00u);
+    return r;
+  }
+  __device__ static __forceinline__ half_t scale(half_t x, half_t s) { return apply<OP_PROD>(x, s); }
+  __device__ static __forceinline__ half_t divide(half_t x, u64) { return x; }
+};
+
+template <> struct Elem<bf16_t> {
+  static constexpr bool is_float = true;
+  template <int OP> __device__ static __forceinline__ bf16_t apply(bf16_t x, bf16_t y) {
+    bf16_t r;
+    if (OP == OP_SUM || OP == OP_AVG)
+      r.bits = float_to_bf16(__fadd_rn(bf16_to_float(x.bits), bf16_to_float(y.bits)));
+    else if (OP == OP_PROD)
+      r.bits = float_to_bf16(__fmul_rn(bf16_to_float(x.bits), bf16_to_float(y.bits)));
+    else
+      r.bits = minmax16<OP>(x.bits, y.bits, 0x7f80u);
+    return r;
+  }
+  __device__ static __forceinline__ bf16_t scale(bf16_t x, bf16_t s) { return apply<OP_PROD>(x, s); }
+  __device__ static __forceinline__ bf16_t divide(bf16_t x, u64) { return x; }
+};
+
+// One call's reduction: which op, the Avg factor (float) or divisor (integer).
+template <typename T, int OP> struct Reduction {
+  T avg_scale;  // float Avg: 1/nranks in T (weft_coll_work.red_op_arg's low bytes)
+  u64 nranks;   // integer Avg: the divisor
+
+  // What a rank's own input becomes when it enters the reduction.
+  __device__ __forceinline__ T pre(T x) const {
+    if (OP == OP_AVG && Elem<T>::is_float) return Elem<T>::scale(x, avg_scale);
+    return x;
+  }
+  __device__ __forceinline__ T combine(T x, T y) const { return Elem<T>::template apply<OP>(x, y); }
+  // Applied once by the step that completes a result.
+  __device__ __forceinline__ T finish(T x) const {
+    if (OP == OP_AVG && !Elem<T>::is_float) return Elem<T>::divide(x, nranks);
+    return x;
+  }
+};
+
+}  // namespace weft
+
+#endif
