@@ -9,6 +9,7 @@
 //! - [`comm`]: the communicator: init (bootstrap, peers, rings, connections) and collectives.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.
+//! - [`gpu`]: the GPU path: CUDA kernels over P2P (NVLink) connections, on device memory.
 //! - [`verify`]: seeded test data and the exact expected result of each collective.
 //! - [`capi`]: the C ABI (`weft.h`), every entry point behind a panic boundary.
 //! - [`topo`]: topology detection and `weft topo` (paths, channels, NCCL's XML files, SVG).
@@ -26,6 +27,8 @@ pub mod conn;
 pub mod env;
 /// cbindgen:ignore
 pub mod exec;
+/// cbindgen:ignore
+pub mod gpu;
 /// cbindgen:ignore
 pub mod launcher;
 /// cbindgen:ignore

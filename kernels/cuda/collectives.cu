@@ -254,7 +254,10 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
   const bool sends = prim_sends(st.prim);
   const bool receives = prim_receives(st.prim);
   const u64 align = align_elems(sizeof(T));
-  const u64 max_elems = (sends ? send.step_size : recv.step_size) / sizeof(T) / align * align;
+  // A ring of one rank has no FIFO: its copy is one piece.
+  const u64 max_elems = sends || receives
+                            ? (sends ? send.step_size : recv.step_size) / sizeof(T) / align * align
+                            : st.len;
   Slicing cut;
   cut.init(st.len, max_elems, align);
   for (u64 k = 0; k < cut.n; k++) {

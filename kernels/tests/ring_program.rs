@@ -188,7 +188,7 @@ fn kernel_ring_program_matches_core() {
                 );
                 if k + 1 < slices.len() {
                     assert!(
-                        *s > 0 && (*s as usize * c.spec.elem_size) % 16 == 0,
+                        *s > 0 && (*s as usize * c.spec.elem_size).is_multiple_of(16),
                         "case {i}: slice {k} of {s} elements is not 16-byte aligned"
                     );
                 }

@@ -1,6 +1,6 @@
 //! The CUDA driver API (libcuda), resolved at run time.
 //!
-//! [`CudaDriver`] is a table of the 72 driver entry points weft uses. Symbols are looked up
+//! [`CudaDriver`] is a table of the 78 driver entry points weft uses. Symbols are looked up
 //! by the versioned names that `cuda.h` maps its macros to (`cuMemAlloc` is exported as
 //! `cuMemAlloc_v2`); the table's fields carry the unversioned names. The virtual memory
 //! (`cuMem*`) and multicast (`cuMulticast*`) calls are optional: a driver too old for them
@@ -149,6 +149,17 @@ fn_table! {
                     -> CUresult;
             cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" since "CUDA 11.0+":
                 fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
+
+            /// Stream capture into a graph (what nccl-tests' `-G` and PyTorch's CUDA graphs do).
+            cuStreamBeginCapture = "cuStreamBeginCapture_v2" since "CUDA 10.1+":
+                fn(CUstream, CUstreamCaptureMode) -> CUresult;
+            cuStreamEndCapture = "cuStreamEndCapture" since "CUDA 10.0+":
+                fn(CUstream, *mut CUgraph) -> CUresult;
+            cuGraphInstantiate = "cuGraphInstantiateWithFlags" since "CUDA 11.4+":
+                fn(*mut CUgraphExec, CUgraph, c_ulonglong) -> CUresult;
+            cuGraphLaunch = "cuGraphLaunch" since "CUDA 10.0+": fn(CUgraphExec, CUstream) -> CUresult;
+            cuGraphExecDestroy = "cuGraphExecDestroy" since "CUDA 10.0+": fn(CUgraphExec) -> CUresult;
+            cuGraphDestroy = "cuGraphDestroy" since "CUDA 10.0+": fn(CUgraph) -> CUresult;
 
             /// Creates an NVLink multicast object. Never called by weft's tests or scripts:
             /// on shared hosts it can take GPUs out of service (see DESIGN.md).

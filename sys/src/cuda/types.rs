@@ -31,6 +31,10 @@ opaque! {
     CUmod_st;
     /// The driver's function object.
     CUfunc_st;
+    /// The driver's graph object (a captured sequence of work).
+    CUgraph_st;
+    /// The driver's executable graph object.
+    CUgraphExec_st;
 }
 
 /// A device ordinal as the driver hands it out (`cuDeviceGet`).
@@ -47,6 +51,18 @@ pub type CUevent = *mut CUevent_st;
 pub type CUmodule = *mut CUmod_st;
 /// A kernel inside a module.
 pub type CUfunction = *mut CUfunc_st;
+/// A graph of work captured from a stream.
+pub type CUgraph = *mut CUgraph_st;
+/// An instantiated graph, ready to launch.
+pub type CUgraphExec = *mut CUgraphExec_st;
+/// `CUstreamCaptureMode`: which other threads' CUDA calls a capture forbids.
+pub type CUstreamCaptureMode = c_uint;
+/// Calls from any thread that could interfere fail during the capture (the default).
+pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode = 0;
+/// Only this thread's calls are checked.
+pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode = 1;
+/// No call is checked.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
 /// A physical allocation (`cuMemCreate`) or a multicast object (`cuMulticastCreate`).
 pub type CUmemGenericAllocationHandle = c_ulonglong;
 

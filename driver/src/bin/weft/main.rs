@@ -7,6 +7,7 @@
 
 mod args;
 mod perf;
+mod perf_cuda;
 mod spawn;
 
 use std::process::ExitCode;

@@ -23,12 +23,17 @@ use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, RedOp};
 
 use crate::args::{Args, parse_size};
+use crate::perf_cuda::CudaRank;
 use crate::spawn::{ROLE_FLAG, run_local};
+use weft_core::sched::Collective;
 
 const HELP: &str = "\
 usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv> [options]
 
-  --ranks N            local rank processes to start (default 2)
+  --device D           cpu (host memory, the CPU executor; default) or cuda (device
+                       memory, weft's GPU kernels over P2P/NVLink, one GPU per rank)
+  --ranks N            local rank processes to start (default 2; with --device cuda,
+                       the number of GPUs)
   -b, --minbytes SIZE  smallest size (default 8); sizes take K, M, G suffixes
   -e, --maxbytes SIZE  largest size (default 64M)
   -f, --stepfactor F   multiply the size by F each step (default 2)
@@ -124,10 +129,21 @@ enum Check {
     Off,
 }
 
+/// Where the buffers live and who runs the collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PerfDevice {
+    /// Host memory, the CPU executor.
+    Cpu,
+    /// Device memory, the GPU kernels.
+    Cuda,
+}
+
 #[derive(Debug, Clone)]
 struct PerfArgs {
     coll: PerfColl,
-    ranks: usize,
+    device: PerfDevice,
+    /// `None`: the default (2, or the number of GPUs with `--device cuda`).
+    ranks: Option<usize>,
     min_bytes: u64,
     max_bytes: u64,
     factor: u64,
@@ -156,9 +172,14 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         Some(Some(0)) => Check::Off,
         Some(_) => Check::Every,
     };
-    let ranks = a
-        .parsed(&["--ranks"], "a rank count >= 1", num)?
-        .unwrap_or(2);
+    let ranks = a.parsed(&["--ranks"], "a rank count >= 1", num)?;
+    let device = a
+        .parsed(&["--device"], "cpu or cuda", |s| match s.trim() {
+            "cpu" | "host" => Some(PerfDevice::Cpu),
+            "cuda" | "gpu" => Some(PerfDevice::Cuda),
+            _ => None,
+        })?
+        .unwrap_or(PerfDevice::Cpu);
     let min_bytes = a.parsed(
         &["-b", "--minbytes"],
         "a size such as 8, 1K, 64M",
@@ -224,6 +245,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     let factor = factor.unwrap_or(if step_bytes.is_some() { 1 } else { 2 });
     let args = PerfArgs {
         coll,
+        device,
         ranks,
         min_bytes: min_bytes.unwrap_or(8),
         max_bytes: max_bytes.unwrap_or(64 << 20),
@@ -243,7 +265,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         nranks,
         role,
     };
-    if args.ranks == 0 {
+    if args.ranks == Some(0) {
         return Err("--ranks must be at least 1".to_string());
     }
     if args.min_bytes > args.max_bytes {
@@ -307,7 +329,23 @@ pub fn main(argv: &[String]) -> ExitCode {
             Err(e) => Err(e.to_string()),
         }
     } else {
-        return run_local(args.ranks, argv, opts.timeout);
+        let ranks = match (args.ranks, args.device) {
+            (Some(n), _) => n,
+            (None, PerfDevice::Cpu) => 2,
+            (None, PerfDevice::Cuda) => match crate::perf_cuda::gpu_count() {
+                Ok(0) | Err(_) => {
+                    eprintln!(
+                        "weft perf: --device cuda: no GPU found ({}); use --device cpu for host memory",
+                        crate::perf_cuda::gpu_count()
+                            .err()
+                            .map_or("CUDA sees 0 devices".to_string(), |e| e.to_string())
+                    );
+                    return ExitCode::from(2);
+                }
+                Ok(n) => n,
+            },
+        };
+        return run_local(ranks, argv, opts.timeout);
     };
     let (id, rank, nranks) = match joined {
         Ok(v) => v,
@@ -316,7 +354,10 @@ pub fn main(argv: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run_rank(&args, &id, rank, nranks, &opts) {
+    let local_rank = weft::launcher::resolve(None, None, |k| std::env::var(k).ok())
+        .ok()
+        .and_then(|info| info.local_rank);
+    match run_rank(&args, &id, rank, nranks, local_rank, &opts) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
@@ -359,13 +400,24 @@ struct Shape {
     out_elems: usize,
 }
 
+/// Who runs the calls: the CPU executor on host memory, or the GPU kernels on device
+/// memory (with the host buffers as staging for fills and checks).
+// One value per process, moved once: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Cpu(Comm),
+    Cuda(Box<CudaRank>),
+}
+
 struct Rank<'a> {
     args: &'a PerfArgs,
-    comm: Comm,
+    backend: Backend,
     rank: usize,
     nranks: usize,
     esize: usize,
 }
+
+type PerfResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 impl Rank<'_> {
     fn data(&self, seed: u64) -> TestData {
@@ -392,21 +444,36 @@ impl Rank<'_> {
     }
 
     /// Fills the input of one call (and, in place, puts it where NCCL's layout wants it).
-    fn fill(&self, b: &mut Buffers, s: Shape, in_place: bool, seed: u64) {
+    fn fill(&self, b: &mut Buffers, s: Shape, in_place: bool, seed: u64) -> PerfResult<()> {
         let data = self.data(seed);
         let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
-        b.recv[..out_bytes].fill(0xa5);
+        let recv_bytes = out_bytes.max(in_bytes);
+        b.recv[..recv_bytes].fill(0xa5);
         if !in_place {
             data.fill(self.rank, 0, &mut b.send[..in_bytes]);
-            return;
-        }
-        match self.args.coll {
-            PerfColl::AllGather => {
-                let at = self.rank * in_bytes;
-                data.fill(self.rank, 0, &mut b.recv[at..at + in_bytes]);
+        } else {
+            match self.args.coll {
+                PerfColl::AllGather => {
+                    let at = self.rank * in_bytes;
+                    data.fill(self.rank, 0, &mut b.recv[at..at + in_bytes]);
+                }
+                _ => data.fill(self.rank, 0, &mut b.recv[..in_bytes]),
             }
-            _ => data.fill(self.rank, 0, &mut b.recv[..in_bytes]),
         }
+        if let Backend::Cuda(c) = &self.backend {
+            c.upload(&b.send[..in_bytes], &b.recv[..recv_bytes])?;
+        }
+        Ok(())
+    }
+
+    /// Brings the output back from the GPU (nothing to do on the host).
+    fn fetch(&mut self, b: &mut Buffers, s: Shape) -> PerfResult<()> {
+        if let Backend::Cuda(c) = &mut self.backend {
+            c.synchronize()?;
+            let bytes = s.in_elems.max(s.out_elems) * self.esize;
+            c.download(&mut b.recv[..bytes])?;
+        }
+        Ok(())
     }
 
     /// The output of the last call, as a slice of the rank's result.
@@ -421,11 +488,37 @@ impl Rank<'_> {
         }
     }
 
-    fn run_once(&mut self, b: &mut Buffers, s: Shape, in_place: bool) -> Result<(), CommError> {
+    fn run_once(&mut self, b: &mut Buffers, s: Shape, in_place: bool) -> PerfResult<()> {
         let (dtype, op, root) = (self.args.dtype, self.args.op, self.args.root);
         let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
+        let c = match &mut self.backend {
+            Backend::Cpu(c) => c,
+            Backend::Cuda(g) => {
+                let collective = match self.args.coll {
+                    PerfColl::AllReduce => Some(Collective::AllReduce),
+                    PerfColl::ReduceScatter => Some(Collective::ReduceScatter),
+                    PerfColl::AllGather => Some(Collective::AllGather),
+                    PerfColl::Broadcast => Some(Collective::Broadcast { root: root as u32 }),
+                    PerfColl::Reduce => Some(Collective::Reduce { root: root as u32 }),
+                    PerfColl::SendRecv => None,
+                };
+                // In place, the input sits in the output buffer: NCCL's layout puts an
+                // all-gather's at this rank's block and a reduce-scatter's at the start.
+                let (in_offset, out_offset) = match self.args.coll {
+                    PerfColl::AllGather if in_place => (self.rank * in_bytes, 0),
+                    PerfColl::ReduceScatter if in_place => (0, self.rank * out_bytes),
+                    _ => (0, 0),
+                };
+                let place = crate::perf_cuda::Placement {
+                    in_place,
+                    in_offset,
+                    out_offset,
+                };
+                g.enqueue(collective, place, s.count, in_bytes, dtype, op)?;
+                return Ok(());
+            }
+        };
         let send = &b.send[..in_bytes];
-        let c = &mut self.comm;
         match (self.args.coll, in_place) {
             (PerfColl::AllReduce, false) => c.all_reduce(send, &mut b.recv[..out_bytes], dtype, op),
             (PerfColl::AllReduce, true) => {
@@ -471,12 +564,53 @@ impl Rank<'_> {
                     },
                 ])
             }
-        }
+        }?;
+        Ok(())
     }
 
     /// Sums `value` over ranks (control plane).
-    fn sum_f64(&mut self, value: f64) -> Result<f64, CommError> {
-        let all = self.comm.exchange(&value.to_be_bytes())?;
+    fn exchange(&mut self, mine: &[u8]) -> PerfResult<Vec<Vec<u8>>> {
+        Ok(match &mut self.backend {
+            Backend::Cpu(c) => c.exchange(mine)?,
+            Backend::Cuda(g) => g.comm.exchange(mine)?,
+        })
+    }
+
+    fn barrier(&mut self) -> PerfResult<()> {
+        match &mut self.backend {
+            Backend::Cpu(c) => c.barrier()?,
+            Backend::Cuda(g) => {
+                g.synchronize()?;
+                g.comm.barrier()?
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `iters` calls and returns their total time in microseconds: host time around
+    /// the calls on the CPU, CUDA events around them on the GPU.
+    fn timed(
+        &mut self,
+        b: &mut Buffers,
+        s: Shape,
+        in_place: bool,
+        iters: usize,
+    ) -> PerfResult<f64> {
+        if let Backend::Cuda(g) = &self.backend {
+            g.time_start()?;
+        }
+        let t = Instant::now();
+        for _ in 0..iters {
+            self.run_once(b, s, in_place)?;
+        }
+        Ok(match &mut self.backend {
+            Backend::Cpu(_) => t.elapsed().as_secs_f64() * 1e6,
+            Backend::Cuda(g) => g.time_stop()?,
+        })
+    }
+
+    fn sum_f64(&mut self, value: f64) -> PerfResult<f64> {
+        let all = self.exchange(&value.to_be_bytes())?;
         Ok(all
             .iter()
             .map(|b| f64::from_be_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
@@ -491,38 +625,34 @@ impl Rank<'_> {
         s: Shape,
         in_place: bool,
         seed: u64,
-    ) -> Result<(f64, i64), CommError> {
+    ) -> PerfResult<(f64, i64)> {
         let expect = self.expect();
         let mut wrong = 0u64;
         // Check once before timing (it doubles as this size's warm-up).
-        self.fill(b, s, in_place, seed);
+        self.fill(b, s, in_place, seed)?;
         self.run_once(b, s, in_place)?;
         if self.args.check != Check::Off {
+            self.fetch(b, s)?;
             let data = self.data(seed);
             let out = self.output(b, s, in_place);
             wrong += data.count_wrong(expect, self.rank, s.count, out) as u64;
         }
-        self.comm.barrier()?;
-        let mut elapsed = Duration::ZERO;
+        self.barrier()?;
+        let mut elapsed_us = 0.0;
         if self.args.check == Check::Every {
             for iter in 0..self.args.iters {
                 let seed = seed.wrapping_add(1 + iter as u64);
-                self.fill(b, s, in_place, seed);
-                let t = Instant::now();
-                self.run_once(b, s, in_place)?;
-                elapsed += t.elapsed();
+                self.fill(b, s, in_place, seed)?;
+                elapsed_us += self.timed(b, s, in_place, 1)?;
+                self.fetch(b, s)?;
                 let data = self.data(seed);
                 wrong += data.count_wrong(expect, self.rank, s.count, self.output(b, s, in_place))
                     as u64;
             }
         } else {
-            let t = Instant::now();
-            for _ in 0..self.args.iters {
-                self.run_once(b, s, in_place)?;
-            }
-            elapsed = t.elapsed();
+            elapsed_us = self.timed(b, s, in_place, self.args.iters)?;
         }
-        let mine = elapsed.as_secs_f64() * 1e6 / self.args.iters.max(1) as f64;
+        let mine = elapsed_us / self.args.iters.max(1) as f64;
         let avg = self.sum_f64(mine)? / self.nranks as f64;
         let wrong = self.sum_f64(wrong as f64)? as i64;
         Ok((
@@ -558,26 +688,66 @@ fn run_rank(
     id: &UniqueId,
     rank: usize,
     nranks: usize,
+    local_rank: Option<usize>,
     opts: &CommOptions,
-) -> Result<u64, CommError> {
+) -> PerfResult<u64> {
     if args.coll.rooted() && args.root >= nranks {
         return Err(CommError::InvalidArgument(format!(
             "--root {} out of range for {nranks} ranks",
             args.root
-        )));
+        ))
+        .into());
     }
-    let comm = Comm::init(id, rank, nranks, opts)?;
+    let esize = args.dtype.size_of_elem();
+    let max_shape = {
+        let (count, in_elems, out_elems) = args.coll.counts(args.max_bytes, esize, nranks);
+        Shape {
+            count,
+            in_elems,
+            out_elems,
+        }
+    };
+    let max_bytes = max_shape.in_elems.max(max_shape.out_elems) * esize;
+    let backend = match args.device {
+        PerfDevice::Cpu => Backend::Cpu(Comm::init(id, rank, nranks, opts)?),
+        PerfDevice::Cuda => {
+            let device = crate::perf_cuda::device_for(rank, local_rank)?;
+            Backend::Cuda(Box::new(CudaRank::init(
+                id,
+                rank,
+                nranks,
+                device,
+                opts,
+                max_bytes,
+                args.coll == PerfColl::SendRecv,
+            )?))
+        }
+    };
     let mut r = Rank {
         args,
-        comm,
+        backend,
         rank,
         nranks,
-        esize: args.dtype.size_of_elem(),
+        esize,
     };
     let main = rank == 0;
     let out = &mut std::io::stdout().lock();
-    let me = format!("{}\t{}", hostname(), std::process::id());
-    let all = r.comm.exchange(me.as_bytes())?;
+    let me = match &r.backend {
+        Backend::Cpu(_) => format!(
+            "{}\t{}\tcpu\t[host memory] weft CPU executor",
+            hostname(),
+            std::process::id()
+        ),
+        Backend::Cuda(g) => format!(
+            "{}\t{}\t{:>3}\t[{}] {} weft GPU kernels",
+            hostname(),
+            std::process::id(),
+            g.device,
+            g.bus_id,
+            g.name
+        ),
+    };
+    let all = r.exchange(me.as_bytes())?;
     if main {
         let step = if args.factor > 1 {
             format!("{}(factor)", args.factor)
@@ -599,31 +769,45 @@ fn run_rank(
         );
         let _ = writeln!(out, "#");
         let _ = writeln!(out, "# Using devices");
-        let transports: Vec<String> = r
-            .comm
-            .channel_transports()
-            .iter()
-            .map(|k| k.map_or("none", |(send, _)| send.name()).to_string())
-            .collect();
         for (k, entry) in all.iter().enumerate() {
             let text = String::from_utf8_lossy(entry);
-            let (host, pid) = text.split_once('\t').unwrap_or((&text, "?"));
+            let mut f = text.splitn(4, '\t');
+            let (host, pid, dev, what) = (
+                f.next().unwrap_or("?"),
+                f.next().unwrap_or("?"),
+                f.next().unwrap_or("?"),
+                f.next().unwrap_or(""),
+            );
             let _ = writeln!(
                 out,
-                "#  Rank {k:2} Group  0 Pid {pid:>6} on {host:>10} device cpu [host memory] weft CPU executor"
+                "#  Rank {k:2} Group  0 Pid {pid:>6} on {host:>10} device {dev} {what}"
             );
         }
+        let (nchannels, ring, transport, step_bytes) = match &r.backend {
+            Backend::Cpu(c) => (
+                c.nchannels(),
+                c.rings().first().cloned().unwrap_or_default(),
+                c.channel_transports()
+                    .first()
+                    .and_then(|k| k.map(|(send, _)| send.name().to_string())),
+                c.step_bytes(),
+            ),
+            Backend::Cuda(g) => (
+                g.comm.nchannels() as usize,
+                g.comm.rings().first().cloned().unwrap_or_default(),
+                Some("P2P".to_string()),
+                g.comm.step_bytes(),
+            ),
+        };
         let _ = writeln!(
             out,
-            "#  {} channel(s), ring {:?}, transport {}, {} KiB FIFO steps",
-            r.comm.nchannels(),
-            r.comm.rings().first().cloned().unwrap_or_default(),
+            "#  {nchannels} channel(s), ring {ring:?}, transport {}, {} KiB FIFO steps",
             if nranks > 1 {
-                transports.first().cloned().unwrap_or_default()
+                transport.unwrap_or_default()
             } else {
                 "none (1 rank)".to_string()
             },
-            r.comm.step_bytes() / 1024
+            step_bytes / 1024
         );
         let _ = writeln!(out, "#");
         let _ = writeln!(
@@ -681,7 +865,6 @@ fn run_rank(
             break;
         }
     }
-    let esize = r.esize;
     let shape = |bytes: u64| {
         let (count, in_elems, out_elems) = args.coll.counts(bytes, esize, nranks);
         Shape {
@@ -690,8 +873,6 @@ fn run_rank(
             out_elems,
         }
     };
-    let max_shape = shape(args.max_bytes);
-    let max_bytes = max_shape.in_elems.max(max_shape.out_elems) * r.esize;
     let mut b = Buffers {
         send: vec![0u8; max_bytes],
         recv: vec![0u8; max_bytes],
@@ -703,12 +884,12 @@ fn run_rank(
     };
     // nccl-tests' warm-up: the largest size, then the smallest.
     for s in [max_shape, shape(args.min_bytes)] {
-        r.fill(&mut b, s, false, 1);
+        r.fill(&mut b, s, false, 1)?;
         for _ in 0..args.warmup {
             r.run_once(&mut b, s, false)?;
         }
     }
-    r.comm.barrier()?;
+    r.barrier()?;
 
     let progress = main && std::io::stderr().is_terminal();
     let started = Instant::now();
@@ -777,7 +958,10 @@ fn run_rank(
         let _ = writeln!(out);
         let _ = out.flush();
     }
-    r.comm.finalize()?;
+    match &mut r.backend {
+        Backend::Cpu(c) => c.finalize()?,
+        Backend::Cuda(g) => g.comm.finalize()?,
+    }
     Ok(wrong_total)
 }
 
@@ -843,8 +1027,12 @@ mod test {
         .unwrap();
         assert_eq!(
             (a.coll, a.ranks, a.max_bytes, a.factor),
-            (PerfColl::AllReduce, 4, 1 << 20, 2)
+            (PerfColl::AllReduce, Some(4), 1 << 20, 2)
         );
+        assert_eq!(a.device, PerfDevice::Cpu);
+        let g = parse_args(&["all-gather".into(), "--device".into(), "cuda".into()]).unwrap();
+        assert_eq!((g.device, g.ranks), (PerfDevice::Cuda, None));
+        assert!(parse_args(&["all-gather".into(), "--device".into(), "tpu".into()]).is_err());
         assert!(parse_args(&["bogus".into()]).is_err());
         assert!(
             parse_args(&[

@@ -1,0 +1,360 @@
+//! CUDA C++ to PTX with NVRTC, cached on disk.
+//!
+//! NVRTC is found as `$WEFT_NVRTC` (a path to libnvrtc.so.N) first, then weft-sys's usual
+//! names. A compiled program is cached under `$WEFT_CACHE_DIR`, else
+//! `$XDG_CACHE_HOME/weft/kernels`, else `$HOME/.cache/weft/kernels`, keyed by a stable hash of
+//! the source, every header, every option, the architecture and NVRTC's version; writes are
+//! atomic (a temporary file renamed). `WEFT_KERNEL_CACHE=0` turns the cache off. A cache
+//! that cannot be read or written is a warning, never an error.
+
+use std::ffi::{CString, c_char, c_int};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use weft_sys::Nvrtc;
+use weft_sys::nvrtc::{LIBNVRTC_CANDIDATES, nvrtcProgram, nvrtcResult};
+
+use crate::error::{CudaError, Result};
+
+/// NVRTC, loaded once (`$WEFT_NVRTC` first); a failure is remembered.
+pub fn nvrtc() -> Result<&'static Nvrtc> {
+    static SHARED: OnceLock<std::result::Result<Nvrtc, weft_sys::LoadError>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let mut candidates: Vec<String> = Vec::new();
+            if let Ok(p) = std::env::var("WEFT_NVRTC") {
+                if !p.trim().is_empty() {
+                    candidates.push(p);
+                }
+            }
+            candidates.extend(LIBNVRTC_CANDIDATES.iter().map(|s| s.to_string()));
+            Nvrtc::load_from(&candidates)
+        })
+        .as_ref()
+        .map_err(|e| CudaError::Load(e.clone()))
+}
+
+/// NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    let n = nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let r = unsafe { (n.nvrtcVersion)(&mut major, &mut minor) };
+    nvrtc_check(n, r, "nvrtcVersion")?;
+    Ok((major, minor))
+}
+
+fn nvrtc_check(n: &Nvrtc, r: nvrtcResult, call: &'static str) -> Result<()> {
+    if r.is_success() {
+        return Ok(());
+    }
+    Err(CudaError::Call {
+        call,
+        code: r.0 as u32,
+        text: n.describe(r),
+        device: None,
+        hint: None,
+    })
+}
+
+/// How to compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Compute capability: (9, 0) gives `--gpu-architecture=compute_90`.
+    pub arch: (u32, u32),
+    /// `-D` definitions.
+    pub defines: Vec<(String, String)>,
+    /// Further options, passed as they are.
+    pub extra: Vec<String>,
+}
+
+impl CompileOptions {
+    /// Every option NVRTC gets: C++17, device code by default, no fused multiply-add (so
+    /// that results match a CPU reference bit for bit), the architecture, the definitions
+    /// and the extras.
+    pub fn nvrtc_options(&self) -> Vec<String> {
+        let mut o = vec![
+            "--std=c++17".to_string(),
+            "-default-device".to_string(),
+            "--fmad=false".to_string(),
+            format!("--gpu-architecture=compute_{}{}", self.arch.0, self.arch.1),
+        ];
+        o.extend(self.defines.iter().map(|(k, v)| format!("-D{k}={v}")));
+        o.extend(self.extra.iter().cloned());
+        o
+    }
+}
+
+/// A compiled program.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// PTX, NUL-terminated.
+    pub ptx: Vec<u8>,
+    /// NVRTC's log (warnings), empty from the cache.
+    pub log: String,
+    pub from_cache: bool,
+}
+
+/// Compiles `source` (named `name` in messages) with `headers` (`(include name, text)`),
+/// through the on-disk cache (see the module documentation).
+pub fn compile(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+) -> Result<Compiled> {
+    let enabled = std::env::var("WEFT_KERNEL_CACHE").map_or(true, |v| v.trim() != "0");
+    let dir = if enabled { default_cache_dir() } else { None };
+    compile_with_cache(name, source, headers, opts, dir.as_deref())
+}
+
+/// The cache directory from the environment, if any can be named.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("WEFT_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|p| p.join("weft").join("kernels")))
+        .or_else(|| var("HOME").map(|p| p.join(".cache").join("weft").join("kernels")))
+}
+
+/// [`compile`] with an explicit cache directory (`None`: no cache).
+pub fn compile_with_cache(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+    cache: Option<&Path>,
+) -> Result<Compiled> {
+    let options = opts.nvrtc_options();
+    let version = nvrtc_version()?;
+    let key = cache_key(source, headers, &options, version);
+    let file = cache.map(|d| d.join(format!("{}-{key}.ptx", sanitize(name))));
+    if let Some(f) = &file {
+        if let Ok(ptx) = std::fs::read(f) {
+            if ptx.last() == Some(&0) && ptx.starts_with(b"//") {
+                return Ok(Compiled {
+                    ptx,
+                    log: String::new(),
+                    from_cache: true,
+                });
+            }
+            log::warn!(
+                "weft-cuda: ignoring a damaged kernel cache file {}",
+                f.display()
+            );
+        }
+    }
+    let compiled = compile_uncached(name, source, headers, &options)?;
+    if let Some(f) = &file {
+        if let Err(e) = store(f, &compiled.ptx) {
+            log::warn!(
+                "weft-cuda: could not write the kernel cache {}: {e}",
+                f.display()
+            );
+        }
+    }
+    Ok(compiled)
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+fn store(file: &Path, ptx: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, ptx)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// FNV-1a over everything that changes the output, twice with different offsets (128 bits):
+/// stable across Rust versions and machines, unlike std's hashers.
+pub fn cache_key(
+    source: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+    version: (i32, i32),
+) -> String {
+    let mut parts: Vec<&[u8]> = vec![source.as_bytes()];
+    for (n, t) in headers {
+        parts.push(n.as_bytes());
+        parts.push(t.as_bytes());
+    }
+    for o in options {
+        parts.push(o.as_bytes());
+    }
+    let v = format!("{}.{}", version.0, version.1);
+    parts.push(v.as_bytes());
+    let fnv = |mut h: u64| {
+        for p in &parts {
+            for b in p.iter().chain(&(p.len() as u64).to_le_bytes()) {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        h
+    };
+    format!(
+        "{:016x}{:016x}",
+        fnv(0xcbf2_9ce4_8422_2325),
+        fnv(0x6c62_272e_07bb_0142)
+    )
+}
+
+/// The program handle, destroyed on every path.
+struct Program<'a> {
+    n: &'a Nvrtc,
+    raw: nvrtcProgram,
+}
+
+impl Drop for Program<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by nvrtcCreateProgram, destroyed once here.
+        let _ = unsafe { (self.n.nvrtcDestroyProgram)(&mut self.raw) };
+    }
+}
+
+fn compile_uncached(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+) -> Result<Compiled> {
+    let n = nvrtc()?;
+    let cstr = |s: &str, what: &str| {
+        CString::new(s)
+            .map_err(|_| CudaError::InvalidArgument(format!("{what} contains a NUL byte")))
+    };
+    let c_source = cstr(source, "the kernel source")?;
+    let c_name = cstr(name, "the program name")?;
+    let c_headers = headers
+        .iter()
+        .map(|(_, t)| cstr(t, "a header"))
+        .collect::<Result<Vec<_>>>()?;
+    let c_header_names = headers
+        .iter()
+        .map(|(h, _)| cstr(h, "a header name"))
+        .collect::<Result<Vec<_>>>()?;
+    let c_options = options
+        .iter()
+        .map(|o| cstr(o, "an option"))
+        .collect::<Result<Vec<_>>>()?;
+    let header_ptrs: Vec<*const c_char> = c_headers.iter().map(|c| c.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = c_header_names.iter().map(|c| c.as_ptr()).collect();
+    let option_ptrs: Vec<*const c_char> = c_options.iter().map(|c| c.as_ptr()).collect();
+    let mut program = Program {
+        n,
+        raw: std::ptr::null_mut(),
+    };
+    // SAFETY: every pointer array holds as many valid C strings as the count passed, all
+    // alive for the call.
+    let r = unsafe {
+        (n.nvrtcCreateProgram)(
+            &mut program.raw,
+            c_source.as_ptr(),
+            c_name.as_ptr(),
+            c_int::try_from(headers.len()).unwrap_or(0),
+            header_ptrs.as_ptr(),
+            name_ptrs.as_ptr(),
+        )
+    };
+    nvrtc_check(n, r, "nvrtcCreateProgram")?;
+    // SAFETY: a live program; `option_ptrs` holds that many C strings.
+    let r = unsafe {
+        (n.nvrtcCompileProgram)(
+            program.raw,
+            c_int::try_from(option_ptrs.len()).unwrap_or(0),
+            option_ptrs.as_ptr(),
+        )
+    };
+    let log = program_log(&program)?;
+    if !r.is_success() {
+        return Err(CudaError::Compile {
+            program: name.to_string(),
+            text: n.describe(r),
+            log,
+        });
+    }
+    let mut size = 0usize;
+    // SAFETY: a compiled program; `size` is a valid out-pointer.
+    let r = unsafe { (n.nvrtcGetPTXSize)(program.raw, &mut size) };
+    nvrtc_check(n, r, "nvrtcGetPTXSize")?;
+    let mut ptx = vec![0u8; size.max(1)];
+    // SAFETY: `ptx` holds the `size` bytes NVRTC said it needs.
+    let r = unsafe { (n.nvrtcGetPTX)(program.raw, ptx.as_mut_ptr().cast()) };
+    nvrtc_check(n, r, "nvrtcGetPTX")?;
+    if ptx.last() != Some(&0) {
+        ptx.push(0);
+    }
+    Ok(Compiled {
+        ptx,
+        log,
+        from_cache: false,
+    })
+}
+
+fn program_log(p: &Program<'_>) -> Result<String> {
+    let mut size = 0usize;
+    // SAFETY: a live program; `size` is a valid out-pointer.
+    let r = unsafe { (p.n.nvrtcGetProgramLogSize)(p.raw, &mut size) };
+    nvrtc_check(p.n, r, "nvrtcGetProgramLogSize")?;
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: `buf` holds the `size` bytes NVRTC said it needs.
+    let r = unsafe { (p.n.nvrtcGetProgramLog)(p.raw, buf.as_mut_ptr().cast()) };
+    nvrtc_check(p.n, r, "nvrtcGetProgramLog")?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn cache_keys_change_with_every_input() {
+        let o = vec!["-DX=1".to_string()];
+        let base = cache_key("src", &[("a.h", "A")], &o, (12, 8));
+        assert_eq!(base.len(), 32);
+        assert_eq!(base, cache_key("src", &[("a.h", "A")], &o, (12, 8)));
+        assert_ne!(base, cache_key("src2", &[("a.h", "A")], &o, (12, 8)));
+        assert_ne!(base, cache_key("src", &[("a.h", "B")], &o, (12, 8)));
+        assert_ne!(base, cache_key("src", &[("b.h", "A")], &o, (12, 8)));
+        assert_ne!(
+            base,
+            cache_key("src", &[("a.h", "A")], &["-DX=2".to_string()], (12, 8))
+        );
+        assert_ne!(base, cache_key("src", &[("a.h", "A")], &o, (13, 0)));
+        // Boundaries count: moving a byte from one part to the next changes the key.
+        assert_ne!(
+            cache_key("ab", &[("c", "")], &[], (1, 0)),
+            cache_key("a", &[("bc", "")], &[], (1, 0))
+        );
+    }
+
+    #[test]
+    fn options_pin_the_semantics() {
+        let o = CompileOptions {
+            arch: (9, 0),
+            defines: vec![("WEFT_DTYPE".into(), "7".into())],
+            extra: vec!["-lineinfo".into()],
+        };
+        assert_eq!(
+            o.nvrtc_options(),
+            [
+                "--std=c++17",
+                "-default-device",
+                "--fmad=false",
+                "--gpu-architecture=compute_90",
+                "-DWEFT_DTYPE=7",
+                "-lineinfo"
+            ]
+        );
+    }
+}

@@ -1,0 +1,910 @@
+//! The GPU communicator: one rank on one GPU, its P2P connections, and its collectives
+//! enqueued on the caller's stream.
+//!
+//! Init: bootstrap, all-gather each rank's GPU (host, process, PCI bus id), check that
+//! every pair of GPUs can reach each other's memory (P2P over NVLink or PCIe), build the
+//! channels' rings, allocate this rank's window ([`super::layout`]), share it (the pointer
+//! within one process, a CUDA IPC handle across processes), and write the device-side
+//! description of every channel and connection (`weft_dev_comm`, `weft_dev_channel`,
+//! `weft_channel_peer`, the rings) once. A collective is then one kernel launch on the
+//! caller's stream, graph-capturable: its only argument is the call itself.
+//!
+//! Nothing waits forever: kernels give up on a peer after the communicator's timeout or
+//! when the abort flag (host-mapped memory) is raised, and record which peer and which wait
+//! in host-mapped memory, which [`GpuComm::check`] turns into an error naming the peer.
+
+use std::mem::size_of;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft_core::abi::{
+    Algorithm, ChannelPeer, CollKind, CollWork, ConnInfo, DataType, DevChannel, DevComm,
+    FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS,
+    P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_RECV,
+};
+use weft_core::sched::{ChunkSizing, Collective, channels_for};
+use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::error::GpuError;
+use super::kernels::Kernels;
+use super::layout::{Edge, FIFO_OFFSET, Layout};
+use crate::bootstrap::{Bootstrap, UniqueId, identity};
+use crate::comm::CommOptions;
+use crate::exec::reduce::{Bf16, F16};
+
+/// Channels a GPU communicator builds when nothing says otherwise.
+pub const DEFAULT_CHANNELS: u32 = 16;
+/// Channels that connect every pair of ranks for send/recv.
+pub const P2P_CHANNELS: u32 = 4;
+/// NCCL's SIMPLE FIFO step: 512 KiB (a 4 MiB buffer of 8 steps).
+pub const DEFAULT_STEP_BYTES: usize = 512 << 10;
+/// Fault records: one per block of a launch.
+const FAULT_RECORDS: usize = 2 * MAX_CHANNELS as usize;
+/// Where the fault records start in the host-mapped status page (the abort flag is at 0).
+const FAULTS_OFFSET: usize = 256;
+
+/// "WGPU": the record each rank all-gathers at init.
+const PEER_MAGIC: u32 = 0x5747_5055;
+
+/// What each rank tells the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GpuPeer {
+    host_hash: u64,
+    pid: u32,
+    device: u32,
+    bus_id: String,
+    nchannels: u32,
+    step_bytes: u64,
+}
+
+impl GpuPeer {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&PEER_MAGIC.to_be_bytes());
+        out.extend_from_slice(&self.host_hash.to_be_bytes());
+        out.extend_from_slice(&self.pid.to_be_bytes());
+        out.extend_from_slice(&self.device.to_be_bytes());
+        out.extend_from_slice(&self.nchannels.to_be_bytes());
+        out.extend_from_slice(&self.step_bytes.to_be_bytes());
+        out.extend_from_slice(self.bus_id.as_bytes());
+        out
+    }
+
+    fn decode(rank: usize, b: &[u8]) -> Result<Self, GpuError> {
+        let bad = || GpuError::InvalidArgument(format!("rank {rank} sent a malformed GPU record"));
+        let u32_at = |at: usize| -> Result<u32, GpuError> {
+            Ok(u32::from_be_bytes(
+                b.get(at..at + 4)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            ))
+        };
+        let u64_at = |at: usize| -> Result<u64, GpuError> {
+            Ok(u64::from_be_bytes(
+                b.get(at..at + 8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            ))
+        };
+        if u32_at(0)? != PEER_MAGIC {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {rank} is not a GPU rank (it joined with another weft communicator kind)"
+            )));
+        }
+        Ok(GpuPeer {
+            host_hash: u64_at(4)?,
+            pid: u32_at(12)?,
+            device: u32_at(16)?,
+            nchannels: u32_at(20)?,
+            step_bytes: u64_at(24)?,
+            bus_id: String::from_utf8_lossy(b.get(32..).unwrap_or_default()).into_owned(),
+        })
+    }
+}
+
+/// Where a peer's window is mapped in this process.
+#[derive(Debug)]
+enum PeerWindow {
+    /// This rank's own window.
+    Own,
+    /// Another rank of this process: its pointer, usable after peer access was enabled.
+    SameProcess(u64),
+    /// Another process's window, opened from its IPC handle.
+    Ipc(IpcMapping),
+    /// No connection to this rank.
+    None,
+}
+
+/// One send or receive of a point-to-point group on device memory.
+#[derive(Debug, Clone, Copy)]
+pub enum GpuP2p {
+    Send { peer: usize, buf: u64, bytes: usize },
+    Recv { peer: usize, buf: u64, bytes: usize },
+}
+
+/// One rank of a GPU communicator.
+#[derive(Debug)]
+pub struct GpuComm {
+    rank: usize,
+    nranks: usize,
+    ctx: Arc<Context>,
+    kernels: Kernels,
+    layout: Layout,
+    timeout: Duration,
+    /// The device-side description (`DevComm` at 0), updated by kernels (FIFO steps).
+    control: DeviceBuffer,
+    /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`).
+    status: HostMapped,
+    // Dropped after `control`, before the context: peers' windows, then ours.
+    peer_windows: Vec<PeerWindow>,
+    window: DeviceBuffer,
+    bootstrap: Bootstrap,
+    failed: Option<String>,
+}
+
+fn env_flag(names: &[&str]) -> bool {
+    crate::env::first_value(&crate::env::process, names)
+        .is_some_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
+impl GpuComm {
+    /// Joins the communicator of `id` as `rank` of `nranks` on GPU `device` (a CUDA
+    /// ordinal of this process). Collective: every rank calls it; it returns once every
+    /// connection is in place.
+    pub fn init(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        device: usize,
+        opts: &CommOptions,
+    ) -> Result<GpuComm, GpuError> {
+        if nranks == 0 || rank >= nranks {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
+            )));
+        }
+        let dev = Device::get(device)?;
+        let ctx = Context::primary(dev)?;
+        let step_bytes = opts.step_bytes.unwrap_or(DEFAULT_STEP_BYTES);
+        if step_bytes < 4096 || !step_bytes.is_multiple_of(16) {
+            return Err(GpuError::InvalidArgument(format!(
+                "FIFO steps of {step_bytes} bytes: use a multiple of 16 of at least 4096 \
+                 (WEFT_BUFFSIZE / NCCL_BUFFSIZE holds 8 steps)"
+            )));
+        }
+        let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
+        let me = GpuPeer {
+            host_hash: identity::host_hash(),
+            pid: std::process::id(),
+            device: device as u32,
+            bus_id: dev.pci_bus_id()?.to_lowercase(),
+            nchannels: opts.nchannels.unwrap_or(0),
+            step_bytes: step_bytes as u64,
+        };
+        let peers = bootstrap
+            .all_gather(&me.encode())?
+            .iter()
+            .enumerate()
+            .map(|(r, b)| GpuPeer::decode(r, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_peers(rank, &peers)?;
+        let nchannels = match opts.nchannels {
+            Some(n) => n,
+            None => crate::env::first_value(
+                &crate::env::process,
+                &["WEFT_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS"],
+            )
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map_or(DEFAULT_CHANNELS, |max| DEFAULT_CHANNELS.min(max)),
+        }
+        .clamp(1, MAX_CHANNELS);
+        let n = u32::try_from(nranks)
+            .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
+        let rings: Vec<Vec<u32>> = (0..nchannels).map(|_| (0..n).collect()).collect();
+        let layout = Layout::new(rings, n, P2P_CHANNELS, step_bytes);
+        let r = rank as u32;
+
+        // This rank's window, zeroed: every counter starts at 0.
+        let window = DeviceBuffer::alloc(&ctx, layout.window_bytes(r))?;
+        window.fill(0)?;
+        let mut mine = Vec::with_capacity(80);
+        mine.extend_from_slice(&window.ptr().to_be_bytes());
+        mine.extend_from_slice(&window.ipc_handle()?.0);
+        let shared = bootstrap.all_gather(&mine)?;
+
+        let talks_to = |q: u32| {
+            (0..layout.nchannels()).any(|c| layout.connected(c, r, q) || layout.connected(c, q, r))
+        };
+        let mut peer_windows = Vec::with_capacity(nranks);
+        for (q, (peer, record)) in peers.iter().zip(&shared).enumerate() {
+            let q32 = q as u32;
+            if q == rank {
+                peer_windows.push(PeerWindow::Own);
+                continue;
+            }
+            if !talks_to(q32) {
+                peer_windows.push(PeerWindow::None);
+                continue;
+            }
+            let bad =
+                || GpuError::InvalidArgument(format!("rank {q} sent a malformed window record"));
+            let ptr = u64::from_be_bytes(
+                record
+                    .get(..8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            );
+            if peer.pid == me.pid {
+                let other = Context::primary(Device::get(peer.device as usize)?)?;
+                ctx.enable_peer_access(&other)?;
+                other.enable_peer_access(&ctx)?;
+                peer_windows.push(PeerWindow::SameProcess(ptr));
+            } else {
+                let handle: [u8; 64] = record
+                    .get(8..72)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?;
+                let mapping =
+                    IpcMapping::open(&ctx, &weft_cuda::IpcMemHandle(handle)).map_err(|e| {
+                        GpuError::Unreachable {
+                            peer: q,
+                            detail: format!(
+                                "opening its window (GPU {} in process {}) failed: {e}",
+                                peer.bus_id, peer.pid
+                            ),
+                        }
+                    })?;
+                peer_windows.push(PeerWindow::Ipc(mapping));
+            }
+        }
+
+        let status = HostMapped::alloc(
+            &ctx,
+            FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>(),
+        )?;
+        let mut comm = GpuComm {
+            rank,
+            nranks,
+            kernels: Kernels::new(&ctx)?,
+            control: DeviceBuffer::alloc(&ctx, 64)?,
+            ctx,
+            layout,
+            timeout: opts.timeout,
+            status,
+            peer_windows,
+            window,
+            bootstrap,
+            failed: None,
+        };
+        comm.control = comm.build_control()?;
+        // Every window is zeroed and mapped before any rank's first kernel writes into one.
+        comm.bootstrap.barrier()?;
+        log::info!(
+            "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via P2P, {} KiB FIFO steps",
+            me.bus_id,
+            comm.layout.nchannels(),
+            step_bytes / 1024
+        );
+        Ok(comm)
+    }
+
+    /// The address of `rank`'s window here.
+    fn window_of(&self, rank: u32) -> Result<u64, GpuError> {
+        match self.peer_windows.get(rank as usize) {
+            Some(PeerWindow::Own) => Ok(self.window.ptr()),
+            Some(PeerWindow::SameProcess(p)) => Ok(*p),
+            Some(PeerWindow::Ipc(m)) => Ok(m.ptr()),
+            _ => Err(GpuError::InvalidArgument(format!(
+                "no window of rank {rank} is mapped"
+            ))),
+        }
+    }
+
+    /// The connection end `edge` as seen from this rank.
+    fn conn_info(&self, edge: Edge) -> Result<ConnInfo, GpuError> {
+        let place = self
+            .layout
+            .place(edge)
+            .ok_or_else(|| GpuError::InvalidArgument(format!("{edge:?} is not a connection")))?;
+        let receiver = self.window_of(edge.to)?;
+        let sender = self.window_of(edge.from)?;
+        let slot = receiver + place.slot as u64;
+        let mut buffs = [0u64; 3];
+        let mut sizes = [0u32; 3];
+        buffs[Protocol::Simple.index()] = slot + FIFO_OFFSET as u64;
+        sizes[Protocol::Simple.index()] =
+            u32::try_from(self.layout.fifo_bytes()).unwrap_or(u32::MAX);
+        Ok(ConnInfo {
+            buffs,
+            buff_sizes: sizes,
+            step_size: u32::try_from(self.layout.step_bytes()).unwrap_or(u32::MAX),
+            head: sender + place.head as u64,
+            tail: slot,
+            sizes_fifo: 0,
+            ptr_exchange: 0,
+            step: 0,
+            flags: 0,
+            steps: STEPS,
+        })
+    }
+
+    /// Writes `DevComm`, the channels, their peers and rings into device memory.
+    fn build_control(&self) -> Result<DeviceBuffer, GpuError> {
+        let nch = self.layout.nchannels() as usize;
+        let n = self.nranks;
+        let channels_at = 64usize;
+        let peers_at = channels_at + nch * size_of::<DevChannel>();
+        let rings_at = peers_at + nch * n * size_of::<ChannelPeer>();
+        let total = rings_at + nch * n * 4;
+        let buf = DeviceBuffer::alloc(&self.ctx, total)?;
+        let base = buf.ptr();
+        let mut bytes = vec![0u8; total];
+        let r = self.rank as u32;
+        let dev = DevComm {
+            rank: self.rank as i32,
+            nranks: n as i32,
+            n_channels: nch as u32,
+            reserved: 0,
+            abort_flag: self.status.device_ptr(),
+            channels: base + channels_at as u64,
+            timeout_ns: u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX),
+            fault: self.status.device_ptr() + FAULTS_OFFSET as u64,
+        };
+        bytes[..size_of::<DevComm>()].copy_from_slice(dev.as_bytes());
+        for c in 0..nch {
+            let c32 = c as u32;
+            let ring = self.layout.ring(c32);
+            let pos = ring.iter().position(|&x| x == r).unwrap_or(0);
+            let ring_addr = rings_at + c * n * 4;
+            for (i, rank) in ring.iter().enumerate() {
+                let at = ring_addr + i * 4;
+                bytes[at..at + 4].copy_from_slice(&(*rank as i32).to_ne_bytes());
+            }
+            let ch = DevChannel {
+                peers: base + (peers_at + c * n * size_of::<ChannelPeer>()) as u64,
+                ring: RingInfo {
+                    prev: self.layout.prev(c32, r) as i32,
+                    next: self.layout.next(c32, r) as i32,
+                    index: pos as i32,
+                    reserved: 0,
+                    user_ranks: base + ring_addr as u64,
+                },
+                tree: TreeInfo::default(),
+                id: c32,
+                npeers: n as u32,
+            };
+            let at = channels_at + c * size_of::<DevChannel>();
+            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(ch.as_bytes());
+            for q in 0..n as u32 {
+                let mut peer = ChannelPeer::default();
+                if self.layout.connected(c32, r, q) {
+                    peer.send = self.conn_info(Edge {
+                        channel: c32,
+                        from: r,
+                        to: q,
+                    })?;
+                }
+                if self.layout.connected(c32, q, r) {
+                    peer.recv = self.conn_info(Edge {
+                        channel: c32,
+                        from: q,
+                        to: r,
+                    })?;
+                }
+                let at = peers_at + (c * n + q as usize) * size_of::<ChannelPeer>();
+                bytes[at..at + size_of::<ChannelPeer>()].copy_from_slice(peer.as_bytes());
+            }
+        }
+        buf.copy_from_host(&bytes)?;
+        Ok(buf)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub fn nchannels(&self) -> u32 {
+        self.layout.nchannels()
+    }
+
+    /// The ring of each channel.
+    pub fn rings(&self) -> Vec<Vec<u32>> {
+        (0..self.layout.nchannels())
+            .map(|c| self.layout.ring(c).to_vec())
+            .collect()
+    }
+
+    /// Bytes of one FIFO step.
+    pub fn step_bytes(&self) -> usize {
+        self.layout.step_bytes()
+    }
+
+    /// The device's primary context (the one every buffer of this rank belongs to).
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Every rank's `mine`, by rank, over the bootstrap network (control data only).
+    pub fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, GpuError> {
+        Ok(self.bootstrap.all_gather(mine)?)
+    }
+
+    /// Waits until every rank has called it (host side only: say nothing of the streams).
+    pub fn barrier(&mut self) -> Result<(), GpuError> {
+        Ok(self.bootstrap.barrier()?)
+    }
+
+    /// Makes every kernel of this communicator return at its next look at the flag, and
+    /// every later call fail (NCCL's `ncclCommAbort`, without the teardown).
+    pub fn abort(&mut self, why: &str) {
+        self.status.write_u32(0, 1);
+        if self.failed.is_none() {
+            self.failed = Some(why.to_string());
+        }
+    }
+
+    /// The communicator's asynchronous error (NCCL's `ncclCommGetAsyncError`): what a
+    /// kernel recorded when it gave up, or the reason of an abort.
+    pub fn check(&mut self) -> Result<(), GpuError> {
+        if let Some(fault) = self.first_fault() {
+            let err = self.fault_error(&fault);
+            self.failed.get_or_insert_with(|| err.to_string());
+            return Err(err);
+        }
+        if let Some(why) = &self.failed {
+            return Err(GpuError::Aborted(why.clone()));
+        }
+        if self.status.read_u32(0).unwrap_or(0) != 0 {
+            return Err(GpuError::Aborted("the abort flag is set".to_string()));
+        }
+        Ok(())
+    }
+
+    fn first_fault(&self) -> Option<KernelFault> {
+        let words = size_of::<KernelFault>() / 4;
+        (0..FAULT_RECORDS)
+            .filter_map(|i| {
+                let first = (FAULTS_OFFSET + i * size_of::<KernelFault>()) / 4;
+                let raw: Vec<u32> = (first..first + words)
+                    .map(|w| self.status.read_u32(w).unwrap_or(0))
+                    .collect();
+                KernelFault::read_from_bytes(raw.as_bytes()).ok()
+            })
+            .filter(|f| f.code != FAULT_NONE)
+            // The timed-out wait is the root cause; the others saw its abort.
+            .min_by_key(|f| (f.code != FAULT_TIMEOUT, std::cmp::Reverse(f.waited_ns)))
+    }
+
+    fn fault_error(&self, f: &KernelFault) -> GpuError {
+        if f.code == FAULT_ABORTED && self.failed.is_some() {
+            return GpuError::Aborted(self.failed.clone().unwrap_or_default());
+        }
+        let waiting_for = if f.wait == WAIT_RECV {
+            "data from"
+        } else {
+            "a free FIFO slot from"
+        };
+        match f.code {
+            FAULT_TIMEOUT => GpuError::PeerTimeout {
+                rank: self.rank,
+                peer: f.peer.max(0) as usize,
+                channel: f.channel,
+                waiting_for,
+                waited: Duration::from_nanos(f.waited_ns),
+            },
+            _ => GpuError::Aborted(format!(
+                "a kernel stopped on channel {} while waiting for {waiting_for} rank {}",
+                f.channel, f.peer
+            )),
+        }
+    }
+
+    /// Enqueues `collective` on `stream`: `count` elements as in NCCL's API (per rank for
+    /// reduce-scatter and all-gather), from device memory `send` to device memory `recv`
+    /// (equal for in place; in-place all-gather and reduce-scatter use NCCL's layout).
+    ///
+    /// # Safety
+    ///
+    /// `send` and `recv` must be device memory of this rank's GPU (or accessible from it),
+    /// valid for the collective's input and output lengths until the stream reaches this
+    /// call's end; every rank must enqueue the same collectives in the same order.
+    // NCCL's calls take these same arguments (ncclAllReduce has seven and the comm).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective(
+        &mut self,
+        collective: Collective,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        self.check()?;
+        if count == 0 {
+            return Ok(());
+        }
+        let esize = dtype.size_of_elem();
+        let sizing = ChunkSizing::new(collective, self.layout.fifo_bytes(), esize)
+            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        let nchannels = channels_for(
+            collective,
+            count,
+            esize,
+            self.nranks,
+            self.layout.nchannels(),
+        );
+        let (coll, root) = match collective {
+            Collective::AllReduce => (CollKind::AllReduce, 0),
+            Collective::ReduceScatter => (CollKind::ReduceScatter, 0),
+            Collective::AllGather => (CollKind::AllGather, 0),
+            Collective::Broadcast { root } => (CollKind::Broadcast, root),
+            Collective::Reduce { root } => (CollKind::Reduce, root),
+        };
+        if root as usize >= self.nranks {
+            return Err(GpuError::InvalidArgument(format!(
+                "root {root} of {} ranks",
+                self.nranks
+            )));
+        }
+        let op = if collective.reduces() { op } else { RedOp::Sum };
+        let chunk_bytes = sizing.chunk_elems() * esize;
+        let work = CollWork {
+            send_buff: send,
+            recv_buff: recv,
+            count: count as u64,
+            red_op_arg: avg_scale_bits(dtype, op, self.nranks),
+            chunk_size: u32::try_from(chunk_bytes).unwrap_or(u32::MAX),
+            root,
+            coll: coll as u32,
+            dtype: dtype as u32,
+            redop: op as u32,
+            algorithm: Algorithm::Ring as u32,
+            protocol: Protocol::Simple as u32,
+            channel_lo: 0,
+            channel_count: nchannels,
+            slice_steps: 1,
+            chunk_steps: u32::try_from(sizing.chunk_steps()).unwrap_or(u32::MAX),
+            reserved: 0,
+        };
+        let mut args = KernelArgs {
+            comm: self.control.ptr(),
+            work,
+        };
+        let kernels = self.kernels.get(dtype)?;
+        let mut params = [(&mut args as *mut KernelArgs).cast::<core::ffi::c_void>()];
+        // SAFETY: the ring kernels take one `weft_kernel_args` by value, which `params`
+        // points to; the buffers are the caller's promise; the control block and windows
+        // live as long as `self`, which synchronizes before freeing them.
+        unsafe {
+            kernels.ring(op).launch(
+                (nchannels, 1, 1),
+                (weft_kernels::THREADS, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a group of sends and receives on `stream`, run at once (NCCL's
+    /// `ncclGroupStart` / `ncclSend` / `ncclRecv` / `ncclGroupEnd`). A peer takes at most
+    /// one send and one receive per group; the matching call on the peer must have the
+    /// same byte count.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`]: each buffer is device memory valid for its bytes until
+    /// the stream reaches this call's end.
+    pub unsafe fn group(&mut self, ops: &[GpuP2p], stream: &Stream) -> Result<(), GpuError> {
+        self.check()?;
+        let mut launch = P2pArgs {
+            comm: self.control.ptr(),
+            ..P2pArgs::default()
+        };
+        let mut blocks = 0u32;
+        let mut seen: Vec<(usize, bool)> = Vec::new();
+        let mut to_self: Vec<(u64, usize)> = Vec::new();
+        let mut from_self: Vec<(u64, usize)> = Vec::new();
+        for op in ops {
+            let (peer, buf, bytes, send) = match *op {
+                GpuP2p::Send { peer, buf, bytes } => (peer, buf, bytes, true),
+                GpuP2p::Recv { peer, buf, bytes } => (peer, buf, bytes, false),
+            };
+            if peer >= self.nranks {
+                return Err(GpuError::InvalidArgument(format!(
+                    "peer {peer} of {} ranks",
+                    self.nranks
+                )));
+            }
+            if seen.contains(&(peer, send)) {
+                return Err(GpuError::InvalidArgument(format!(
+                    "two {} rank {peer} in one group: weft's GPU path takes one each way per peer and group",
+                    if send { "sends to" } else { "receives from" }
+                )));
+            }
+            seen.push((peer, send));
+            if peer == self.rank {
+                if send {
+                    to_self.push((buf, bytes))
+                } else {
+                    from_self.push((buf, bytes))
+                }
+                continue;
+            }
+            if bytes == 0 {
+                continue;
+            }
+            let nch = p2p_channels_for(bytes, self.layout.p2p_channels());
+            let slot = launch.ops.get_mut(launch.nops as usize).ok_or_else(|| {
+                GpuError::InvalidArgument(format!(
+                    "more than {P2P_MAX_OPS} sends and receives in one group"
+                ))
+            })?;
+            *slot = P2pOp {
+                buff: buf,
+                bytes: bytes as u64,
+                peer: peer as i32,
+                send: u32::from(send),
+                block_lo: blocks,
+                nchannels: nch,
+            };
+            launch.nops += 1;
+            blocks += nch;
+        }
+        // A rank's message to itself is a copy on the stream.
+        for ((dst, n), (src, m)) in from_self.iter().zip(&to_self) {
+            if n != m {
+                return Err(GpuError::InvalidArgument(format!(
+                    "a send of {m} bytes to this rank meets a receive of {n}"
+                )));
+            }
+            // SAFETY: both are the caller's device buffers of `n` bytes.
+            unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
+        }
+        if from_self.len() != to_self.len() {
+            return Err(GpuError::InvalidArgument(
+                "a send to this rank without its receive (or the reverse)".into(),
+            ));
+        }
+        if launch.nops == 0 {
+            return Ok(());
+        }
+        // Every op of this launch runs on one dtype-independent kernel; the uint8 module
+        // is as good as any.
+        let kernels = self.kernels.get(DataType::Uint8)?;
+        let mut params = [(&mut launch as *mut P2pArgs).cast::<core::ffi::c_void>()];
+        // SAFETY: the kernel takes one `weft_p2p_args` by value; buffers as promised.
+        unsafe {
+            kernels.p2p().launch(
+                (blocks, 1, 1),
+                (weft_kernels::THREADS, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `stream` to finish, never longer than the communicator's timeout plus a
+    /// grace period (the kernels' own deadline ends their waits first), then reports what
+    /// a kernel recorded.
+    pub fn synchronize(&mut self, stream: &Stream) -> Result<(), GpuError> {
+        let deadline = Instant::now() + self.timeout + Duration::from_secs(5);
+        let mut spins = 0u32;
+        loop {
+            if stream.is_done()? {
+                break;
+            }
+            if Instant::now() > deadline {
+                self.abort("a stream did not finish within the deadline");
+                let grace = Instant::now() + Duration::from_secs(5);
+                while !stream.is_done()? {
+                    if Instant::now() > grace {
+                        return Err(GpuError::Aborted(format!(
+                            "rank {}: the GPU stream did not finish {:.0} s after the abort \
+                             flag was raised; something other than weft's kernels is stuck on it",
+                            self.rank,
+                            (self.timeout + Duration::from_secs(10)).as_secs_f64()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                break;
+            }
+            spins += 1;
+            if spins > 1000 {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        self.check()
+    }
+
+    /// Ends the communicator in step with the others: waits for this rank's work, then for
+    /// every rank, so that no window is freed while a peer's kernel still writes into it.
+    pub fn finalize(&mut self) -> Result<(), GpuError> {
+        self.ctx.synchronize()?;
+        self.bootstrap.barrier()?;
+        Ok(())
+    }
+}
+
+impl Drop for GpuComm {
+    fn drop(&mut self) {
+        // Kernels still running would write into freed memory: let them end (their waits
+        // end at the timeout at the latest).
+        if let Err(e) = self.ctx.synchronize() {
+            log::warn!(
+                "weft: rank {}: synchronizing before teardown failed: {e}",
+                self.rank
+            );
+        }
+    }
+}
+
+/// Channels a point-to-point message of `bytes` uses: one per 512 KiB, at most `max`.
+/// The sender and the receiver compute it from the same byte count.
+pub fn p2p_channels_for(bytes: usize, max: u32) -> u32 {
+    u32::try_from(bytes.div_ceil(512 << 10))
+        .unwrap_or(u32::MAX)
+        .clamp(1, max.max(1))
+}
+
+/// `weft_coll_work.red_op_arg`: for a float `Avg`, the factor each input is multiplied by
+/// (1/nranks rounded as the CPU executor does), in the type's bits; 0 otherwise.
+pub fn avg_scale_bits(dtype: DataType, op: RedOp, nranks: usize) -> u64 {
+    if op != RedOp::Avg {
+        return 0;
+    }
+    let inv = 1.0 / nranks.max(1) as f64;
+    match dtype {
+        DataType::Float32 => u64::from((inv as f32).to_bits()),
+        DataType::Float64 => inv.to_bits(),
+        DataType::Float16 => u64::from(F16::from_f32(inv as f32).0),
+        DataType::Bfloat16 => u64::from(Bf16::from_f32(inv as f32).0),
+        _ => 0,
+    }
+}
+
+/// All ranks on one host, no two on one GPU, the same explicit settings, and P2P possible.
+fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
+    let mine = &peers[me];
+    if env_flag(&["WEFT_P2P_DISABLE", "NCCL_P2P_DISABLE"]) && peers.len() > 1 {
+        return Err(GpuError::Unreachable {
+            peer: (me + 1) % peers.len(),
+            detail: "P2P is disabled (NCCL_P2P_DISABLE / WEFT_P2P_DISABLE), and weft's GPU \
+                     path has no other transport for device memory yet (SHM through host \
+                     memory is not implemented): unset the variable"
+                .to_string(),
+        });
+    }
+    for (q, p) in peers.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        if p.host_hash != mine.host_hash {
+            return Err(GpuError::Unreachable {
+                peer: q,
+                detail: "it is on another host, and weft's GPU path connects the GPUs of one \
+                         host only (NET for device memory is not implemented yet)"
+                    .to_string(),
+            });
+        }
+        if p.bus_id == mine.bus_id {
+            return Err(GpuError::InvalidArgument(format!(
+                "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
+                p.bus_id
+            )));
+        }
+        if p.step_bytes != mine.step_bytes || p.nchannels != mine.nchannels {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {q} runs with {} channels and {}-byte FIFO steps, this rank with {} and {} \
+                 (0: the default): start every rank with the same WEFT_NCHANNELS and NCCL_BUFFSIZE",
+                p.nchannels, p.step_bytes, mine.nchannels, mine.step_bytes
+            )));
+        }
+        let here = Device::get(mine.device as usize)?;
+        let there = local_device_of(&p.bus_id)?;
+        match there {
+            Some(d) => {
+                if !here.can_access_peer(&d)? {
+                    return Err(GpuError::Unreachable {
+                        peer: q,
+                        detail: format!(
+                            "CUDA says GPU {} cannot access GPU {} (no NVLink or PCIe P2P between \
+                             them), and weft's GPU path has no SHM fallback yet",
+                            mine.bus_id, p.bus_id
+                        ),
+                    });
+                }
+            }
+            None => {
+                return Err(GpuError::Unreachable {
+                    peer: q,
+                    detail: format!(
+                        "its GPU {} is not visible in this process (CUDA_VISIBLE_DEVICES?): \
+                         every rank must see every GPU of the host for P2P",
+                        p.bus_id
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The device of this process with PCI bus id `bus_id`.
+fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
+    for i in 0..weft_cuda::device_count()? {
+        let d = Device::get(i)?;
+        if d.pci_bus_id()?.eq_ignore_ascii_case(bus_id) {
+            return Ok(Some(d));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn peer_record_round_trips() {
+        let p = GpuPeer {
+            host_hash: 0x1234_5678_9abc_def0,
+            pid: 4242,
+            device: 1,
+            bus_id: "0000:19:00.0".to_string(),
+            nchannels: 0,
+            step_bytes: 512 << 10,
+        };
+        assert_eq!(GpuPeer::decode(3, &p.encode()).unwrap(), p);
+        let mut bad = p.encode();
+        bad[0] ^= 1;
+        assert!(
+            GpuPeer::decode(3, &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("rank 3")
+        );
+        assert!(GpuPeer::decode(2, &p.encode()[..20]).is_err());
+    }
+
+    #[test]
+    fn p2p_channels_grow_with_the_message() {
+        assert_eq!(p2p_channels_for(8, 4), 1);
+        assert_eq!(p2p_channels_for(512 << 10, 4), 1);
+        assert_eq!(p2p_channels_for((512 << 10) + 1, 4), 2);
+        assert_eq!(p2p_channels_for(1 << 30, 4), 4);
+        assert_eq!(p2p_channels_for(1 << 30, 0), 1);
+    }
+
+    #[test]
+    fn avg_scales_match_the_cpu_executor() {
+        assert_eq!(
+            avg_scale_bits(DataType::Float32, RedOp::Avg, 4),
+            u64::from(0.25f32.to_bits())
+        );
+        assert_eq!(
+            avg_scale_bits(DataType::Float64, RedOp::Avg, 3),
+            (1.0f64 / 3.0).to_bits()
+        );
+        assert_eq!(avg_scale_bits(DataType::Float16, RedOp::Avg, 2), 0x3800);
+        assert_eq!(avg_scale_bits(DataType::Bfloat16, RedOp::Avg, 2), 0x3f00);
+        assert_eq!(avg_scale_bits(DataType::Int32, RedOp::Avg, 2), 0);
+        assert_eq!(avg_scale_bits(DataType::Float32, RedOp::Sum, 2), 0);
+    }
+}

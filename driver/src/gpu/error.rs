@@ -1,0 +1,95 @@
+//! Why a GPU communicator failed: which call, which peer, and what to try.
+
+use std::fmt;
+use std::time::Duration;
+
+use weft_cuda::CudaError;
+
+use crate::bootstrap::BootstrapError;
+
+/// A GPU communicator failure.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// An argument no rank could use.
+    InvalidArgument(String),
+    /// A CUDA call failed (the error names the call and the device).
+    Cuda(CudaError),
+    /// Rendezvous or an exchange over the bootstrap network failed.
+    Bootstrap(BootstrapError),
+    /// Two ranks cannot reach each other's GPU memory.
+    Unreachable { peer: usize, detail: String },
+    /// A kernel gave up waiting on `peer` (dead, stuck, or itself failed): which wait,
+    /// on which channel, for how long.
+    PeerTimeout {
+        rank: usize,
+        peer: usize,
+        channel: u32,
+        waiting_for: &'static str,
+        waited: Duration,
+    },
+    /// The communicator was aborted (by the user, or after an earlier failure).
+    Aborted(String),
+}
+
+impl From<CudaError> for GpuError {
+    fn from(e: CudaError) -> Self {
+        GpuError::Cuda(e)
+    }
+}
+
+impl From<BootstrapError> for GpuError {
+    fn from(e: BootstrapError) -> Self {
+        GpuError::Bootstrap(e)
+    }
+}
+
+impl GpuError {
+    /// The rank this error blames, when there is one.
+    pub fn culprit(&self) -> Option<usize> {
+        match self {
+            GpuError::Bootstrap(e) => e.culprit(),
+            GpuError::Unreachable { peer, .. } | GpuError::PeerTimeout { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            GpuError::Cuda(e) => write!(f, "{e}"),
+            GpuError::Bootstrap(e) => write!(f, "{e}"),
+            GpuError::Unreachable { peer, detail } => write!(
+                f,
+                "rank {peer}'s GPU memory cannot be reached from here: {detail}"
+            ),
+            GpuError::PeerTimeout {
+                rank,
+                peer,
+                channel,
+                waiting_for,
+                waited,
+            } => write!(
+                f,
+                "rank {rank}: the kernel waited {:.1} s on channel {channel} for {waiting_for} \
+                 rank {peer} and gave up; rank {peer} is dead, stuck, or failed first (look \
+                 at its own error), or the ranks called different collectives; raise \
+                 WEFT_TIMEOUT if rank {peer} is only slow",
+                waited.as_secs_f64()
+            ),
+            GpuError::Aborted(why) => write!(f, "the communicator was aborted: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GpuError::Cuda(e) => Some(e),
+            GpuError::Bootstrap(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The collective kernels of one GPU, compiled on first use.
+//!
+//! One NVRTC module per element type (weft-kernels' `collectives.cu` with `WEFT_DTYPE`), for
+//! the device's own architecture, loaded into the device's primary context. weft-cuda keeps
+//! the compiled PTX on disk, so a process compiles a type only the first time any process
+//! of the machine uses it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use weft_core::abi::{DataType, RedOp};
+use weft_cuda::{CompileOptions, Context, Function, Module};
+
+use super::error::GpuError;
+
+/// The entry points of one element type's module.
+#[derive(Debug, Clone)]
+pub struct TypeKernels {
+    /// Indexed by `RedOp as usize`.
+    ring: Vec<Function>,
+    p2p: Function,
+}
+
+impl TypeKernels {
+    /// The ring kernel for `op`.
+    pub fn ring(&self, op: RedOp) -> &Function {
+        &self.ring[op as usize]
+    }
+
+    /// The point-to-point kernel.
+    pub fn p2p(&self) -> &Function {
+        &self.p2p
+    }
+}
+
+/// The modules of one context, by element type.
+#[derive(Debug)]
+pub struct Kernels {
+    ctx: Arc<Context>,
+    arch: (u32, u32),
+    loaded: Mutex<Vec<Option<Arc<TypeKernels>>>>,
+}
+
+impl Kernels {
+    pub fn new(ctx: &Arc<Context>) -> Result<Self, GpuError> {
+        let arch = ctx.device().compute_capability()?;
+        Ok(Kernels {
+            ctx: ctx.clone(),
+            arch,
+            loaded: Mutex::new(vec![None; DataType::ALL.len()]),
+        })
+    }
+
+    /// The kernels of `dtype`, compiled and loaded on first use.
+    pub fn get(&self, dtype: DataType) -> Result<Arc<TypeKernels>, GpuError> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(Some(k)) = loaded.get(dtype as usize) {
+            return Ok(k.clone());
+        }
+        let opts = CompileOptions {
+            arch: self.arch,
+            defines: weft_kernels::defines(dtype),
+            extra: Vec::new(),
+        };
+        let compiled = weft_cuda::compile(
+            weft_kernels::COLLECTIVES_NAME,
+            weft_kernels::COLLECTIVES,
+            weft_kernels::HEADERS,
+            &opts,
+        )?;
+        log::info!(
+            "weft: {} kernels for sm_{}{} {}",
+            dtype.name(),
+            self.arch.0,
+            self.arch.1,
+            if compiled.from_cache {
+                "loaded from the kernel cache"
+            } else {
+                "compiled with NVRTC"
+            }
+        );
+        let module = Module::load(&self.ctx, &compiled.ptx)?;
+        let ring = RedOp::ALL
+            .iter()
+            .map(|op| module.function(weft_kernels::ring_entry(*op)))
+            .collect::<Result<Vec<Function>, _>>()?;
+        let p2p = module.function(weft_kernels::P2P_ENTRY)?;
+        let kernels = Arc::new(TypeKernels { ring, p2p });
+        if let Some(slot) = loaded.get_mut(dtype as usize) {
+            *slot = Some(kernels.clone());
+        }
+        Ok(kernels)
+    }
+}

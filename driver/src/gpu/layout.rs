@@ -1,0 +1,265 @@
+//! Where each connection's FIFO and counters live in the ranks' P2P windows.
+//!
+//! Every rank allocates one block of device memory, its *window*, and shares it with the
+//! ranks of its host (an IPC handle, or the pointer itself within one process). A
+//! connection `a -> b` on channel `c` keeps, as NCCL's P2P transport in write mode:
+//!
+//! - in the receiver `b`'s window, a *receive slot*: the tail counter (slots `a` posted) and
+//!   the FIFO of `STEPS` slots of `step_bytes`, which `a` writes over NVLink;
+//! - in the sender `a`'s window, the head counter (slots `b` freed), which `b` writes.
+//!
+//! So each side polls its own memory and writes the other's. Connections exist for each
+//! channel's ring (`a`'s next rank) and, on the first [`Layout::p2p_channels`] channels,
+//! between every pair of ranks (send/recv). A ring edge that is also a send/recv pair is
+//! one connection: the two uses follow each other on the stream and carry their FIFO step
+//! counters over. Every rank computes every rank's layout from the rings alone, so the
+//! offsets never travel.
+
+use weft_core::abi::STEPS;
+
+/// Bytes from a receive slot's start to its FIFO (the tail counter sits at 0).
+pub const FIFO_OFFSET: usize = 4096;
+/// Bytes between two head counters (each on its own cache line and then some).
+pub const HEAD_STRIDE: usize = 128;
+
+/// One direction of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Edge {
+    pub channel: u32,
+    pub from: u32,
+    pub to: u32,
+}
+
+/// The windows of a communicator's ranks.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    rings: Vec<Vec<u32>>,
+    nranks: u32,
+    p2p_channels: u32,
+    step_bytes: usize,
+}
+
+/// The addresses one connection end uses, as offsets into two windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgePlace {
+    /// Offset of the receive slot (tail at +0, FIFO at +[`FIFO_OFFSET`]) in the receiver's
+    /// window.
+    pub slot: usize,
+    /// Offset of the head counter in the sender's window.
+    pub head: usize,
+}
+
+impl Layout {
+    /// `rings`: one ring per channel (each a permutation of `0..nranks`); `p2p_channels`:
+    /// channels that connect every pair (at most the number of rings).
+    pub fn new(rings: Vec<Vec<u32>>, nranks: u32, p2p_channels: u32, step_bytes: usize) -> Self {
+        let p2p_channels = p2p_channels.min(u32::try_from(rings.len()).unwrap_or(u32::MAX));
+        Layout {
+            rings,
+            nranks,
+            p2p_channels,
+            step_bytes,
+        }
+    }
+
+    pub fn nchannels(&self) -> u32 {
+        u32::try_from(self.rings.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn p2p_channels(&self) -> u32 {
+        self.p2p_channels
+    }
+
+    pub fn step_bytes(&self) -> usize {
+        self.step_bytes
+    }
+
+    /// Bytes of one FIFO.
+    pub fn fifo_bytes(&self) -> usize {
+        self.step_bytes * STEPS as usize
+    }
+
+    /// The ring of `channel`.
+    pub fn ring(&self, channel: u32) -> &[u32] {
+        self.rings.get(channel as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The rank after `rank` on `channel`'s ring.
+    pub fn next(&self, channel: u32, rank: u32) -> u32 {
+        let ring = self.ring(channel);
+        let pos = ring.iter().position(|&r| r == rank).unwrap_or(0);
+        ring.get((pos + 1) % ring.len().max(1))
+            .copied()
+            .unwrap_or(rank)
+    }
+
+    /// The rank before `rank` on `channel`'s ring.
+    pub fn prev(&self, channel: u32, rank: u32) -> u32 {
+        let ring = self.ring(channel);
+        let n = ring.len().max(1);
+        let pos = ring.iter().position(|&r| r == rank).unwrap_or(0);
+        ring.get((pos + n - 1) % n).copied().unwrap_or(rank)
+    }
+
+    /// Whether `from -> to` on `channel` is a connection.
+    pub fn connected(&self, channel: u32, from: u32, to: u32) -> bool {
+        from != to
+            && from < self.nranks
+            && to < self.nranks
+            && channel < self.nchannels()
+            && (self.next(channel, from) == to || channel < self.p2p_channels)
+    }
+
+    /// Every connection into `rank`, in window order (channel, then sender).
+    pub fn into_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
+        (0..self.nchannels()).flat_map(move |channel| {
+            (0..self.nranks)
+                .filter(move |&from| self.connected(channel, from, rank))
+                .map(move |from| Edge {
+                    channel,
+                    from,
+                    to: rank,
+                })
+        })
+    }
+
+    /// Every connection out of `rank`, in window order (channel, then receiver).
+    pub fn out_of_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
+        (0..self.nchannels()).flat_map(move |channel| {
+            (0..self.nranks)
+                .filter(move |&to| self.connected(channel, rank, to))
+                .map(move |to| Edge {
+                    channel,
+                    from: rank,
+                    to,
+                })
+        })
+    }
+
+    fn slot_stride(&self) -> usize {
+        (FIFO_OFFSET + self.fifo_bytes()).next_multiple_of(FIFO_OFFSET)
+    }
+
+    /// Where the receive slots of `rank`'s window start (after its head counters).
+    fn slots_start(&self, rank: u32) -> usize {
+        (self.out_of_rank(rank).count() * HEAD_STRIDE).next_multiple_of(FIFO_OFFSET)
+    }
+
+    /// Bytes of `rank`'s window.
+    pub fn window_bytes(&self, rank: u32) -> usize {
+        self.slots_start(rank) + self.into_rank(rank).count() * self.slot_stride()
+    }
+
+    /// Where `edge` lives, or `None` if it is not a connection.
+    pub fn place(&self, edge: Edge) -> Option<EdgePlace> {
+        if !self.connected(edge.channel, edge.from, edge.to) {
+            return None;
+        }
+        let slot_index = self.into_rank(edge.to).position(|e| e == edge)?;
+        let head_index = self.out_of_rank(edge.from).position(|e| e == edge)?;
+        Some(EdgePlace {
+            slot: self.slots_start(edge.to) + slot_index * self.slot_stride(),
+            head: head_index * HEAD_STRIDE,
+        })
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn plain(nchannels: usize, nranks: u32) -> Vec<Vec<u32>> {
+        (0..nchannels).map(|_| (0..nranks).collect()).collect()
+    }
+
+    #[test]
+    fn two_ranks_have_one_connection_each_way_per_channel() {
+        let l = Layout::new(plain(24, 2), 2, 4, 512 << 10);
+        assert_eq!(l.into_rank(0).count(), 24);
+        assert_eq!(l.out_of_rank(1).count(), 24);
+        // 24 heads fit in one 4 KiB page; 24 slots of 4 KiB + 4 MiB.
+        assert_eq!(l.window_bytes(0), 4096 + 24 * (4096 + (4 << 20)));
+        let p = l
+            .place(Edge {
+                channel: 3,
+                from: 1,
+                to: 0,
+            })
+            .unwrap();
+        assert_eq!(
+            p,
+            EdgePlace {
+                slot: 4096 + 3 * (4096 + (4 << 20)),
+                head: 3 * HEAD_STRIDE
+            }
+        );
+        assert!(
+            l.place(Edge {
+                channel: 0,
+                from: 1,
+                to: 1
+            })
+            .is_none()
+        );
+        assert!(
+            l.place(Edge {
+                channel: 24,
+                from: 1,
+                to: 0
+            })
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn places_never_overlap_and_fit_their_windows() {
+        let rings: Vec<Vec<u32>> = vec![vec![0, 1, 2, 3], vec![0, 2, 1, 3], vec![3, 2, 1, 0]];
+        let l = Layout::new(rings, 4, 2, 8192);
+        for rank in 0..4 {
+            let mut slots: Vec<usize> = l
+                .into_rank(rank)
+                .map(|e| l.place(e).unwrap().slot)
+                .collect();
+            let mut heads: Vec<usize> = l
+                .out_of_rank(rank)
+                .map(|e| l.place(e).unwrap().head)
+                .collect();
+            slots.sort_unstable();
+            heads.sort_unstable();
+            for w in slots.windows(2) {
+                assert!(w[1] - w[0] >= FIFO_OFFSET + l.fifo_bytes());
+            }
+            for w in heads.windows(2) {
+                assert!(w[1] - w[0] >= HEAD_STRIDE);
+            }
+            let last = *slots.last().unwrap();
+            assert!(last + FIFO_OFFSET + l.fifo_bytes() <= l.window_bytes(rank));
+            assert!(
+                heads.last().unwrap() + 8 <= slots[0],
+                "heads run into the slots"
+            );
+        }
+        // Channel 2 is ring-only: 3 -> 2 -> 1 -> 0 -> 3; channels 0 and 1 connect all pairs.
+        assert!(l.connected(2, 3, 2) && !l.connected(2, 2, 3) && l.connected(2, 0, 3));
+        assert!(l.connected(1, 3, 1) && l.connected(0, 2, 0));
+        assert_eq!(l.into_rank(0).count(), 3 + 3 + 1);
+    }
+
+    #[test]
+    fn every_side_computes_the_same_place() {
+        // The sender's and the receiver's view of an edge come from the same function of
+        // the rings; both must agree whichever rank computes it.
+        let rings = vec![vec![1, 0, 2], vec![2, 1, 0]];
+        let a = Layout::new(rings.clone(), 3, 1, 4096);
+        let b = Layout::new(rings, 3, 1, 4096);
+        for from in 0..3 {
+            for to in 0..3 {
+                for channel in 0..2 {
+                    let e = Edge { channel, from, to };
+                    assert_eq!(a.place(e), b.place(e));
+                    assert_eq!(a.place(e).is_some(), a.connected(channel, from, to));
+                }
+            }
+        }
+    }
+}

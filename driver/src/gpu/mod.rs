@@ -1,0 +1,19 @@
+//! The GPU path: collectives on device memory, run by CUDA kernels over P2P connections.
+//!
+//! - [`comm`]: [`GpuComm`], one rank on one GPU: init (bootstrap, peers, P2P windows, the
+//!   device-side channel description), collectives and send/recv groups enqueued on the
+//!   caller's stream, timeouts and aborts that name the peer.
+//! - [`layout`]: where each connection's FIFO and counters live in the ranks' windows.
+//! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
+//! - [`error`]: [`GpuError`].
+//!
+//! The CPU executor ([`crate::exec`]) walks the same ring programs (weft_core::sched) and is
+//! the reference the GPU tests compare against.
+
+pub mod comm;
+pub mod error;
+pub mod kernels;
+pub mod layout;
+
+pub use comm::{GpuComm, GpuP2p};
+pub use error::GpuError;

@@ -1,0 +1,331 @@
+//! The GPU path on real GPUs: every collective, type and operator, in place and out of
+//! place, counts that are not powers of two, one rank per GPU as threads of this process
+//! (the multi-process form is `weft perf --device cuda -c`, run by scripts/gpu-test.sh);
+//! every element of every result checked against `weft::verify`'s reference, outputs
+//! poisoned before each call. Then a send/recv group, and a rank that never joins a call:
+//! the other's kernel must give up within the timeout with an error naming it.
+//!
+//! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
+//! CI has no GPU; scripts/gpu-test.sh runs these on the GPU machines.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use weft::bootstrap::{BootstrapOptions, BootstrapRoot, UniqueId};
+use weft::comm::CommOptions;
+use weft::gpu::{GpuComm, GpuError, GpuP2p};
+use weft::verify::{Expect, TestData};
+use weft_core::abi::{DataType, RedOp};
+use weft_core::sched::Collective;
+use weft_cuda::{DeviceBuffer, Stream};
+
+const TYPES: [DataType; 10] = [
+    DataType::Int8,
+    DataType::Uint8,
+    DataType::Int32,
+    DataType::Uint32,
+    DataType::Int64,
+    DataType::Uint64,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Float32,
+    DataType::Float64,
+];
+const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
+
+/// The GPUs to use, or `None` (with the reason printed) where there are none.
+fn gpus() -> Option<usize> {
+    match weft_cuda::device_count() {
+        Ok(0) => {
+            eprintln!("skipped: no GPU (CUDA sees 0 devices)");
+            None
+        }
+        Ok(n) => Some(n),
+        Err(e) => {
+            eprintln!("skipped: no GPU ({e})");
+            None
+        }
+    }
+}
+
+/// Runs `body(rank, comm)` on `nranks` threads, one GPU each, and returns what each gave.
+fn run_ranks<T: Send + 'static>(
+    nranks: usize,
+    timeout: Duration,
+    body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let bopts = BootstrapOptions::loopback(timeout);
+    let (id, root) = BootstrapRoot::start(&bopts).expect("bootstrap root");
+    let id: Arc<UniqueId> = Arc::new(id);
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..nranks)
+        .map(|rank| {
+            let (id, body) = (id.clone(), body.clone());
+            std::thread::spawn(move || {
+                let opts = CommOptions::loopback(timeout);
+                let comm = GpuComm::init(&id, rank, nranks, rank, &opts)
+                    .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+                body(rank, comm)
+            })
+        })
+        .collect();
+    let out = handles
+        .into_iter()
+        .map(|h| h.join().expect("a rank panicked"))
+        .collect();
+    drop(root);
+    out
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    coll: Collective,
+    dtype: DataType,
+    op: RedOp,
+    count: usize,
+    in_place: bool,
+    seed: u64,
+}
+
+fn cases(nranks: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut seed = 1u64;
+    let counts = [1usize, 7, 1000, 65_536 + 3, 1_234_567];
+    let root = (nranks - 1) as u32;
+    for &dtype in &TYPES {
+        for &count in &counts {
+            for in_place in [false, true] {
+                let mut push = |coll, op| {
+                    seed += 1;
+                    out.push(Case {
+                        coll,
+                        dtype,
+                        op,
+                        count,
+                        in_place,
+                        seed,
+                    });
+                };
+                for op in OPS {
+                    push(Collective::AllReduce, op);
+                    push(Collective::ReduceScatter, op);
+                    push(Collective::Reduce { root }, op);
+                }
+                push(Collective::AllGather, RedOp::Sum);
+                push(Collective::Broadcast { root }, RedOp::Sum);
+            }
+        }
+    }
+    out
+}
+
+/// Runs `case` on this rank and returns the number of wrong elements.
+fn run_case(rank: usize, nranks: usize, comm: &mut GpuComm, stream: &Stream, c: &Case) -> usize {
+    let esize = c.dtype.size_of_elem();
+    let (in_elems, out_elems) = match c.coll {
+        Collective::ReduceScatter => (c.count * nranks, c.count),
+        Collective::AllGather => (c.count, c.count * nranks),
+        _ => (c.count, c.count),
+    };
+    let data = TestData {
+        dtype: c.dtype,
+        op: c.op,
+        seed: c.seed,
+        nranks,
+    };
+    let ctx = comm.context().clone();
+    let big = in_elems.max(out_elems) * esize;
+    let recv = DeviceBuffer::alloc(&ctx, big).unwrap();
+    let send = DeviceBuffer::alloc(&ctx, in_elems * esize).unwrap();
+    let mut host = vec![0xa5u8; big];
+    // In place, the input sits where NCCL's layout puts it in the output buffer.
+    let (in_at, out_at) = match (c.in_place, c.coll) {
+        (true, Collective::AllGather) => (rank * c.count * esize, 0),
+        (true, Collective::ReduceScatter) => (0, rank * c.count * esize),
+        _ => (0, 0),
+    };
+    let mut input = vec![0u8; in_elems * esize];
+    data.fill(rank, 0, &mut input);
+    if c.in_place {
+        host[in_at..in_at + input.len()].copy_from_slice(&input);
+    } else {
+        send.copy_from_host(&input).unwrap();
+    }
+    recv.copy_from_host(&host).unwrap();
+    let src = if c.in_place {
+        recv.ptr() + in_at as u64
+    } else {
+        send.ptr()
+    };
+    // SAFETY: both buffers hold the call's input and output and outlive the synchronize.
+    unsafe {
+        comm.collective(
+            c.coll,
+            src,
+            recv.ptr() + out_at as u64,
+            c.count,
+            c.dtype,
+            c.op,
+            stream,
+        )
+    }
+    .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
+    comm.synchronize(stream)
+        .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
+    recv.copy_to_host(&mut host).unwrap();
+    let out = &host[out_at..out_at + out_elems * esize];
+    let expect = match c.coll {
+        Collective::AllReduce => Expect::AllReduce,
+        Collective::ReduceScatter => Expect::ReduceScatter,
+        Collective::AllGather => Expect::AllGather,
+        Collective::Broadcast { root } => Expect::Broadcast {
+            root: root as usize,
+        },
+        Collective::Reduce { root } => Expect::Reduce {
+            root: root as usize,
+        },
+    };
+    data.count_wrong(expect, rank, c.count, out)
+}
+
+fn every_collective_on(nranks: usize) {
+    let cases = cases(nranks);
+    let total = cases.len();
+    let started = Instant::now();
+    let wrong = run_ranks(nranks, Duration::from_secs(60), move |rank, mut comm| {
+        let stream = Stream::new(comm.context()).unwrap();
+        let mut failures = Vec::new();
+        for c in &cases {
+            let w = run_case(rank, nranks, &mut comm, &stream, c);
+            if w > 0 {
+                failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
+            }
+        }
+        comm.finalize().unwrap();
+        failures
+    });
+    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    eprintln!(
+        "{nranks} GPU(s): {total} calls per rank, {} failed, {:.1} s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_collective_type_and_op_on_one_gpu() {
+    if gpus().is_none() {
+        return;
+    }
+    every_collective_on(1);
+}
+
+#[test]
+fn every_collective_type_and_op_on_every_gpu() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: one GPU only");
+        return;
+    }
+    every_collective_on(n);
+}
+
+#[test]
+fn send_recv_groups_on_every_gpu() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: one GPU only");
+        return;
+    }
+    let counts = [1usize, 4097, 3 << 20, 40_000_001];
+    let wrong = run_ranks(n, Duration::from_secs(60), move |rank, mut comm| {
+        let stream = Stream::new(comm.context()).unwrap();
+        let ctx = comm.context().clone();
+        let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+        let mut wrong = 0usize;
+        for (k, &bytes) in counts.iter().enumerate() {
+            let data = TestData {
+                dtype: DataType::Uint8,
+                op: RedOp::Sum,
+                seed: 77 + k as u64,
+                nranks: n,
+            };
+            let mut input = vec![0u8; bytes];
+            data.fill(rank, 0, &mut input);
+            let send = DeviceBuffer::alloc(&ctx, bytes).unwrap();
+            let recv = DeviceBuffer::alloc(&ctx, bytes).unwrap();
+            send.copy_from_host(&input).unwrap();
+            recv.fill(0xa5).unwrap();
+            let ops = [
+                GpuP2p::Send {
+                    peer: next,
+                    buf: send.ptr(),
+                    bytes,
+                },
+                GpuP2p::Recv {
+                    peer: prev,
+                    buf: recv.ptr(),
+                    bytes,
+                },
+            ];
+            // SAFETY: both buffers hold `bytes` and outlive the synchronize.
+            unsafe { comm.group(&ops, &stream) }.unwrap();
+            comm.synchronize(&stream).unwrap();
+            let mut out = vec![0u8; bytes];
+            recv.copy_to_host(&mut out).unwrap();
+            wrong += data.count_wrong(Expect::Recv { from: prev }, rank, bytes, &out);
+        }
+        comm.finalize().unwrap();
+        wrong
+    });
+    assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named_within_the_timeout() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: one GPU only");
+        return;
+    }
+    let gate = Arc::new(Barrier::new(2));
+    let results = run_ranks(2, Duration::from_secs(3), move |rank, mut comm| {
+        let stream = Stream::new(comm.context()).unwrap();
+        let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
+        buf.fill(1).unwrap();
+        let mut outcome = None;
+        if rank == 0 {
+            let t = Instant::now();
+            // SAFETY: the buffer outlives the synchronize.
+            let r = unsafe {
+                comm.collective(
+                    Collective::AllReduce,
+                    buf.ptr(),
+                    buf.ptr(),
+                    16 << 20,
+                    DataType::Float32,
+                    RedOp::Sum,
+                    &stream,
+                )
+            };
+            let r = r.and_then(|()| comm.synchronize(&stream));
+            outcome = Some((
+                r.map_err(|e: GpuError| (e.culprit(), e.to_string())),
+                t.elapsed(),
+            ));
+        }
+        // Rank 1 sat out; both now leave without finalize (their FIFOs disagree).
+        gate.wait();
+        outcome
+    });
+    let (result, took) = results[0].clone().expect("rank 0 ran");
+    let (culprit, text) = result.expect_err("the all-reduce cannot finish without rank 1");
+    assert_eq!(culprit, Some(1), "{text}");
+    assert!(text.contains("rank 1"), "{text}");
+    assert!(
+        took < Duration::from_secs(15),
+        "gave up only after {took:?}: {text}"
+    );
+    eprintln!("rank 0 gave up after {took:?}: {text}");
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU path on a GPU machine: correctness first, then the benchmark against NCCL.
+#
+#   scripts/gpu-test.sh [--quick] [--max 1G] [--colls "all_reduce all_gather reduce_scatter"]
+#
+# Builds nothing of weft's: run scripts/build-gpu-bundle.sh here first, and carry `.gpu`
+# (the weft binary and the GPU test binary) and `third_party/nccl-tests` (fetched source of
+# NVIDIA/nccl-tests, git-ignored, built there against the system NCCL for the comparison).
+# Through the device tool, kind nvidia-h200-x2:
+#   run carry=[".gpu", "third_party"] command="scripts/gpu-test.sh"
+# Steps, each logged under $OUT (or /tmp/weft-gpu):
+#   1. the GPU tests (driver/tests/gpu.rs): every collective, type and op on 1 GPU and on
+#      every GPU (one thread per GPU), send/recv, a rank that never joins;
+#   2. `weft perf --device cuda -c` (one process per GPU, every iteration checked) for every
+#      collective on a few sizes, in several types and ops;
+#   3. the benchmark: weft perf --device cuda and nccl-tests (one process, all GPUs), 8 B to
+#      --max, for each collective in --colls; a table per collective (bench/compare_gpu.py).
+set -uo pipefail
+
+# NVLink multicast must stay off on these machines (DESIGN.md), whatever runs.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset WEFT_NVLS
+export PYTHONUNBUFFERED=1
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUTDIR=${OUT:-/tmp/weft-gpu}
+mkdir -p "$OUTDIR"
+MAX=1G
+COLLS="all_reduce all_gather reduce_scatter"
+QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --max) MAX=$2; shift 2 ;;
+        --colls) COLLS=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        *) echo "gpu-test: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+WEFT="$ROOT/.gpu/weft"
+GPU_TEST="$ROOT/.gpu/gpu-test"
+for f in "$WEFT" "$GPU_TEST"; do
+    [ -x "$f" ] || { echo "gpu-test: $f missing: run scripts/build-gpu-bundle.sh and carry .gpu" >&2; exit 2; }
+done
+NGPUS=$(nvidia-smi -L | wc -l)
+echo "== $(uname -n): $NGPUS GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+nvidia-smi topo -m 2>&1 | head -5
+# weft's kernel cache lives with the run (a fresh machine has none).
+export WEFT_CACHE_DIR="$OUTDIR/kernel-cache"
+STATUS=0
+summary=()
+
+echo "== 1. GPU tests"
+if "$GPU_TEST" --test-threads 1 --nocapture >"$OUTDIR/gpu-tests.log" 2>&1; then
+    summary+=("gpu tests: $(grep -E '^test result' "$OUTDIR/gpu-tests.log" | tail -1)")
+else
+    STATUS=1
+    summary+=("gpu tests: FAILED (gpu-tests.log)")
+fi
+grep -E "GPU\(s\)|gave up|skipped|panicked|FAILED|test result" "$OUTDIR/gpu-tests.log" | head -40
+
+echo "== 2. weft perf --device cuda -c (multi-process, every iteration checked)"
+checks=0; bad=0
+for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
+    for spec in "float sum" "half avg" "bfloat16 max" "int32 prod" "double min" "uint8 sum" "int64 avg"; do
+        set -- $spec
+        log="$OUTDIR/check-$coll-$1-$2.log"
+        if "$WEFT" perf "$coll" --device cuda -d "$1" -o "$2" -b 4 -e 64M -f 16 -n 3 -w 1 -c 1 -r $((NGPUS - 1)) >"$log" 2>&1 \
+            && grep -q "Out of bounds values : 0 OK" "$log"; then
+            checks=$((checks + 1))
+        else
+            bad=$((bad + 1)); STATUS=1
+            echo "   FAILED: $coll $spec ($log)"; tail -5 "$log"
+        fi
+        [ "$QUICK" = 1 ] && break
+    done
+done
+summary+=("weft perf -c: $checks runs correct, $bad failed")
+echo "   $checks correct, $bad failed"
+
+echo "== 3. benchmark: weft vs NCCL (nccl-tests), 8 B to $MAX"
+NT="$ROOT/third_party/nccl-tests"
+if [ -d "$NT" ]; then
+    (cd "$NT" && make -j16 MPI=0 NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >"$OUTDIR/nccl-tests-build.log" 2>&1) \
+        || { echo "   nccl-tests did not build (nccl-tests-build.log)"; tail -5 "$OUTDIR/nccl-tests-build.log"; }
+fi
+for coll in $COLLS; do
+    wcoll=${coll//_/-}
+    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
+    if [ -x "$NT/build/${coll}_perf" ]; then
+        "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
+        python3 "$ROOT/bench/compare_gpu.py" --name "$coll" --weft "$OUTDIR/weft-$coll.txt" --nccl "$OUTDIR/nccl-$coll.txt" \
+            | tee "$OUTDIR/table-$coll.txt" || STATUS=1
+    else
+        echo "   no nccl-tests binary for $coll: weft alone"; grep -v "^#" "$OUTDIR/weft-$coll.txt" | tail -30
+    fi
+done
+echo "== summary"
+printf '   %s\n' "${summary[@]}"
+exit $STATUS
