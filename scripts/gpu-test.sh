@@ -50,6 +50,13 @@ STATUS=0
 summary=()
 
 echo "== 1. GPU tests"
+if "$ROOT/.gpu/cuda-test" --test-threads 1 --nocapture >"$OUTDIR/cuda-tests.log" 2>&1; then
+    summary+=("weft-cuda tests: $(grep -E '^test result' "$OUTDIR/cuda-tests.log" | tail -1)")
+else
+    STATUS=1
+    summary+=("weft-cuda tests: FAILED (cuda-tests.log)")
+fi
+grep -E "GPU|skipped|panicked|FAILED|test result" "$OUTDIR/cuda-tests.log" | head -20
 if "$GPU_TEST" --test-threads 1 --nocapture >"$OUTDIR/gpu-tests.log" 2>&1; then
     summary+=("gpu tests: $(grep -E '^test result' "$OUTDIR/gpu-tests.log" | tail -1)")
 else

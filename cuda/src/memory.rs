@@ -70,7 +70,18 @@ impl DeviceBuffer {
         Ok(())
     }
 
-    /// Copies `src` to the start of the buffer (synchronous).
+    /// Waits for the legacy default stream, where the synchronous copies and fills run: a
+    /// copy from pageable host memory and a fill return before the device has finished
+    /// them, and the non-blocking streams kernels run on do not wait for that stream.
+    fn settle(&self, call: &'static str) -> Result<()> {
+        let d = driver()?;
+        // SAFETY: the null stream is the context's legacy default stream; the context is
+        // current (bound by the caller).
+        let r = unsafe { (d.cuStreamSynchronize)(std::ptr::null_mut()) };
+        check(r, call, self.ordinal())
+    }
+
+    /// Copies `src` to the start of the buffer; on return the device holds it.
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
         self.fits(src.len(), "a copy")?;
         if src.is_empty() {
@@ -83,10 +94,13 @@ impl DeviceBuffer {
             unsafe { (d.cuMemcpyHtoD)(self.ptr, src.as_ptr().cast(), src.len()) },
             "cuMemcpyHtoD",
             self.ordinal(),
-        )
+        )?;
+        self.settle("cuMemcpyHtoD")
     }
 
-    /// Copies the start of the buffer into `dst` (synchronous).
+    /// Copies the start of the buffer into `dst` (synchronous: the copy to pageable memory
+    /// has ended when it returns). It does not wait for kernels on other streams:
+    /// synchronize the stream that wrote the buffer first.
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.fits(dst.len(), "a copy")?;
         if dst.is_empty() {
@@ -102,7 +116,7 @@ impl DeviceBuffer {
         )
     }
 
-    /// Sets every byte to `byte` (synchronous).
+    /// Sets every byte to `byte`; on return the device holds it.
     pub fn fill(&self, byte: u8) -> Result<()> {
         self.ctx.bind()?;
         let d = driver()?;
@@ -111,7 +125,8 @@ impl DeviceBuffer {
             unsafe { (d.cuMemsetD8)(self.ptr, byte, self.len) },
             "cuMemsetD8",
             self.ordinal(),
-        )
+        )?;
+        self.settle("cuMemsetD8")
     }
 
     /// A handle another process opens with [`IpcMapping::open`].

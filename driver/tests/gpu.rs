@@ -63,8 +63,9 @@ fn run_ranks<T: Send + 'static>(
             let (id, body) = (id.clone(), body.clone());
             std::thread::spawn(move || {
                 let opts = CommOptions::loopback(timeout);
-                let comm = GpuComm::init(&id, rank, nranks, rank, &opts)
-                    .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+                let comm =
+                    GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
+                        .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
                 body(rank, comm)
             })
         })
@@ -119,8 +120,38 @@ fn cases(nranks: usize) -> Vec<Case> {
     out
 }
 
+/// One rank's buffers, allocated once for the largest case: allocating and freeing device
+/// memory waits for the whole device, which would stall ranks that share a GPU.
+struct Buffers {
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+}
+
+impl Buffers {
+    fn new(comm: &GpuComm, bytes: usize) -> Buffers {
+        let ctx = comm.context();
+        Buffers {
+            send: DeviceBuffer::alloc(ctx, bytes).unwrap(),
+            recv: DeviceBuffer::alloc(ctx, bytes).unwrap(),
+        }
+    }
+}
+
+/// Every rank's kernels loaded, then a barrier (see `GpuComm::prepare`).
+fn prepare(comm: &mut GpuComm) {
+    comm.prepare(&TYPES).unwrap();
+    comm.barrier().unwrap();
+}
+
 /// Runs `case` on this rank and returns the number of wrong elements.
-fn run_case(rank: usize, nranks: usize, comm: &mut GpuComm, stream: &Stream, c: &Case) -> usize {
+fn run_case(
+    rank: usize,
+    nranks: usize,
+    comm: &mut GpuComm,
+    stream: &Stream,
+    b: &Buffers,
+    c: &Case,
+) -> usize {
     let esize = c.dtype.size_of_elem();
     let (in_elems, out_elems) = match c.coll {
         Collective::ReduceScatter => (c.count * nranks, c.count),
@@ -133,10 +164,7 @@ fn run_case(rank: usize, nranks: usize, comm: &mut GpuComm, stream: &Stream, c: 
         seed: c.seed,
         nranks,
     };
-    let ctx = comm.context().clone();
     let big = in_elems.max(out_elems) * esize;
-    let recv = DeviceBuffer::alloc(&ctx, big).unwrap();
-    let send = DeviceBuffer::alloc(&ctx, in_elems * esize).unwrap();
     let mut host = vec![0xa5u8; big];
     // In place, the input sits where NCCL's layout puts it in the output buffer.
     let (in_at, out_at) = match (c.in_place, c.coll) {
@@ -149,20 +177,21 @@ fn run_case(rank: usize, nranks: usize, comm: &mut GpuComm, stream: &Stream, c: 
     if c.in_place {
         host[in_at..in_at + input.len()].copy_from_slice(&input);
     } else {
-        send.copy_from_host(&input).unwrap();
+        b.send.copy_from_host(&input).unwrap();
     }
-    recv.copy_from_host(&host).unwrap();
+    // Poisons the output (and the rest of the buffer).
+    b.recv.copy_from_host(&host).unwrap();
     let src = if c.in_place {
-        recv.ptr() + in_at as u64
+        b.recv.ptr() + in_at as u64
     } else {
-        send.ptr()
+        b.send.ptr()
     };
     // SAFETY: both buffers hold the call's input and output and outlive the synchronize.
     unsafe {
         comm.collective(
             c.coll,
             src,
-            recv.ptr() + out_at as u64,
+            b.recv.ptr() + out_at as u64,
             c.count,
             c.dtype,
             c.op,
@@ -172,7 +201,7 @@ fn run_case(rank: usize, nranks: usize, comm: &mut GpuComm, stream: &Stream, c: 
     .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
     comm.synchronize(stream)
         .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
-    recv.copy_to_host(&mut host).unwrap();
+    b.recv.copy_to_host(&mut host).unwrap();
     let out = &host[out_at..out_at + out_elems * esize];
     let expect = match c.coll {
         Collective::AllReduce => Expect::AllReduce,
@@ -194,9 +223,16 @@ fn every_collective_on(nranks: usize) {
     let started = Instant::now();
     let wrong = run_ranks(nranks, Duration::from_secs(60), move |rank, mut comm| {
         let stream = Stream::new(comm.context()).unwrap();
+        let biggest = cases
+            .iter()
+            .map(|c| c.count * nranks * c.dtype.size_of_elem())
+            .max()
+            .unwrap_or(0);
+        let buffers = Buffers::new(&comm, biggest);
+        prepare(&mut comm);
         let mut failures = Vec::new();
         for c in &cases {
-            let w = run_case(rank, nranks, &mut comm, &stream, c);
+            let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
             if w > 0 {
                 failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
             }
@@ -221,23 +257,35 @@ fn every_collective_type_and_op_on_one_gpu() {
     every_collective_on(1);
 }
 
+/// The rank count of the multi-rank tests: every GPU, or with WEFT_TEST_SHARE_GPU=1 on a
+/// one-GPU machine, WEFT_TEST_RANKS ranks (default 2) sharing it.
+fn multi_ranks() -> Option<usize> {
+    let n = gpus()?;
+    let shared = std::env::var("WEFT_TEST_SHARE_GPU").is_ok_and(|v| v == "1");
+    let ranks = if shared {
+        std::env::var("WEFT_TEST_RANKS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2)
+    } else {
+        n
+    };
+    if ranks < 2 {
+        eprintln!("skipped: one GPU only (WEFT_TEST_SHARE_GPU=1 runs several ranks on it)");
+        return None;
+    }
+    Some(ranks)
+}
+
 #[test]
 fn every_collective_type_and_op_on_every_gpu() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: one GPU only");
-        return;
-    }
+    let Some(n) = multi_ranks() else { return };
     every_collective_on(n);
 }
 
 #[test]
 fn send_recv_groups_on_every_gpu() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: one GPU only");
-        return;
-    }
+    let Some(n) = multi_ranks() else { return };
     let counts = [1usize, 4097, 3 << 20, 40_000_001];
     let wrong = run_ranks(n, Duration::from_secs(60), move |rank, mut comm| {
         let stream = Stream::new(comm.context()).unwrap();
@@ -284,9 +332,7 @@ fn send_recv_groups_on_every_gpu() {
 
 #[test]
 fn a_rank_that_never_joins_is_named_within_the_timeout() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: one GPU only");
+    if multi_ranks().is_none() {
         return;
     }
     let gate = Arc::new(Barrier::new(2));
@@ -294,6 +340,8 @@ fn a_rank_that_never_joins_is_named_within_the_timeout() {
         let stream = Stream::new(comm.context()).unwrap();
         let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
         buf.fill(1).unwrap();
+        comm.prepare(&[DataType::Float32]).unwrap();
+        comm.barrier().unwrap();
         let mut outcome = None;
         if rank == 0 {
             let t = Instant::now();

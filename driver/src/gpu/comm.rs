@@ -433,6 +433,17 @@ impl GpuComm {
         &self.ctx
     }
 
+    /// Compiles and loads the kernels of `dtypes` now rather than at their first call.
+    /// Loading a module waits for the device to be idle, so a rank that loads one while a
+    /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks
+    /// that share a GPU (tests) call this for every type they use, then a barrier.
+    pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
+        for &d in dtypes {
+            self.kernels.get(d)?;
+        }
+        Ok(())
+    }
+
     /// Every rank's `mine`, by rank, over the bootstrap network (control data only).
     pub fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, GpuError> {
         Ok(self.bootstrap.all_gather(mine)?)
@@ -780,6 +791,8 @@ pub fn avg_scale_bits(dtype: DataType, op: RedOp, nranks: usize) -> u64 {
 }
 
 /// All ranks on one host, no two on one GPU, the same explicit settings, and P2P possible.
+/// `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the protocol on
+/// machines with one GPU (the ranks' kernels must then fit on the GPU together).
 fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
     let mine = &peers[me];
     if env_flag(&["WEFT_P2P_DISABLE", "NCCL_P2P_DISABLE"]) && peers.len() > 1 {
@@ -803,7 +816,7 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
                     .to_string(),
             });
         }
-        if p.bus_id == mine.bus_id {
+        if p.bus_id == mine.bus_id && !env_flag(&["WEFT_TEST_SHARE_GPU"]) {
             return Err(GpuError::InvalidArgument(format!(
                 "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
                 p.bus_id
@@ -815,6 +828,10 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
                  (0: the default): start every rank with the same WEFT_NCHANNELS and NCCL_BUFFSIZE",
                 p.nchannels, p.step_bytes, mine.nchannels, mine.step_bytes
             )));
+        }
+        if p.bus_id == mine.bus_id {
+            // Ranks sharing a GPU (tests on one-GPU machines): same memory, no P2P needed.
+            continue;
         }
         let here = Device::get(mine.device as usize)?;
         let there = local_device_of(&p.bus_id)?;

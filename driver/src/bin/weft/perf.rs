@@ -882,6 +882,12 @@ fn run_rank(
             Vec::new()
         },
     };
+    if let Backend::Cuda(g) = &mut r.backend {
+        // Every rank's kernels loaded before any rank launches one (a module load waits
+        // for the device; see GpuComm::prepare).
+        g.comm.prepare(&[args.dtype, DataType::Uint8])?;
+        g.comm.barrier()?;
+    }
     // nccl-tests' warm-up: the largest size, then the smallest.
     for s in [max_shape, shape(args.min_bytes)] {
         r.fill(&mut b, s, false, 1)?;
