@@ -29,6 +29,7 @@
 //! ranks; one broadcast gives the same guarantee with less machinery.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use weft_core::search::comm_rings;
 use weft_core::topo::NodeKind;
@@ -56,6 +57,8 @@ pub enum TopoInput<'a> {
     /// `WEFT_TOPO_FILE` / `NCCL_TOPO_FILE` of the lookup, else detection on this machine
     /// (sysfs, CUDA driver, NVML), as `weft topo` does.
     Host,
+    /// This NCCL topology XML file (`--file` of `weft topo`).
+    File(&'a Path),
     /// This NCCL topology XML (a file the caller read, an earlier detection's `xml`).
     Xml(&'a XmlNode),
 }
@@ -308,8 +311,12 @@ pub fn plan_channels(
         None => {
             let xml = match topo {
                 TopoInput::Xml(x) => Ok(x.clone()),
-                TopoInput::Host => {
-                    match local_topology(None, env, &mut |notes| DetectOptions::host(env, notes)) {
+                TopoInput::Host | TopoInput::File(_) => {
+                    let file = match topo {
+                        TopoInput::File(p) => Some(p),
+                        _ => None,
+                    };
+                    match local_topology(file, env, &mut |notes| DetectOptions::host(env, notes)) {
                         Ok(local) => {
                             log::info!("channels: topology {}", local.source);
                             Ok(local.xml)

@@ -85,6 +85,13 @@ pub struct CommOptions {
     /// The rank's device; `None` for host memory (the CPU executor). Two ranks of one host
     /// may not share a device.
     pub device: Option<i32>,
+    /// PCI bus id of `device` in NCCL's integer form
+    /// ([`bus_id_from_str`](weft_core::wire::bootstrap::bus_id_from_str)), which the channel
+    /// search matches against the topology's GPUs; `None`: asked from the CUDA driver.
+    pub bus_id: Option<u64>,
+    /// NCCL topology XML for the channel search; `None`: `WEFT_TOPO_FILE` /
+    /// `NCCL_TOPO_FILE`, else detection. Read on rank 0 only (it plans for all).
+    pub topo_file: Option<std::path::PathBuf>,
     /// Bytes per FIFO step; `None`: 128 KiB with SHM only, 512 KiB when NET is involved.
     /// `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (the whole FIFO of 8 steps, as in NCCL).
     pub step_bytes: Option<usize>,
@@ -105,6 +112,8 @@ impl Default for CommOptions {
             transport: TransportChoice::Auto,
             timeout: DEFAULT_TIMEOUT,
             device: None,
+            bus_id: None,
+            topo_file: None,
             step_bytes: None,
             wait: None,
             socket_ifname: None,
@@ -288,15 +297,17 @@ impl Comm {
                     .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
             },
         );
-        if let Some(dev) = opts.device {
+        match (opts.device, opts.bus_id) {
+            (Some(_), Some(bus_id)) => me = me.with_bus_id(bus_id),
             // The topology search maps ranks to GPUs by bus id; without one (no CUDA driver)
             // every rank keeps the plain ring.
-            match crate::topo::gpu::bus_id_of(dev)
+            (Some(dev), None) => match crate::topo::gpu::bus_id_of(dev)
                 .and_then(|b| bus_id_from_str(b.as_bytes()).map_err(|e| format!("{b}: {e}")))
             {
                 Ok(bus_id) => me = me.with_bus_id(bus_id),
                 Err(e) => log::info!("rank {rank}: no PCI bus id for device {dev}: {e}"),
-            }
+            },
+            (None, _) => {}
         }
         let gathered = bootstrap.all_gather(&me.encode()?)?;
         let peers = gathered
@@ -308,7 +319,10 @@ impl Comm {
         let plan = channels::agree_on_channels(
             &mut bootstrap,
             &peers,
-            channels::TopoInput::Host,
+            match &opts.topo_file {
+                Some(path) => channels::TopoInput::File(path),
+                None => channels::TopoInput::Host,
+            },
             &crate::env::process,
         )?;
         if rank == 0 {
