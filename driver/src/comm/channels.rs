@@ -44,7 +44,7 @@ use super::{DEFAULT_MAX_CHANNELS, MAX_CHANNELS, rings};
 use crate::bootstrap::Bootstrap;
 use crate::topo::DetectOptions;
 use crate::topo::cli::TopoView;
-use crate::topo::source::{TopoError, local_topology, path_options_from_env};
+use crate::topo::source::{TopoError, local_topology, path_options_from_env, topo_file_from_env};
 
 /// [`ChannelPlan::source`] when the rings come from NCCL's search over the topology.
 pub const SOURCE_SEARCH: &str = "search";
@@ -283,6 +283,19 @@ fn search(
     })
 }
 
+/// A topology file as XML, with NCCL_TOPO_FILE's error messages.
+fn read_xml(path: &Path) -> Result<XmlNode, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        TopoError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        }
+        .to_string()
+    })?;
+    log::info!("channels: topology loaded from {}", path.display());
+    XmlNode::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// The channels for the communicator of `peers` (every rank's, as all-gathered at init),
 /// planned on this rank with its topology and environment `env` (see the module
 /// documentation). Peers report their GPU as `info.cuda_device` (any value >= 0) and
@@ -313,16 +326,22 @@ pub fn plan_channels(
                 TopoInput::Xml(x) => Ok(x.clone()),
                 TopoInput::Host | TopoInput::File(_) => {
                     let file = match topo {
-                        TopoInput::File(p) => Some(p),
-                        _ => None,
+                        TopoInput::File(p) => Some(p.to_path_buf()),
+                        _ => topo_file_from_env(env),
                     };
-                    match local_topology(file, env, &mut |notes| DetectOptions::host(env, notes)) {
-                        Ok(local) => {
-                            log::info!("channels: topology {}", local.source);
-                            Ok(local.xml)
-                        }
-                        Err(e @ TopoError::Detect(_)) => Err(format!("detection failed: {e}")),
-                        Err(e) => return Err(fail(e.to_string())),
+                    match file {
+                        // The file's own XML, not its loaded form: the loader drops GPUs
+                        // without a rank attribute, which may be ours.
+                        Some(path) => Ok(read_xml(&path).map_err(fail)?),
+                        None => match local_topology(None, env, &mut |notes| {
+                            DetectOptions::host(env, notes)
+                        }) {
+                            Ok(local) => {
+                                log::info!("channels: topology {}", local.source);
+                                Ok(local.xml)
+                            }
+                            Err(e) => Err(format!("detection failed: {e}")),
+                        },
                     }
                 }
             };

@@ -346,6 +346,17 @@ fn topology_file_from_the_environment_and_its_errors() {
     let err = plan_channels(&peers, TopoInput::Host, &env).unwrap_err();
     assert!(matches!(err, CommError::Channels { rank: 0, .. }), "{err}");
     assert!(err.to_string().contains("/nonexistent/topo.xml"), "{err}");
+    // A file whose GPUs have no rank attribute (not dumped by NCCL) still serves.
+    let mut bare = x.clone();
+    assign_ranks(&mut bare, &[]).unwrap();
+    assert!(!bare.write().contains("rank="));
+    let dir = std::env::temp_dir().join(format!("weft-channels-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bare.xml");
+    std::fs::write(&path, bare.write()).unwrap();
+    let plan = plan_channels(&peers, TopoInput::File(&path), &no_env).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!((plan.source, plan.nchannels()), (SOURCE_SEARCH, 24));
     // A GPU the topology does not hold: the plain ring, with the reason.
     let mut odd = peers.clone();
     odd[3] = odd[3].with_bus_id(0x1b000);
