@@ -1501,30 +1501,48 @@ pub fn compute(
     }
 }
 
-/// The ring lines NCCL prints at INFO level (`Channel 00/24 : 0 1 2 3`) for a communicator of
-/// `nnodes` identical hosts whose ring graph is `ring`: NCCL doubles the ring channels
-/// (up to 64) after the tree has been connected, and each ring visits the hosts in order.
-pub fn ring_lines(ring: &Graph, nnodes: usize) -> Vec<String> {
+/// The ring of each of a communicator's channels, in communicator ranks, as NCCL builds them
+/// from the ring graph: `nchannels` graph channels (NCCL's `comm->nChannels`, the smaller of
+/// the ring and tree graphs' counts) are doubled after the trees are connected (up to 64;
+/// `ncclTopoPostset`), channel `c` running graph channel `c % nchannels`, and each ring
+/// visits the `nnodes` hosts in order, host `k` holding ranks `k * ngpus ..`. `NCCL_MIN_NCHANNELS`
+/// and `NCCL_MAX_NCHANNELS` act on this result (they are the caller's).
+pub fn comm_rings(ring: &Graph, nchannels: usize, nnodes: usize) -> Vec<Vec<i64>> {
+    let nchannels = nchannels.min(ring.nchannels());
     let ngpus = ring.channels.first().map_or(0, |c| c.gpus.len());
-    let n = ring.nchannels().saturating_mul(2).min(MAX_CHANNELS);
+    let n = nchannels.saturating_mul(2).min(MAX_CHANNELS);
     let mut out = Vec::with_capacity(n);
     for c in 0..n {
-        let Some(ch) = c
-            .checked_rem(ring.nchannels())
-            .and_then(|k| ring.channels.get(k))
-        else {
+        let Some(ch) = c.checked_rem(nchannels).and_then(|k| ring.channels.get(k)) else {
             continue;
         };
-        let mut line = String::new();
-        let _ = write!(line, "Channel {c:02}/{n:02} :");
+        let mut ranks = Vec::with_capacity(ngpus.saturating_mul(nnodes));
         for node in 0..nnodes {
             for &r in &ch.gpus {
-                let global =
-                    i64::from(r).saturating_add((node as i64).saturating_mul(ngpus as i64));
-                let _ = write!(line, " {global}");
+                ranks.push(i64::from(r).saturating_add((node as i64).saturating_mul(ngpus as i64)));
             }
         }
-        out.push(line);
+        out.push(ranks);
     }
     out
+}
+
+/// The ring lines NCCL prints at INFO level (`Channel 00/24 : 0 1 2 3`) for a communicator of
+/// `nnodes` identical hosts whose ring graph is `ring` ([`comm_rings`] with the ring's
+/// channel count, which is the tree's too in every measured case).
+pub fn ring_lines(ring: &Graph, nnodes: usize) -> Vec<String> {
+    let rings = comm_rings(ring, ring.nchannels(), nnodes);
+    let n = rings.len();
+    rings
+        .iter()
+        .enumerate()
+        .map(|(c, ranks)| {
+            let mut line = String::new();
+            let _ = write!(line, "Channel {c:02}/{n:02} :");
+            for r in ranks {
+                let _ = write!(line, " {r}");
+            }
+            line
+        })
+        .collect()
 }

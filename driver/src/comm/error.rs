@@ -34,6 +34,9 @@ pub enum CommError {
         channel: u32,
         detail: String,
     },
+    /// Choosing the channels failed on `rank` (the one that plans them for all: rank 0):
+    /// an unreadable `NCCL_TOPO_FILE`, a malformed `NCCL_MIN_NCHANNELS`, ...
+    Channels { rank: usize, detail: String },
     /// A collective or point-to-point operation failed on this rank.
     Exec(ExecError),
     /// A peer process on this host is gone (killed, crashed, or exited after its own
@@ -67,6 +70,7 @@ impl CommError {
             CommError::DuplicateDevice { other, .. } => Some(*other),
             CommError::Inconsistent { rank, .. } => Some(*rank),
             CommError::Transport { peer, .. } => Some(*peer),
+            CommError::Channels { rank, .. } => Some(*rank),
             CommError::PeerDied { rank, .. } => Some(*rank),
             CommError::Exec(ExecError::Conn(e)) => Some(e.conn().peer as usize),
             CommError::Exec(ExecError::SizeMismatch { conn, .. }) => Some(conn.peer as usize),
@@ -108,6 +112,9 @@ impl fmt::Display for CommError {
                 f,
                 "{transport} connection with rank {peer} on channel {channel}: {detail}"
             ),
+            CommError::Channels { rank, detail } => {
+                write!(f, "choosing the channels (on rank {rank}): {detail}")
+            }
             CommError::Exec(e) => write!(f, "{e}"),
             CommError::PeerDied { rank, pid, cause } => write!(
                 f,

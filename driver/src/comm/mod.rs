@@ -5,7 +5,9 @@
 //! 1. bootstrap: rendezvous at the unique id's root, then a ring of TCP sockets;
 //! 2. all-gather each rank's [`Peer`](peers::Peer) (host hash, pid hash, device, and the
 //!    settings every rank must share); two ranks on one device of one host are an error;
-//! 3. rings for `nchannels` channels ([`rings::rings`], the seam for topology search);
+//! 3. the channels: rank 0 plans them ([`channels::plan_channels`]: NCCL's ring search over
+//!    the host's topology when every rank has a GPU of one host, else the plain ring) and
+//!    broadcasts the plan ([`channels::agree_on_channels`]);
 //! 4. per channel a send connection to the ring's next rank and a receive connection from
 //!    its previous one, each over the transport [`connect::Transports::choose`] picks,
 //!    built with NCCL's setup / exchange / connect handshake ([`connect::handshake`]);
@@ -20,6 +22,7 @@
 //! aborted, so the peers fail within microseconds too) and later calls return
 //! [`CommError::Failed`]. When a peer process of this host has died, the error names it.
 
+pub mod channels;
 pub mod connect;
 pub mod error;
 pub mod peers;
@@ -35,6 +38,7 @@ use std::time::Duration;
 use weft_core::abi::{DataType, RedOp};
 use weft_core::fifo::NCCL_STEPS;
 use weft_core::sched::Collective;
+use weft_core::wire::bootstrap::bus_id_from_str;
 
 pub use connect::{TransportChoice, TransportKind};
 pub use error::CommError;
@@ -68,8 +72,10 @@ pub const MAX_CHANNELS: u32 = 64;
 /// How a communicator is built. [`CommOptions::from_env`] reads the environment.
 #[derive(Debug, Clone)]
 pub struct CommOptions {
-    /// Channels (rings) to build; `None`: one per CPU per rank of the host, at most
-    /// [`DEFAULT_MAX_CHANNELS`] (the same on every rank). `WEFT_NCHANNELS`.
+    /// Channels (rings) to build; `None`: what [`channels::plan_channels`] finds (NCCL's
+    /// search when every rank has a GPU of one host, else one per CPU per rank of the host,
+    /// at most [`DEFAULT_MAX_CHANNELS`]), within `NCCL_MIN_NCHANNELS` /
+    /// `NCCL_MAX_NCHANNELS`. `WEFT_NCHANNELS`; wins over those two.
     pub nchannels: Option<u32>,
     /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net`.
     pub transport: TransportChoice,
@@ -79,6 +85,13 @@ pub struct CommOptions {
     /// The rank's device; `None` for host memory (the CPU executor). Two ranks of one host
     /// may not share a device.
     pub device: Option<i32>,
+    /// PCI bus id of `device` in NCCL's integer form
+    /// ([`bus_id_from_str`](weft_core::wire::bootstrap::bus_id_from_str)), which the channel
+    /// search matches against the topology's GPUs; `None`: asked from the CUDA driver.
+    pub bus_id: Option<u64>,
+    /// NCCL topology XML for the channel search; `None`: `WEFT_TOPO_FILE` /
+    /// `NCCL_TOPO_FILE`, else detection. Read on rank 0 only (it plans for all).
+    pub topo_file: Option<std::path::PathBuf>,
     /// Bytes per FIFO step; `None`: 128 KiB with SHM only, 512 KiB when NET is involved.
     /// `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (the whole FIFO of 8 steps, as in NCCL).
     pub step_bytes: Option<usize>,
@@ -99,6 +112,8 @@ impl Default for CommOptions {
             transport: TransportChoice::Auto,
             timeout: DEFAULT_TIMEOUT,
             device: None,
+            bus_id: None,
+            topo_file: None,
             step_bytes: None,
             wait: None,
             socket_ifname: None,
@@ -270,7 +285,7 @@ impl Comm {
         // The calling thread runs channel 0 of every call: its waits must wake on time.
         crate::exec::pool::tighten_timer_slack();
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
-        let me = Peer::local(
+        let mut me = Peer::local(
             rank as u32,
             opts.device,
             Settings {
@@ -282,6 +297,18 @@ impl Comm {
                     .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
             },
         );
+        match (opts.device, opts.bus_id) {
+            (Some(_), Some(bus_id)) => me = me.with_bus_id(bus_id),
+            // The topology search maps ranks to GPUs by bus id; without one (no CUDA driver)
+            // every rank keeps the plain ring.
+            (Some(dev), None) => match crate::topo::gpu::bus_id_of(dev)
+                .and_then(|b| bus_id_from_str(b.as_bytes()).map_err(|e| format!("{b}: {e}")))
+            {
+                Ok(bus_id) => me = me.with_bus_id(bus_id),
+                Err(e) => log::info!("rank {rank}: no PCI bus id for device {dev}: {e}"),
+            },
+            (None, _) => {}
+        }
         let gathered = bootstrap.all_gather(&me.encode()?)?;
         let peers = gathered
             .iter()
@@ -289,9 +316,27 @@ impl Comm {
             .map(|(r, bytes)| Peer::decode(r, bytes))
             .collect::<Result<Vec<Peer>, CommError>>()?;
         peers::check(rank, &peers)?;
-        let nchannels = opts
-            .nchannels
-            .unwrap_or_else(|| peers::default_channels(&peers, DEFAULT_MAX_CHANNELS));
+        let plan = channels::agree_on_channels(
+            &mut bootstrap,
+            &peers,
+            match &opts.topo_file {
+                Some(path) => channels::TopoInput::File(path),
+                None => channels::TopoInput::Host,
+            },
+            &crate::env::process,
+        )?;
+        if rank == 0 {
+            log::info!(
+                "{} channels ({}, {} before NCCL_MIN/MAX_NCHANNELS): {}",
+                plan.nchannels(),
+                plan.source,
+                plan.found,
+                plan.note
+            );
+            for line in plan.lines() {
+                log::info!("{line}");
+            }
+        }
 
         let abort = AbortFlag::new();
         let local_ranks = peers.iter().filter(|p| p.same_host(&me)).count();
@@ -305,7 +350,7 @@ impl Comm {
             abort: abort.clone(),
             peer_pid: None,
         };
-        let rings = rings::rings(&peers, nchannels);
+        let rings = plan.rings;
         let shm = ShmTransport::new(FifoLayout::default(), waiter.policy, abort.clone());
         let probe = Transports::new(opts.transport, shm.clone(), Box::new(|| Err(String::new())));
         // Every rank looks at every ring edge, so all pick the same step size.

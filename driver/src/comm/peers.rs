@@ -54,6 +54,14 @@ impl Peer {
         }
     }
 
+    /// The same peer on the GPU with PCI bus id `bus_id` (NCCL's integer form,
+    /// [`weft_core::wire::bootstrap::bus_id_from_str`]): what the channel search matches
+    /// against the topology's GPUs.
+    pub fn with_bus_id(mut self, bus_id: u64) -> Self {
+        self.info.bus_id = bus_id;
+        self
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>, CommError> {
         let mut out = vec![0u8; PEER_INFO_LEN + SETTINGS_LEN];
         self.info

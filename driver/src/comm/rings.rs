@@ -1,9 +1,9 @@
-//! The rings a communicator's channels run on.
+//! The plain rings, and NCCL's log line for a channel.
 //!
-//! This is the seam where topology search plugs in: today every channel gets the plain ring
-//! `0 1 .. n-1` (NCCL's result on a flat topology), ordered so that ranks of one host are
-//! adjacent when the launcher numbered them that way. A search over `core::search` will
-//! replace [`rings`] and may give each channel a different ring.
+//! Every channel gets the plain ring `0 1 .. n-1` (NCCL's result on a flat topology),
+//! ordered so that ranks of one host are adjacent when the launcher numbered them that way.
+//! [`super::channels`] uses it where the topology search does not apply (ranks without a
+//! GPU, several hosts).
 
 use super::peers::Peer;
 

@@ -148,3 +148,56 @@ fn options_from_the_environment() {
         assert!(err.to_string().contains(var), "{err}");
     }
 }
+
+/// Ranks on the GPUs of a topology file get NCCL's searched rings (weft-h200x4-mesh6: a
+/// different ring on each of the first channels), and the CPU executor runs collectives
+/// over them. Three channels (WEFT_NCHANNELS) keep the test light.
+#[test]
+fn searched_rings_from_a_topology_file_carry_an_all_reduce() {
+    let topo = format!(
+        "{}/../tests/fixtures/topo/weft-h200x4-mesh6.xml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let busids = [0x60u64, 0x70, 0x80, 0x90];
+    let nranks = 4;
+    let mut opts = CommOptions::loopback(Duration::from_secs(20));
+    opts.nchannels = Some(3);
+    opts.transport = TransportChoice::Net;
+    opts.topo_file = Some(topo.into());
+    let (id, root) = BootstrapRoot::start(&opts.bootstrap).unwrap();
+    let mut comms: Vec<Comm> = thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let mut opts = opts.clone();
+                opts.device = Some(r as i32);
+                opts.bus_id = Some(busids[r]);
+                s.spawn(move || Comm::init(&id, r, nranks, &opts).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(root);
+    // NCCL's first three lines for this topology (weft-h200x4-mesh6-nccl-info.txt).
+    for c in &comms {
+        assert_eq!(c.rings(), [[0, 1, 2, 3], [0, 1, 3, 2], [0, 2, 3, 1]]);
+    }
+    let data = TestData {
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        seed: 11,
+        nranks,
+    };
+    let count = 70_001;
+    thread::scope(|s| {
+        for (rank, comm) in comms.iter_mut().enumerate() {
+            s.spawn(move || {
+                let mut input = vec![0u8; count * 4];
+                data.fill(rank, 0, &mut input);
+                let mut out = vec![0u8; count * 4];
+                comm.all_reduce(&input, &mut out, data.dtype, data.op)
+                    .unwrap();
+                assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
+            });
+        }
+    });
+}

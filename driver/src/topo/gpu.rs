@@ -4,7 +4,7 @@ use super::detect::Note;
 use super::nvml::{Nvml, max_nvlinks};
 use core::ffi::{c_char, c_int};
 use weft_sys::CudaDriver;
-use weft_sys::cuda::types::CUdevice_attribute;
+use weft_sys::cuda::types::{CUdevice, CUdevice_attribute};
 
 /// One GPU as detection needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,21 +59,13 @@ fn cuda_gpus(notes: &mut Vec<Note>) -> Vec<GpuProbe> {
             )));
             continue;
         }
-        let mut buf = [0 as c_char; 64];
-        // SAFETY: the buffer holds `len` bytes; the driver writes a NUL-terminated id.
-        let rc = unsafe { (cuda.cuDeviceGetPCIBusId)(buf.as_mut_ptr(), buf.len() as c_int, dev) };
-        if !rc.is_success() {
-            notes.push(Note::warn(format!(
-                "cuDeviceGetPCIBusId({ordinal}): {}",
-                cuda.describe(rc)
-            )));
-            continue;
-        }
-        let busid: String = buf
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8 as char)
-            .collect();
+        let busid = match device_busid(cuda, dev, ordinal) {
+            Ok(b) => b,
+            Err(e) => {
+                notes.push(Note::warn(e));
+                continue;
+            }
+        };
         let attr = |a: CUdevice_attribute| {
             let mut v: c_int = 0;
             // SAFETY: valid out-pointer and a device handle from cuDeviceGet.
@@ -90,6 +82,42 @@ fn cuda_gpus(notes: &mut Vec<Note>) -> Vec<GpuProbe> {
         });
     }
     out
+}
+
+fn device_busid(cuda: &CudaDriver, dev: CUdevice, ordinal: i32) -> Result<String, String> {
+    let mut buf = [0 as c_char; 64];
+    // SAFETY: the buffer holds `len` bytes; the driver writes a NUL-terminated id.
+    let rc = unsafe { (cuda.cuDeviceGetPCIBusId)(buf.as_mut_ptr(), buf.len() as c_int, dev) };
+    if !rc.is_success() {
+        return Err(format!(
+            "cuDeviceGetPCIBusId({ordinal}): {}",
+            cuda.describe(rc)
+        ));
+    }
+    Ok(buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8 as char)
+        .collect())
+}
+
+/// The PCI bus id (`0000:19:00.0`) of CUDA device `ordinal` as this process numbers it
+/// (after `CUDA_VISIBLE_DEVICES`): what ranks exchange so that the topology search can
+/// tell which GPU each uses.
+pub fn bus_id_of(ordinal: i32) -> Result<String, String> {
+    let cuda = CudaDriver::shared().map_err(|e| e.to_string())?;
+    // SAFETY: cuInit(0) has no preconditions and may be called more than once.
+    let rc = unsafe { (cuda.cuInit)(0) };
+    if !rc.is_success() {
+        return Err(format!("cuInit: {}", cuda.describe(rc)));
+    }
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; the driver checks the ordinal.
+    let rc = unsafe { (cuda.cuDeviceGet)(&mut dev, ordinal) };
+    if !rc.is_success() {
+        return Err(format!("cuDeviceGet({ordinal}): {}", cuda.describe(rc)));
+    }
+    device_busid(cuda, dev, ordinal)
 }
 
 /// Every GPU of this machine with its NVLinks. Without libcuda: no GPUs and an info note;
