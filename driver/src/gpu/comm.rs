@@ -30,11 +30,76 @@ use super::error::GpuError;
 use super::kernels::Kernels;
 use super::layout::{Edge, FIFO_OFFSET, Layout};
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
-use crate::comm::CommOptions;
+use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
+use crate::comm::peers::{Peer, Settings};
+use crate::comm::{CommError, CommOptions};
 use crate::exec::reduce::{Bf16, F16};
+use weft_core::wire::bootstrap::bus_id_from_str;
 
-/// Channels a GPU communicator builds when nothing says otherwise.
+/// Channels a GPU communicator builds when the topology search cannot run.
 pub const DEFAULT_CHANNELS: u32 = 16;
+/// The rings of the communicator's channels: NCCL's ring search over this host's topology
+/// (`weft::comm::channels`, the same rings `weft topo` prints), decided by rank 0 for all;
+/// where the search cannot run (no topology, ranks sharing a GPU), [`DEFAULT_CHANNELS`]
+/// plain rings, as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow.
+fn channel_rings(
+    bootstrap: &mut Bootstrap,
+    peers: &[GpuPeer],
+    opts: &CommOptions,
+) -> Result<Vec<Vec<u32>>, GpuError> {
+    let explicit = opts.nchannels.unwrap_or(0);
+    let comm_peers: Vec<Peer> = peers
+        .iter()
+        .enumerate()
+        .map(|(r, p)| {
+            let settings = Settings {
+                transport: 0,
+                pid: p.pid,
+                nchannels: explicit,
+                step_bytes: p.step_bytes,
+                cpus: 1,
+            };
+            let mut peer = Peer::local(r as u32, Some(p.device as i32), settings);
+            peer.info.host_hash = p.host_hash;
+            peer.with_bus_id(bus_id_from_str(p.bus_id.as_bytes()).unwrap_or(0))
+        })
+        .collect();
+    let env = crate::env::process;
+    let plain = |why: &str| {
+        let n = u32::try_from(peers.len()).unwrap_or(u32::MAX);
+        let count = if explicit > 0 {
+            explicit
+        } else {
+            let get = |names: &[&str]| {
+                crate::env::first_value(&env, names).and_then(|v| v.trim().parse::<u32>().ok())
+            };
+            let max = get(&["WEFT_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS"]).unwrap_or(MAX_CHANNELS);
+            let min = get(&["WEFT_MIN_NCHANNELS", "NCCL_MIN_NCHANNELS"]).unwrap_or(1);
+            DEFAULT_CHANNELS.min(max).max(min)
+        }
+        .clamp(1, MAX_CHANNELS);
+        log::info!("weft: {count} plain ring channel(s): {why}");
+        (0..count).map(|_| (0..n).collect()).collect()
+    };
+    match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
+        Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
+            log::info!(
+                "weft: {} channel(s) from the {} ({})",
+                plan.nchannels(),
+                plan.source,
+                plan.note
+            );
+            for line in plan.lines() {
+                log::info!("{line}");
+            }
+            Ok(plan.rings)
+        }
+        Ok(plan) => Ok(plain(&plan.note)),
+        Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
+        Err(e) => Ok(plain(&e.to_string())),
+    }
+}
+
 /// Channels that connect every pair of ranks for send/recv.
 pub const P2P_CHANNELS: u32 = 4;
 /// NCCL's SIMPLE FIFO step: 512 KiB (a 4 MiB buffer of 8 steps).
@@ -191,19 +256,9 @@ impl GpuComm {
             .map(|(r, b)| GpuPeer::decode(r, b))
             .collect::<Result<Vec<_>, _>>()?;
         check_peers(rank, &peers)?;
-        let nchannels = match opts.nchannels {
-            Some(n) => n,
-            None => crate::env::first_value(
-                &crate::env::process,
-                &["WEFT_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS"],
-            )
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .map_or(DEFAULT_CHANNELS, |max| DEFAULT_CHANNELS.min(max)),
-        }
-        .clamp(1, MAX_CHANNELS);
         let n = u32::try_from(nranks)
             .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
-        let rings: Vec<Vec<u32>> = (0..nchannels).map(|_| (0..n).collect()).collect();
+        let rings = channel_rings(&mut bootstrap, &peers, opts)?;
         let layout = Layout::new(rings, n, P2P_CHANNELS, step_bytes);
         let r = rank as u32;
 
