@@ -74,11 +74,17 @@ impl Module {
             },
             other => other,
         })?;
-        Ok(Function {
+        let f = Function {
             module: self.clone(),
             raw,
             name: name.to_string(),
-        })
+        };
+        // Under lazy loading (the default since CUDA 12.2) a kernel is loaded at its first
+        // launch, and that load can wait for the device to go idle: a kernel that spins on
+        // another rank's concurrently running kernel would then wait for itself (NCCL
+        // forces the load at init for the same reason). Reading an attribute loads it now.
+        f.max_threads_per_block()?;
+        Ok(f)
     }
 }
 
@@ -112,6 +118,27 @@ unsafe impl Sync for Function {}
 impl Function {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The most threads a block of this kernel may have (its registers decide).
+    pub fn max_threads_per_block(&self) -> Result<u32> {
+        let d = driver()?;
+        let get = d.cuFuncGetAttribute().map_err(CudaError::from)?;
+        let mut v: core::ffi::c_int = 0;
+        // SAFETY: `v` is a valid out-pointer; a live function.
+        let r = unsafe {
+            get(
+                &mut v,
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                self.raw,
+            )
+        };
+        check(
+            r,
+            "cuFuncGetAttribute",
+            Some(self.module.ctx.device().ordinal()),
+        )?;
+        Ok(u32::try_from(v).unwrap_or(0))
     }
 
     /// Allows up to `bytes` of dynamic shared memory per block.

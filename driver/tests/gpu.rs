@@ -54,6 +54,11 @@ fn run_ranks<T: Send + 'static>(
     timeout: Duration,
     body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
+    // WEFT_TIMEOUT shortens the tests' deadline (a hang then fails sooner).
+    let timeout = std::env::var("WEFT_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(timeout, |s| timeout.min(Duration::from_secs_f64(s)));
     let bopts = BootstrapOptions::loopback(timeout);
     let (id, root) = BootstrapRoot::start(&bopts).expect("bootstrap root");
     let id: Arc<UniqueId> = Arc::new(id);
@@ -304,7 +309,8 @@ fn send_recv_groups_on_every_gpu() {
             let send = DeviceBuffer::alloc(&ctx, bytes).unwrap();
             let recv = DeviceBuffer::alloc(&ctx, bytes).unwrap();
             send.copy_from_host(&input).unwrap();
-            recv.fill(0xa5).unwrap();
+            // Poisoned the way the collectives' outputs are (a copy, not a device memset).
+            recv.copy_from_host(&vec![0xa5u8; bytes]).unwrap();
             let ops = [
                 GpuP2p::Send {
                     peer: next,
@@ -319,7 +325,8 @@ fn send_recv_groups_on_every_gpu() {
             ];
             // SAFETY: both buffers hold `bytes` and outlive the synchronize.
             unsafe { comm.group(&ops, &stream) }.unwrap();
-            comm.synchronize(&stream).unwrap();
+            comm.synchronize(&stream)
+                .unwrap_or_else(|e| panic!("rank {rank}: send/recv of {bytes} bytes: {e}"));
             let mut out = vec![0u8; bytes];
             recv.copy_to_host(&mut out).unwrap();
             wrong += data.count_wrong(Expect::Recv { from: prev }, rank, bytes, &out);

@@ -84,6 +84,19 @@ impl Kernels {
             .map(|op| module.function(weft_kernels::ring_entry(*op)))
             .collect::<Result<Vec<Function>, _>>()?;
         let p2p = module.function(weft_kernels::P2P_ENTRY)?;
+        for f in ring.iter().chain(std::iter::once(&p2p)) {
+            let max = f.max_threads_per_block()?;
+            if max < weft_kernels::THREADS {
+                return Err(GpuError::InvalidArgument(format!(
+                    "kernel {} runs at most {max} threads per block on this GPU, and weft's \
+                     kernels need {} (too many registers for sm_{}{}?)",
+                    f.name(),
+                    weft_kernels::THREADS,
+                    self.arch.0,
+                    self.arch.1
+                )));
+            }
+        }
         let kernels = Arc::new(TypeKernels { ring, p2p });
         if let Some(slot) = loaded.get_mut(dtype as usize) {
             *slot = Some(kernels.clone());

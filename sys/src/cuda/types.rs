@@ -252,6 +252,7 @@ c_enum! {
 c_enum! {
     /// `CUfunction_attribute` (the one weft sets).
     CUfunction_attribute {
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
     }
 }
