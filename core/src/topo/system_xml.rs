@@ -79,8 +79,12 @@ pub enum TopoXmlError {
         value: String,
         pos: Option<TextPos>,
     },
-    /// More than [`MAX_TOPO_NODES`] devices.
-    TooManyNodes { count: usize },
+    /// More than [`MAX_TOPO_NODES`] devices: `element` is the first one past the limit
+    /// (loading stops there).
+    TooManyNodes {
+        element: String,
+        pos: Option<TextPos>,
+    },
 }
 
 impl From<XmlError> for TopoXmlError {
@@ -121,9 +125,11 @@ impl fmt::Display for TopoXmlError {
                     At(*pos)
                 )
             }
-            TopoXmlError::TooManyNodes { count } => write!(
+            TopoXmlError::TooManyNodes { element, pos } => write!(
                 f,
-                "topology XML: {count} devices, more than the {MAX_TOPO_NODES} weft accepts"
+                "topology XML: <{element}>{} is device {}, more than the {MAX_TOPO_NODES} weft accepts",
+                At(*pos),
+                MAX_TOPO_NODES.saturating_add(1)
             ),
             TopoXmlError::BadAttr {
                 element,
@@ -246,6 +252,26 @@ const NET_KNOWN: &[&str] = &[
 const NET_KEPT: &[&str] = &["rail", "plane", "net", "gin", "rma", "keep", "vdev"];
 
 impl Loader {
+    /// Adds the node that element `x` describes, or refuses the file when it would be one
+    /// too many: counting while loading stops a hostile file before the work of linking
+    /// all its devices.
+    fn add_node(
+        &mut self,
+        x: &XmlNode,
+        kind: NodeKind,
+        host: usize,
+        parent: Option<usize>,
+        data: NodeData,
+    ) -> Result<usize, TopoXmlError> {
+        if self.topo.nodes.len() >= MAX_TOPO_NODES {
+            return Err(TopoXmlError::TooManyNodes {
+                element: x.name.clone(),
+                pos: x.pos,
+            });
+        }
+        Ok(self.topo.add_node(kind, host, parent, data))
+    }
+
     fn check_attrs(&mut self, x: &XmlNode, known: &[&str]) {
         for (k, _) in &x.attrs {
             if !known.contains(&k.as_str()) {
@@ -307,21 +333,20 @@ impl Loader {
             model_id,
         };
         let host = self.host_index(x.attr("host_hash"));
-        let cpu = self
-            .topo
-            .add_node(NodeKind::Cpu, host, None, NodeData::Cpu(info));
+        let cpu = self.add_node(x, NodeKind::Cpu, host, None, NodeData::Cpu(info))?;
         for child in &x.children {
             match child.name.as_str() {
                 "pci" => self.add_pci(child, cpu, host)?,
                 "nic" => {
                     // NCCL merges every <nic> of a socket into one node; weft keeps one node
                     // per element (same links, same paths) so the file writes back unchanged.
-                    let nic = self.topo.add_node(
+                    let nic = self.add_node(
+                        child,
                         NodeKind::Nic,
                         host,
                         Some(cpu),
                         NodeData::Nic { pci: None },
-                    );
+                    )?;
                     self.topo.connect(cpu, nic, LinkType::Pci, LOC_BW);
                     self.add_nets(child, nic, host)?;
                 }
@@ -390,21 +415,20 @@ impl Loader {
                 nvlinks,
                 c2c,
             };
-            let gpu = self
-                .topo
-                .add_node(NodeKind::Gpu, host, Some(parent), NodeData::Gpu(info));
+            let gpu = self.add_node(g, NodeKind::Gpu, host, Some(parent), NodeData::Gpu(info))?;
             self.topo.connect(gpu, parent, LinkType::Pci, bw);
             return Ok(());
         }
         if let Some(nic_x) = x.children_named("nic").next() {
             // NCCL merges <pci> elements with the same bus id into one NIC; such files do
             // not occur in practice, and one node per element keeps the round trip exact.
-            let nic = self.topo.add_node(
+            let nic = self.add_node(
+                nic_x,
                 NodeKind::Nic,
                 host,
                 Some(parent),
                 NodeData::Nic { pci: Some(pci) },
-            );
+            )?;
             self.topo.connect(nic, parent, LinkType::Pci, bw);
             return self.add_nets(nic_x, nic, host);
         }
@@ -416,12 +440,13 @@ impl Loader {
             .children_named("pcilink")
             .filter_map(|l| l.attr("target").map(|t| t.to_string()))
             .collect();
-        let sw = self.topo.add_node(
+        let sw = self.add_node(
+            x,
             NodeKind::Pci,
             host,
             Some(parent),
             NodeData::Pci { pci, pcilinks },
-        );
+        )?;
         self.topo.connect(sw, parent, LinkType::Pci, bw);
         for child in &x.children {
             match child.name.as_str() {
@@ -476,9 +501,7 @@ impl Loader {
                 extra,
             };
             let bw = info.bw();
-            let net = self
-                .topo
-                .add_node(NodeKind::Net, host, Some(nic), NodeData::Net(info));
+            let net = self.add_node(n, NodeKind::Net, host, Some(nic), NodeData::Net(info))?;
             self.topo.connect(nic, net, LinkType::Net, bw);
         }
         Ok(())
@@ -584,11 +607,6 @@ pub fn topology_from_xml(root: &XmlNode) -> Result<(Topology, Vec<XmlWarning>), 
             "cpu" => loader.add_cpu(child)?,
             _ => loader.unknown_element(child),
         }
-    }
-    if loader.topo.nodes.len() > MAX_TOPO_NODES {
-        return Err(TopoXmlError::TooManyNodes {
-            count: loader.topo.nodes.len(),
-        });
     }
     loader.add_bus_links();
     loader.topo.connect_cpus();
@@ -795,19 +813,69 @@ mod test {
 
     #[test]
     fn too_many_devices_are_refused() {
+        let system = "<system version=\"1\">";
         let cpu = "<cpu numaid=\"0\" arch=\"x86_64\"/>";
-        let text = format!(
-            "<system version=\"1\">{}</system>",
-            cpu.repeat(MAX_TOPO_NODES + 1)
-        );
+        let text = format!("{system}{}</system>", cpu.repeat(MAX_TOPO_NODES + 1));
+        let column = system.len() + MAX_TOPO_NODES * cpu.len() + 1;
         assert_eq!(
             parse_topology(&text).unwrap_err(),
             TopoXmlError::TooManyNodes {
-                count: MAX_TOPO_NODES + 1
+                element: "cpu".into(),
+                pos: Some(TextPos {
+                    line: 1,
+                    column: column as u32
+                }),
             }
         );
-        let text = format!("<system version=\"1\">{}</system>", cpu.repeat(3));
+        let text = format!("{system}{}</system>", cpu.repeat(3));
         assert_eq!(parse_topology(&text).unwrap().0.nodes.len(), 3);
+    }
+
+    /// The `<pci>` element that opens GPU `i`'s.
+    fn gpu_pci(i: usize) -> String {
+        format!(
+            "<pci busid=\"{:04x}:{:02x}:00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">",
+            i / 256,
+            i % 256
+        )
+    }
+
+    /// One CPU, then `n` GPUs of one line each (line 3 onwards).
+    fn gpus(n: usize) -> String {
+        let mut text = String::from("<system version=\"1\">\n<cpu numaid=\"0\" arch=\"x86_64\">\n");
+        for i in 0..n {
+            text.push_str(&gpu_pci(i));
+            text.push_str(&format!(
+                "<gpu dev=\"{i}\" sm=\"90\" rank=\"{i}\" gdr=\"1\"/></pci>\n"
+            ));
+        }
+        text.push_str("</cpu>\n</system>\n");
+        text
+    }
+
+    #[test]
+    fn ten_thousand_gpus_are_refused_at_the_first_one_past_the_limit() {
+        let e = parse_topology(&gpus(10_000)).unwrap_err();
+        // Node 4097 is GPU 4095 (the CPU is the first node), on line 3 + 4095.
+        let column = gpu_pci(4095).len() + 1;
+        assert_eq!(
+            e,
+            TopoXmlError::TooManyNodes {
+                element: "gpu".into(),
+                pos: Some(TextPos {
+                    line: 4098,
+                    column: column as u32
+                }),
+            }
+        );
+        assert_eq!(
+            format!("{e}"),
+            format!(
+                "topology XML: <gpu> at line 4098, column {column} is device 4097, more than the 4096 weft accepts"
+            )
+        );
+        let (topo, _) = parse_topology(&gpus(MAX_TOPO_NODES - 1)).unwrap();
+        assert_eq!(topo.of_kind(NodeKind::Gpu).len(), MAX_TOPO_NODES - 1);
     }
 
     #[test]

@@ -62,7 +62,8 @@ fn topo(args: &[String]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("weft topo: {e}");
+            // TopoCliError's message starts with "weft topo: " itself.
+            eprintln!("{e}");
             ExitCode::from(2)
         }
     }

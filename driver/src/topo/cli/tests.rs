@@ -360,6 +360,9 @@ mod unit {
             let msg = e.to_string();
             assert!(msg.contains(want), "{msg}");
             assert!(msg.contains("bad.xml"), "{msg}");
+            // The binary prints this as it is: one prefix, then the file.
+            assert!(msg.starts_with("weft topo: /"), "{msg}");
+            assert_eq!(msg.matches("weft topo").count(), 1, "{msg}");
         }
         // NCCL_TOPO_FILE is honoured, and a missing file names itself.
         let missing = tmp.dir.join("nope.xml");
