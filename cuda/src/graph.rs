@@ -26,42 +26,47 @@ impl Graph {
         enqueue: impl FnOnce(&Stream) -> std::result::Result<(), E>,
     ) -> std::result::Result<Graph, E>
     where
-        E: From<crate::CudaError>,
+        E: From<CudaError>,
     {
+        Graph::begin_capture(stream)?;
+        let enqueued = enqueue(stream);
+        // Always ended, even when `enqueue` failed, so the stream is usable again.
+        let graph = Graph::end_capture(stream);
+        enqueued?;
+        Ok(graph?)
+    }
+
+    /// Starts capturing `stream` (thread-local mode): work enqueued on it from now on is
+    /// recorded, not run, until [`Graph::end_capture`].
+    pub fn begin_capture(stream: &Stream) -> Result<()> {
         let ordinal = stream.context().device().ordinal();
         stream.context().bind()?;
         let d = driver()?;
         let begin = d.cuStreamBeginCapture().map_err(CudaError::from)?;
-        check(
-            // SAFETY: a live stream; thread-local capture mode.
-            unsafe { begin(stream.raw(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
-            "cuStreamBeginCapture",
-            Some(ordinal),
-        )?;
-        let enqueued = enqueue(stream);
+        // SAFETY: a live stream; thread-local capture mode.
+        let r = unsafe { begin(stream.raw(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
+        check(r, "cuStreamBeginCapture", Some(ordinal))
+    }
+
+    /// Ends the capture begun on `stream` and instantiates what it recorded.
+    pub fn end_capture(stream: &Stream) -> Result<Graph> {
+        let ordinal = stream.context().device().ordinal();
+        stream.context().bind()?;
+        let d = driver()?;
         let end = d.cuStreamEndCapture().map_err(CudaError::from)?;
         let mut graph: CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream is capturing; `graph` is a valid out-pointer. Always ended,
-        // even when `enqueue` failed, so the stream is usable again.
-        let ended = check(
-            unsafe { end(stream.raw(), &mut graph) },
-            "cuStreamEndCapture",
-            Some(ordinal),
-        );
+        // SAFETY: the stream is capturing; `graph` is a valid out-pointer.
+        let r = unsafe { end(stream.raw(), &mut graph) };
         let mut out = Graph {
             graph,
             exec: std::ptr::null_mut(),
             ordinal,
         };
-        enqueued?;
-        ended?;
+        check(r, "cuStreamEndCapture", Some(ordinal))?;
         let instantiate = d.cuGraphInstantiate().map_err(CudaError::from)?;
-        check(
-            // SAFETY: a captured graph; `exec` is a valid out-pointer; flags 0.
-            unsafe { instantiate(&mut out.exec, out.graph, 0) },
-            "cuGraphInstantiate",
-            Some(ordinal),
-        )?;
+        // SAFETY: a captured graph; `exec` is a valid out-pointer; flags 0.
+        let r = unsafe { instantiate(&mut out.exec, out.graph, 0) };
+        check(r, "cuGraphInstantiate", Some(ordinal))?;
         Ok(out)
     }
 

@@ -50,6 +50,8 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
                        CPU per local rank, at most 4)
   --transport T        auto, shm or net (default auto)
   --timeout SECONDS    deadline of every wait on a peer (default 30)
+  -G, --cudagraph N    with --device cuda: record the timed calls into a CUDA graph once
+                       and launch it N times (nccl-tests' -G; default 0, no graph)
   --id HEX             join a job as one rank (from `weft unique-id`), with --rank and
                        --nranks or a launcher's variables (torchrun, mpirun, srun)
   --rank R, --nranks N this process's rank and the job's size (with --id)
@@ -157,6 +159,8 @@ struct PerfArgs {
     channels: Option<u32>,
     transport: Option<TransportChoice>,
     timeout: Option<Duration>,
+    /// CUDA graph launches per measurement (nccl-tests' `-G`); 0: no graph.
+    graph_launches: usize,
     id: Option<String>,
     rank: Option<usize>,
     nranks: Option<usize>,
@@ -233,6 +237,9 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
             .filter(|t| *t > 0.0 && t.is_finite() && *t < 1e9)
             .map(Duration::from_secs_f64)
     })?;
+    let graph_launches = a
+        .parsed(&["-G", "--cudagraph"], "a number of graph launches", num)?
+        .unwrap_or(0);
     let id = a.value(&["--id"])?;
     let rank = a.parsed(&["--rank"], "a rank", num)?;
     let nranks = a.parsed(&["--nranks"], "a rank count", num)?;
@@ -260,6 +267,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         channels,
         transport,
         timeout,
+        graph_launches,
         id,
         rank,
         nranks,
@@ -273,6 +281,9 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
             "invalid sizes for 'minbytes' and 'maxbytes': {} > {}",
             args.min_bytes, args.max_bytes
         ));
+    }
+    if args.graph_launches > 0 && args.device != PerfDevice::Cuda {
+        return Err("-G (CUDA graphs) needs --device cuda".to_string());
     }
     if args.factor == 1 && args.step_bytes == 0 {
         return Err("-i 0 with -f 1 would never reach the largest size".to_string());
@@ -596,6 +607,25 @@ impl Rank<'_> {
         in_place: bool,
         iters: usize,
     ) -> PerfResult<f64> {
+        if self.args.graph_launches > 0 {
+            if let Backend::Cuda(g) = &self.backend {
+                // nccl-tests' -G: the calls recorded once into a CUDA graph, the graph
+                // launched N times; the time per call is the total over iters * N.
+                g.begin_graph()?;
+                let recorded = (0..iters).try_for_each(|_| self.run_once(b, s, in_place));
+                let Backend::Cuda(g) = &mut self.backend else {
+                    return Err("the backend changed during a capture".into());
+                };
+                let graph = g.end_graph();
+                recorded?;
+                let graph = graph?;
+                g.time_start()?;
+                for _ in 0..self.args.graph_launches {
+                    graph.launch(&g.stream)?;
+                }
+                return Ok(g.time_stop()? / self.args.graph_launches as f64);
+            }
+        }
         if let Backend::Cuda(g) = &self.backend {
             g.time_start()?;
         }
@@ -756,7 +786,7 @@ fn run_rank(
         };
         let _ = writeln!(
             out,
-            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0",
+            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
             args.min_bytes,
             args.max_bytes,
             args.warmup,
@@ -765,7 +795,8 @@ fn run_rank(
                 Check::Once => 1,
                 Check::Every => args.iters,
                 Check::Off => 0,
-            }
+            },
+            args.graph_launches
         );
         let _ = writeln!(out, "#");
         let _ = writeln!(out, "# Using devices");
@@ -1039,6 +1070,10 @@ mod test {
         let g = parse_args(&["all-gather".into(), "--device".into(), "cuda".into()]).unwrap();
         assert_eq!((g.device, g.ranks), (PerfDevice::Cuda, None));
         assert!(parse_args(&["all-gather".into(), "--device".into(), "tpu".into()]).is_err());
+        let graph = ["all-reduce", "--device", "cuda", "-G", "10"].map(String::from);
+        assert_eq!(parse_args(&graph).unwrap().graph_launches, 10);
+        let no_gpu = ["all-reduce", "-G", "10"].map(String::from);
+        assert!(parse_args(&no_gpu).unwrap_err().contains("--device cuda"));
         assert!(parse_args(&["bogus".into()]).is_err());
         assert!(
             parse_args(&[

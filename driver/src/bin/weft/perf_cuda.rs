@@ -170,6 +170,16 @@ impl CudaRank {
         self.comm.synchronize(&self.stream)
     }
 
+    /// Starts recording the stream into a CUDA graph (nothing runs until it is launched).
+    pub fn begin_graph(&self) -> Result<(), GpuError> {
+        Ok(weft_cuda::Graph::begin_capture(&self.stream)?)
+    }
+
+    /// Ends the recording and returns the graph.
+    pub fn end_graph(&self) -> Result<weft_cuda::Graph, GpuError> {
+        Ok(weft_cuda::Graph::end_capture(&self.stream)?)
+    }
+
     /// Starts a timed region on the stream.
     pub fn time_start(&self) -> Result<(), GpuError> {
         Ok(self.start.record(&self.stream)?)
