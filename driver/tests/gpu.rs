@@ -294,7 +294,11 @@ fn send_recv_groups_on_every_gpu() {
     let counts = [1usize, 4097, 3 << 20, 40_000_001];
     let wrong = run_ranks(n, Duration::from_secs(60), move |rank, mut comm| {
         let stream = Stream::new(comm.context()).unwrap();
-        let ctx = comm.context().clone();
+        // Allocated once and every kernel loaded before any rank launches one: a module
+        // load or a free waits for the whole device, which would stall ranks sharing it.
+        let b = Buffers::new(&comm, counts[3]);
+        prepare(&mut comm);
+        let (send, recv) = (&b.send, &b.recv);
         let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
         let mut wrong = 0usize;
         for (k, &bytes) in counts.iter().enumerate() {
@@ -306,8 +310,6 @@ fn send_recv_groups_on_every_gpu() {
             };
             let mut input = vec![0u8; bytes];
             data.fill(rank, 0, &mut input);
-            let send = DeviceBuffer::alloc(&ctx, bytes).unwrap();
-            let recv = DeviceBuffer::alloc(&ctx, bytes).unwrap();
             send.copy_from_host(&input).unwrap();
             // Poisoned the way the collectives' outputs are (a copy, not a device memset).
             recv.copy_from_host(&vec![0xa5u8; bytes]).unwrap();
