@@ -33,7 +33,9 @@ pub use device::{Device, device_count, driver};
 pub use error::{CudaError, Result};
 pub use event::Event;
 pub use graph::Graph;
-pub use memory::{DeviceBuffer, HostMapped, IpcMapping, IpcMemHandle, copy_async};
+pub use memory::{
+    DeviceBuffer, HostMapped, HostRegistration, IpcMapping, IpcMemHandle, copy_async,
+};
 pub use module::{Function, Module};
 pub use nvrtc::{CompileOptions, Compiled, compile};
 pub use stream::Stream;

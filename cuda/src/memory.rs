@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use weft_sys::cuda::types::{
     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
-    CUdeviceptr, CUipcMemHandle,
+    CU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_PORTABLE, CUdeviceptr, CUipcMemHandle,
 };
 
 use crate::context::Context;
@@ -370,6 +370,83 @@ impl Drop for HostMapped {
         // SAFETY: allocated in `alloc`, freed once here.
         let r = unsafe { (d.cuMemFreeHost)(self.host.cast()) };
         if let Err(e) = check(r, "cuMemFreeHost", Some(self.ctx.device().ordinal())) {
+            log::warn!("weft-cuda: {e}");
+        }
+    }
+}
+
+/// Host memory allocated elsewhere (a shared-memory segment, say), pinned and mapped into
+/// the device's address space (`cuMemHostRegister` with DEVICEMAP | PORTABLE); `Drop`
+/// unregisters it. The memory itself stays its owner's.
+#[derive(Debug)]
+pub struct HostRegistration {
+    ctx: Arc<Context>,
+    host: *mut u8,
+    device: CUdeviceptr,
+}
+
+// SAFETY: an address pair; the registration is a driver-side record usable from any thread.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `len` bytes at `host`.
+    ///
+    /// # Safety
+    ///
+    /// `host` must be page-aligned, valid for reads and writes of `len` bytes, and stay
+    /// mapped until the returned value is dropped.
+    pub unsafe fn register(
+        ctx: &Arc<Context>,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<HostRegistration> {
+        ctx.bind()?;
+        let d = driver()?;
+        let ordinal = Some(ctx.device().ordinal());
+        let register = d.cuMemHostRegister().map_err(CudaError::from)?;
+        // SAFETY: the caller's promise on the range.
+        let r = unsafe {
+            register(
+                host.cast(),
+                len,
+                CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        };
+        check(r, "cuMemHostRegister", ordinal)?;
+        // Owned from here on, so an error below still unregisters.
+        let mut reg = HostRegistration {
+            ctx: ctx.clone(),
+            host,
+            device: 0,
+        };
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `device` is a valid out-pointer; the range was registered with DEVICEMAP.
+        let r = unsafe { (d.cuMemHostGetDevicePointer)(&mut device, host.cast(), 0) };
+        check(r, "cuMemHostGetDevicePointer", ordinal)?;
+        reg.device = device;
+        Ok(reg)
+    }
+
+    /// The range's address for kernels.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.device
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        let Ok(d) = driver() else { return };
+        let Ok(unregister) = d.cuMemHostUnregister() else {
+            return;
+        };
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: registered in `register`, unregistered once here.
+        let r = unsafe { unregister(self.host.cast()) };
+        if let Err(e) = check(r, "cuMemHostUnregister", Some(self.ctx.device().ordinal())) {
             log::warn!("weft-cuda: {e}");
         }
     }

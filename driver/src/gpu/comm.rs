@@ -14,16 +14,19 @@
 //! in host-mapped memory, which [`GpuComm::check`] turns into an error naming the peer.
 
 use std::mem::size_of;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::abi::{
-    Algorithm, ChannelPeer, CollKind, CollWork, ConnInfo, DataType, DevChannel, DevComm,
-    FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS,
-    P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_RECV,
+    Algorithm, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo, DataType, DevChannel,
+    DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS,
+    P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_RECV,
 };
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
-use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
+use weft_core::wire::bootstrap::bus_id_from_str;
+use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, HostRegistration, IpcMapping, Stream};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::error::GpuError;
@@ -34,7 +37,7 @@ use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
 use crate::comm::{CommError, CommOptions};
 use crate::exec::reduce::{Bf16, F16};
-use weft_core::wire::bootstrap::bus_id_from_str;
+use crate::transport::shm::ShmMapping;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
 pub const DEFAULT_CHANNELS: u32 = 16;
@@ -179,8 +182,136 @@ enum PeerWindow {
     SameProcess(u64),
     /// Another process's window, opened from its IPC handle.
     Ipc(IpcMapping),
+    /// Another rank's SHM window, mapped and registered here.
+    Host(Window),
     /// No connection to this rank.
     None,
+}
+
+/// A rank's window: device memory (P2P), or a shared-memory segment pinned and mapped for
+/// the GPU (SHM, where some GPUs cannot reach each other: kernels then move data through
+/// host memory over PCIe, as NCCL's SHM transport does for device buffers).
+#[derive(Debug)]
+enum Window {
+    Device(DeviceBuffer),
+    Host {
+        // Dropped first: unregistered before it is unmapped.
+        registration: HostRegistration,
+        mapping: ShmMapping,
+        path: PathBuf,
+    },
+}
+
+/// Tells a peer's record which kind of window follows.
+const WINDOW_DEVICE: u8 = 0;
+const WINDOW_HOST: u8 = 1;
+
+impl Window {
+    /// A zeroed SHM segment of `bytes`, registered with `ctx`'s device.
+    fn host(ctx: &Arc<Context>, rank: usize, bytes: usize) -> Result<Window, GpuError> {
+        let dir = std::env::var_os("WEFT_SHM_DIR")
+            .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = dir.join(format!("weft-gpu-{}-{stamp:x}-r{rank}", std::process::id()));
+        let mapping = ShmMapping::create(&dir, &path, bytes)
+            .map_err(|e| GpuError::InvalidArgument(format!("the SHM window: {e}")))?;
+        let (ptr, len) = mapping.bytes();
+        // SAFETY: the mapping is page-aligned, `len` bytes long, and outlives the
+        // registration (dropped first, see the field order).
+        let registration = unsafe { HostRegistration::register(ctx, ptr, len) }?;
+        Ok(Window::Host {
+            registration,
+            mapping,
+            path,
+        })
+    }
+
+    /// What peers need to reach this window.
+    fn record(&self) -> Result<Vec<u8>, GpuError> {
+        let mut out = Vec::with_capacity(80);
+        match self {
+            Window::Device(buf) => {
+                out.push(WINDOW_DEVICE);
+                out.extend_from_slice(&buf.ptr().to_be_bytes());
+                out.extend_from_slice(&buf.ipc_handle()?.0);
+            }
+            Window::Host { mapping, path, .. } => {
+                out.push(WINDOW_HOST);
+                out.extend_from_slice(&(mapping.bytes().1 as u64).to_be_bytes());
+                out.extend_from_slice(path.as_os_str().as_encoded_bytes());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Maps `peer`'s window from its record.
+    fn open_peer(
+        ctx: &Arc<Context>,
+        peer: &GpuPeer,
+        record: &[u8],
+        my_pid: u32,
+    ) -> Result<PeerWindow, GpuError> {
+        let bad = || GpuError::InvalidArgument("a malformed window record".to_string());
+        let word = u64::from_be_bytes(
+            record
+                .get(1..9)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        );
+        match record.first() {
+            Some(&WINDOW_DEVICE) if peer.pid == my_pid => {
+                let other = Context::primary(Device::get(peer.device as usize)?)?;
+                ctx.enable_peer_access(&other)?;
+                other.enable_peer_access(ctx)?;
+                Ok(PeerWindow::SameProcess(word))
+            }
+            Some(&WINDOW_DEVICE) => {
+                let handle: [u8; 64] = record
+                    .get(9..73)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?;
+                Ok(PeerWindow::Ipc(IpcMapping::open(
+                    ctx,
+                    &weft_cuda::IpcMemHandle(handle),
+                )?))
+            }
+            Some(&WINDOW_HOST) => {
+                let path = PathBuf::from(std::ffi::OsStr::from_bytes(
+                    record.get(9..).ok_or_else(bad)?,
+                ));
+                let mapping = ShmMapping::open(&path, word)
+                    .map_err(|e| GpuError::InvalidArgument(format!("its SHM window: {e}")))?;
+                let (ptr, len) = mapping.bytes();
+                // SAFETY: as in `Window::host`.
+                let registration = unsafe { HostRegistration::register(ctx, ptr, len) }?;
+                Ok(PeerWindow::Host(Window::Host {
+                    registration,
+                    mapping,
+                    path,
+                }))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// The window's address for kernels of this process.
+    fn device_ptr(&self) -> u64 {
+        match self {
+            Window::Device(buf) => buf.ptr(),
+            Window::Host { registration, .. } => registration.device_ptr(),
+        }
+    }
+
+    /// Removes an SHM window's name (the mappings stay).
+    fn unlink(&self) {
+        if let Window::Host { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// One send or receive of a point-to-point group on device memory.
@@ -205,7 +336,7 @@ pub struct GpuComm {
     status: HostMapped,
     // Dropped after `control`, before the context: peers' windows, then ours.
     peer_windows: Vec<PeerWindow>,
-    window: DeviceBuffer,
+    window: Window,
     bootstrap: Bootstrap,
     failed: Option<String>,
 }
@@ -255,66 +386,50 @@ impl GpuComm {
             .enumerate()
             .map(|(r, b)| GpuPeer::decode(r, b))
             .collect::<Result<Vec<_>, _>>()?;
-        check_peers(rank, &peers)?;
+        // P2P where every rank reaches every other's GPU; otherwise every window lives in
+        // shared host memory (SHM). Every rank decides from the same all-gathered answers.
+        let reach = u8::from(check_peers(rank, &peers)?);
+        let via_host = bootstrap
+            .all_gather(&[reach])?
+            .iter()
+            .any(|a| a.first() != Some(&1));
         let n = u32::try_from(nranks)
             .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
         let rings = channel_rings(&mut bootstrap, &peers, opts)?;
         let layout = Layout::new(rings, n, P2P_CHANNELS, step_bytes);
         let r = rank as u32;
+        let bytes = layout.window_bytes(r);
 
         // This rank's window, zeroed: every counter starts at 0.
-        let window = DeviceBuffer::alloc(&ctx, layout.window_bytes(r))?;
-        window.fill(0)?;
-        let mut mine = Vec::with_capacity(80);
-        mine.extend_from_slice(&window.ptr().to_be_bytes());
-        mine.extend_from_slice(&window.ipc_handle()?.0);
-        let shared = bootstrap.all_gather(&mine)?;
+        let window = if via_host {
+            Window::host(&ctx, rank, bytes)?
+        } else {
+            let buf = DeviceBuffer::alloc(&ctx, bytes)?;
+            buf.fill(0)?;
+            Window::Device(buf)
+        };
+        let shared = bootstrap.all_gather(&window.record()?)?;
 
         let talks_to = |q: u32| {
             (0..layout.nchannels()).any(|c| layout.connected(c, r, q) || layout.connected(c, q, r))
         };
         let mut peer_windows = Vec::with_capacity(nranks);
         for (q, (peer, record)) in peers.iter().zip(&shared).enumerate() {
-            let q32 = q as u32;
             if q == rank {
                 peer_windows.push(PeerWindow::Own);
-                continue;
-            }
-            if !talks_to(q32) {
+            } else if !talks_to(q as u32) {
                 peer_windows.push(PeerWindow::None);
-                continue;
-            }
-            let bad =
-                || GpuError::InvalidArgument(format!("rank {q} sent a malformed window record"));
-            let ptr = u64::from_be_bytes(
-                record
-                    .get(..8)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?,
-            );
-            if peer.pid == me.pid {
-                let other = Context::primary(Device::get(peer.device as usize)?)?;
-                ctx.enable_peer_access(&other)?;
-                other.enable_peer_access(&ctx)?;
-                peer_windows.push(PeerWindow::SameProcess(ptr));
             } else {
-                let handle: [u8; 64] = record
-                    .get(8..72)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?;
-                let mapping =
-                    IpcMapping::open(&ctx, &weft_cuda::IpcMemHandle(handle)).map_err(|e| {
-                        GpuError::Unreachable {
-                            peer: q,
-                            detail: format!(
-                                "opening its window (GPU {} in process {}) failed: {e}",
-                                peer.bus_id, peer.pid
-                            ),
-                        }
-                    })?;
-                peer_windows.push(PeerWindow::Ipc(mapping));
+                let opened = Window::open_peer(&ctx, peer, record, me.pid).map_err(|e| {
+                    GpuError::Unreachable {
+                        peer: q,
+                        detail: format!(
+                            "opening its window (GPU {} in process {}) failed: {e}",
+                            peer.bus_id, peer.pid
+                        ),
+                    }
+                })?;
+                peer_windows.push(opened);
             }
         }
 
@@ -339,10 +454,13 @@ impl GpuComm {
         comm.control = comm.build_control()?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
         comm.bootstrap.barrier()?;
+        // Every peer has mapped the SHM segment by now: its name can go.
+        comm.window.unlink();
         log::info!(
-            "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via P2P, {} KiB FIFO steps",
+            "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via {}, {} KiB FIFO steps",
             me.bus_id,
             comm.layout.nchannels(),
+            comm.transport_name(),
             step_bytes / 1024
         );
         Ok(comm)
@@ -351,9 +469,10 @@ impl GpuComm {
     /// The address of `rank`'s window here.
     fn window_of(&self, rank: u32) -> Result<u64, GpuError> {
         match self.peer_windows.get(rank as usize) {
-            Some(PeerWindow::Own) => Ok(self.window.ptr()),
+            Some(PeerWindow::Own) => Ok(self.window.device_ptr()),
             Some(PeerWindow::SameProcess(p)) => Ok(*p),
             Some(PeerWindow::Ipc(m)) => Ok(m.ptr()),
+            Some(PeerWindow::Host(w)) => Ok(w.device_ptr()),
             _ => Err(GpuError::InvalidArgument(format!(
                 "no window of rank {rank} is mapped"
             ))),
@@ -383,7 +502,10 @@ impl GpuComm {
             sizes_fifo: 0,
             ptr_exchange: 0,
             step: 0,
-            flags: 0,
+            flags: match self.window {
+                Window::Device(_) => 0,
+                Window::Host { .. } => CONN_HOST_MEMORY,
+            },
             steps: STEPS,
         })
     }
@@ -461,6 +583,15 @@ impl GpuComm {
 
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// "P2P" (device memory over NVLink or PCIe) or "SHM" (host memory), as NCCL's
+    /// `NCCL_DEBUG=INFO` names its transports.
+    pub fn transport_name(&self) -> &'static str {
+        match self.window {
+            Window::Device(_) => "P2P",
+            Window::Host { .. } => "SHM",
+        }
     }
 
     pub fn nranks(&self) -> usize {
@@ -845,19 +976,17 @@ pub fn avg_scale_bits(dtype: DataType, op: RedOp, nranks: usize) -> u64 {
     }
 }
 
-/// All ranks on one host, no two on one GPU, the same explicit settings, and P2P possible.
-/// `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the protocol on
-/// machines with one GPU (the ranks' kernels must then fit on the GPU together).
-fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
+/// Checks that all ranks are on one host, no two on one GPU, with the same explicit
+/// settings; returns whether this rank can reach every other's GPU memory directly (P2P:
+/// not disabled, peer access possible, the peer's GPU visible here). `WEFT_TEST_SHARE_GPU=1`
+/// lets ranks share a GPU: only for testing the protocol on machines with one GPU (the
+/// ranks' kernels must then fit on the GPU together).
+fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
     let mine = &peers[me];
+    let mut reach = true;
     if env_flag(&["WEFT_P2P_DISABLE", "NCCL_P2P_DISABLE"]) && peers.len() > 1 {
-        return Err(GpuError::Unreachable {
-            peer: (me + 1) % peers.len(),
-            detail: "P2P is disabled (NCCL_P2P_DISABLE / WEFT_P2P_DISABLE), and weft's GPU \
-                     path has no other transport for device memory yet (SHM through host \
-                     memory is not implemented): unset the variable"
-                .to_string(),
-        });
+        log::info!("weft: P2P disabled (NCCL_P2P_DISABLE): device data goes through SHM");
+        reach = false;
     }
     for (q, p) in peers.iter().enumerate() {
         if q == me {
@@ -889,33 +1018,26 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<(), GpuError> {
             continue;
         }
         let here = Device::get(mine.device as usize)?;
-        let there = local_device_of(&p.bus_id)?;
-        match there {
-            Some(d) => {
-                if !here.can_access_peer(&d)? {
-                    return Err(GpuError::Unreachable {
-                        peer: q,
-                        detail: format!(
-                            "CUDA says GPU {} cannot access GPU {} (no NVLink or PCIe P2P between \
-                             them), and weft's GPU path has no SHM fallback yet",
-                            mine.bus_id, p.bus_id
-                        ),
-                    });
-                }
+        match local_device_of(&p.bus_id)? {
+            Some(d) if here.can_access_peer(&d)? => {}
+            Some(_) => {
+                log::info!(
+                    "weft: GPU {} cannot access GPU {} (rank {q}) directly: device data goes through SHM",
+                    mine.bus_id,
+                    p.bus_id
+                );
+                reach = false;
             }
             None => {
-                return Err(GpuError::Unreachable {
-                    peer: q,
-                    detail: format!(
-                        "its GPU {} is not visible in this process (CUDA_VISIBLE_DEVICES?): \
-                         every rank must see every GPU of the host for P2P",
-                        p.bus_id
-                    ),
-                });
+                log::info!(
+                    "weft: rank {q}'s GPU {} is not visible here (CUDA_VISIBLE_DEVICES?): device data goes through SHM",
+                    p.bus_id
+                );
+                reach = false;
             }
         }
     }
-    Ok(())
+    Ok(reach)
 }
 
 /// The device of this process with PCI bus id `bus_id`.

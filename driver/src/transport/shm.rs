@@ -426,7 +426,7 @@ fn creator_pidns(path: &Path) -> Option<u64> {
 /// A shared mapping of a whole segment file; unmapped on drop, and (on the creator's side)
 /// the name unlinked too if the peer has not done so already.
 #[derive(Debug)]
-struct ShmMapping {
+pub(crate) struct ShmMapping {
     ptr: NonNull<u8>,
     len: usize,
     unlink_on_drop: Option<PathBuf>,
@@ -434,7 +434,7 @@ struct ShmMapping {
 
 impl ShmMapping {
     /// Creates `path` (which must not exist), reserves `len` bytes, maps it.
-    fn create(dir: &Path, path: &Path, len: usize) -> Result<Self, ShmError> {
+    pub(crate) fn create(dir: &Path, path: &Path, len: usize) -> Result<Self, ShmError> {
         let need = as_u64(len);
         let no_space = |free| ShmError::NoSpace {
             dir: dir.to_path_buf(),
@@ -480,7 +480,7 @@ impl ShmMapping {
     }
 
     /// Opens an existing segment of `announced` bytes and maps it.
-    fn open(path: &Path, announced: u64) -> Result<Self, ShmError> {
+    pub(crate) fn open(path: &Path, announced: u64) -> Result<Self, ShmError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -525,6 +525,13 @@ impl ShmMapping {
             len,
             unlink_on_drop: None,
         })
+    }
+}
+
+impl ShmMapping {
+    /// The mapping's first byte (page-aligned) and length.
+    pub(crate) fn bytes(&self) -> (*mut u8, usize) {
+        (self.ptr.as_ptr(), self.len)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The CUDA driver API (libcuda), resolved at run time.
 //!
-//! [`CudaDriver`] is a table of the 79 driver entry points weft uses. Symbols are looked up
+//! [`CudaDriver`] is a table of the 81 driver entry points weft uses. Symbols are looked up
 //! by the versioned names that `cuda.h` maps its macros to (`cuMemAlloc` is exported as
 //! `cuMemAlloc_v2`); the table's fields carry the unversioned names. The virtual memory
 //! (`cuMem*`) and multicast (`cuMulticast*`) calls are optional: a driver too old for them
@@ -150,6 +150,11 @@ fn_table! {
             cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" since "CUDA 11.0+":
                 fn(*mut CUmemGenericAllocationHandle, *mut c_void) -> CUresult;
 
+            /// Pins an existing host range and maps it for the device (a shared-memory
+            /// segment that kernels of several processes reach through PCIe).
+            cuMemHostRegister = "cuMemHostRegister_v2" since "CUDA 4.0+":
+                fn(*mut c_void, usize, c_uint) -> CUresult;
+            cuMemHostUnregister = "cuMemHostUnregister" since "CUDA 4.0+": fn(*mut c_void) -> CUresult;
             /// Reading an attribute also loads the function under lazy loading
             /// (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2).
             cuFuncGetAttribute = "cuFuncGetAttribute" since "CUDA 2.2+":

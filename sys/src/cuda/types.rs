@@ -324,6 +324,10 @@ pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 2;
 pub const CU_MEMHOSTALLOC_WRITECOMBINED: c_uint = 4;
 /// `cuIpcOpenMemHandle` flag: enable peer access lazily.
 pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+/// `cuMemHostRegister`: the range is pinned for every context.
+pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 1;
+/// `cuMemHostRegister`: the range is mapped into the device address space.
+pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 2;
 /// `CUmemAllocationProp::allocFlags::usage` bit: the allocation may be the target of
 /// GPUDirect RDMA over PCIe.
 pub const CU_MEM_CREATE_USAGE_GPU_DIRECT_RDMA_OVER_PCIE: u16 = 4;

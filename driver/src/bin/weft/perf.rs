@@ -826,7 +826,7 @@ fn run_rank(
             Backend::Cuda(g) => (
                 g.comm.nchannels() as usize,
                 g.comm.rings().first().cloned().unwrap_or_default(),
-                Some("P2P".to_string()),
+                Some(g.comm.transport_name().to_string()),
                 g.comm.step_bytes(),
             ),
         };
