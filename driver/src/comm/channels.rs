@@ -74,6 +74,10 @@ pub struct ChannelPlan {
     pub found: u32,
     /// Why this source, for the log: the graph NCCL would print, or why no search ran.
     pub note: String,
+    /// From the search: a pair of ranks whose GPUs may not use P2P under `NCCL_P2P_LEVEL`
+    /// / `NCCL_P2P_DISABLE` (NCCL's `ncclTopoCheckP2p` on the path between them), and the
+    /// path type; `None` when every pair may, or when no search ran.
+    pub p2p_blocked: Option<(u32, u32, String)>,
 }
 
 impl ChannelPlan {
@@ -185,6 +189,7 @@ fn plain(peers: &[Peer], note: String) -> ChannelPlan {
         source: SOURCE_PLAIN,
         found,
         note,
+        p2p_blocked: None,
     }
 }
 
@@ -256,6 +261,22 @@ fn search(
     let Some((ring, tree, _)) = &view.graphs else {
         return Err("no GPU in the topology".to_string());
     };
+    let gpu_nodes = view.topo.of_kind(NodeKind::Gpu);
+    let rank_of = |i: usize| {
+        view.topo
+            .nodes
+            .get(i)
+            .and_then(|n| n.gpu())
+            .and_then(|g| u32::try_from(g.rank).ok())
+    };
+    let p2p_blocked = gpu_nodes.iter().enumerate().find_map(|(k, &a)| {
+        gpu_nodes.iter().skip(k + 1).find_map(|&b| {
+            (!view.paths.p2p_allowed(&view.topo, a, b, &path_opts)).then(|| {
+                let kind = format!("{:?}", view.paths.kind(a, b));
+                (rank_of(a).unwrap_or(0), rank_of(b).unwrap_or(0), kind)
+            })
+        })
+    });
     let graph_channels = ring.nchannels().min(tree.nchannels());
     let mut rings = Vec::new();
     for r in comm_rings(ring, graph_channels, 1) {
@@ -280,6 +301,7 @@ fn search(
         rings,
         source: SOURCE_SEARCH,
         note,
+        p2p_blocked,
     })
 }
 
@@ -363,23 +385,25 @@ pub fn plan_channels(
 
 /// "WFCP": a channel plan on the wire.
 const PLAN_MAGIC: u32 = 0x5746_4350;
-const PLAN_VERSION: u16 = 1;
+const PLAN_VERSION: u16 = 2;
 /// magic u32, version u16, status u8, source u8, nchannels u16, nranks u32, found u32,
-/// note length u16; then the note and nchannels x nranks u32 ranks.
+/// note length u16; then the note, nchannels x nranks u32 ranks, and the P2P verdict:
+/// u8 (1: a pair is blocked), two u32 ranks, u16 length and the path type's name.
 const PLAN_HEAD: usize = 4 + 2 + 1 + 1 + 2 + 4 + 4 + 2;
 
 /// Rank 0's plan, or its error, as bytes for [`decode_plan`].
 fn encode_plan(plan: &Result<ChannelPlan, CommError>, nranks: usize) -> Vec<u8> {
-    let (status, source, rings, found, note) = match plan {
+    let (status, source, rings, found, note, blocked) = match plan {
         Ok(p) => (
             0u8,
             u8::from(p.source == SOURCE_SEARCH),
             p.rings.as_slice(),
             p.found,
             p.note.as_str(),
+            p.p2p_blocked.as_ref(),
         ),
-        Err(CommError::Channels { detail, .. }) => (1, 0, &[][..], 0, detail.as_str()),
-        Err(_) => (1, 0, &[][..], 0, "planning failed"),
+        Err(CommError::Channels { detail, .. }) => (1, 0, &[][..], 0, detail.as_str(), None),
+        Err(_) => (1, 0, &[][..], 0, "planning failed", None),
     };
     let mut note = note.as_bytes();
     note = note
@@ -400,6 +424,18 @@ fn encode_plan(plan: &Result<ChannelPlan, CommError>, nranks: usize) -> Vec<u8> 
         for x in r {
             out.extend_from_slice(&x.to_be_bytes());
         }
+    }
+    if status == 0 {
+        let (a, b, kind) = blocked.map_or((0, 0, ""), |(a, b, k)| (*a, *b, k.as_str()));
+        out.push(u8::from(blocked.is_some()));
+        out.extend_from_slice(&a.to_be_bytes());
+        out.extend_from_slice(&b.to_be_bytes());
+        let kind = kind
+            .as_bytes()
+            .get(..kind.len().min(64))
+            .unwrap_or_default();
+        out.extend_from_slice(&(kind.len() as u16).to_be_bytes());
+        out.extend_from_slice(kind);
     }
     out
 }
@@ -444,10 +480,20 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
         return Err(bad(format!("{nchannels} channels")));
     }
     let start = PLAN_HEAD + note_len;
-    let want = start + nchannels * nranks * 4;
+    let verdict = start + nchannels * nranks * 4;
+    let kind_len = usize::from(be16(field(verdict + 9, 2)?));
+    let want = verdict + 11 + kind_len;
     if bytes.len() != want {
         return Err(bad(format!("{} bytes, expected {want}", bytes.len())));
     }
+    let p2p_blocked = (field(verdict, 1)?.first() == Some(&1)).then(|| -> Result<_, CommError> {
+        Ok((
+            be32(field(verdict + 1, 4)?),
+            be32(field(verdict + 5, 4)?),
+            String::from_utf8_lossy(field(verdict + 11, kind_len)?).into_owned(),
+        ))
+    });
+    let p2p_blocked = p2p_blocked.transpose()?;
     let mut rings = Vec::with_capacity(nchannels);
     for c in 0..nchannels {
         let ring: Vec<u32> = (0..nranks)
@@ -466,6 +512,7 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
         },
         found,
         note,
+        p2p_blocked,
     })
 }
 

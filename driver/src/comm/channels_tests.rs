@@ -442,3 +442,32 @@ fn every_rank_adopts_rank_zeros_plan() {
         assert_eq!(*p, plans[0]);
     }
 }
+
+#[test]
+fn the_plan_carries_nccl_p2p_level_verdict() {
+    let topo = xml("h200x4-measured.xml");
+    let busids = gpu_busids(&topo);
+    let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
+    let peers = gpu_peers(&refs);
+    // NVLink between every pair: P2P allowed by default.
+    let plan = plan_channels(&peers, TopoInput::Xml(&topo), &no_env).unwrap();
+    assert_eq!(plan.p2p_blocked, None);
+    // A level below NVLink forbids it; so does NCCL_P2P_DISABLE.
+    for env in [
+        env_of(&[("NCCL_P2P_LEVEL", "LOC")]),
+        env_of(&[("NCCL_P2P_DISABLE", "1")]),
+    ] {
+        let plan = plan_channels(&peers, TopoInput::Xml(&topo), &env).unwrap();
+        let (a, b, kind) = plan.p2p_blocked.clone().expect("a blocked pair");
+        assert_eq!((a, b), (0, 1), "{kind}");
+        assert!(!kind.is_empty());
+        // The verdict survives rank 0's broadcast.
+        let decoded = decode_plan(&encode_plan(&Ok(plan.clone()), 4), 4).unwrap();
+        assert_eq!(decoded, plan);
+    }
+    let open = plan_channels(&peers, TopoInput::Xml(&topo), &no_env).unwrap();
+    assert_eq!(
+        decode_plan(&encode_plan(&Ok(open.clone()), 4), 4).unwrap(),
+        open
+    );
+}

@@ -45,11 +45,15 @@ pub const DEFAULT_CHANNELS: u32 = 16;
 /// (`weft::comm::channels`, the same rings `weft topo` prints), decided by rank 0 for all;
 /// where the search cannot run (no topology, ranks sharing a GPU), [`DEFAULT_CHANNELS`]
 /// plain rings, as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow.
+///
+/// Also returns the search's verdict on P2P (`NCCL_P2P_LEVEL` / `NCCL_P2P_DISABLE` against
+/// the path between two ranks' GPUs): a pair that may not use it, if any.
+#[allow(clippy::type_complexity)]
 fn channel_rings(
     bootstrap: &mut Bootstrap,
     peers: &[GpuPeer],
     opts: &CommOptions,
-) -> Result<Vec<Vec<u32>>, GpuError> {
+) -> Result<(Vec<Vec<u32>>, Option<(u32, u32, String)>), GpuError> {
     let explicit = opts.nchannels.unwrap_or(0);
     let comm_peers: Vec<Peer> = peers
         .iter()
@@ -95,11 +99,11 @@ fn channel_rings(
             for line in plan.lines() {
                 log::info!("{line}");
             }
-            Ok(plan.rings)
+            Ok((plan.rings, plan.p2p_blocked))
         }
-        Ok(plan) => Ok(plain(&plan.note)),
+        Ok(plan) => Ok((plain(&plan.note), None)),
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
-        Err(e) => Ok(plain(&e.to_string())),
+        Err(e) => Ok((plain(&e.to_string()), None)),
     }
 }
 
@@ -389,13 +393,20 @@ impl GpuComm {
         // P2P where every rank reaches every other's GPU; otherwise every window lives in
         // shared host memory (SHM). Every rank decides from the same all-gathered answers.
         let reach = u8::from(check_peers(rank, &peers)?);
-        let via_host = bootstrap
+        let unreachable = bootstrap
             .all_gather(&[reach])?
             .iter()
             .any(|a| a.first() != Some(&1));
         let n = u32::try_from(nranks)
             .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
-        let rings = channel_rings(&mut bootstrap, &peers, opts)?;
+        let (rings, blocked) = channel_rings(&mut bootstrap, &peers, opts)?;
+        if let Some((a, b, kind)) = &blocked {
+            log::info!(
+                "weft: ranks {a} and {b} are {kind} apart, beyond NCCL_P2P_LEVEL: device data \
+                 goes through SHM"
+            );
+        }
+        let via_host = unreachable || blocked.is_some();
         let layout = Layout::new(rings, n, P2P_CHANNELS, step_bytes);
         let r = rank as u32;
         let bytes = layout.window_bytes(r);
