@@ -13,8 +13,9 @@
 #      every GPU (one thread per GPU), send/recv, a rank that never joins;
 #   2. `weft perf --device cuda -c` (one process per GPU, every iteration checked) for every
 #      collective on a few sizes, in several types and ops;
-#   3. the benchmark: weft perf --device cuda and nccl-tests (one process, all GPUs), 8 B to
-#      --max, for each collective in --colls; a table per collective (bench/compare_gpu.py).
+#   3. the benchmark: weft perf --device cuda --threads and nccl-tests -g N (one process, all
+#      GPUs), 8 B to --max, for each collective in --colls, then both with CUDA graphs (-G 10)
+#      up to 256 KiB, and weft with a process per GPU; a table per run (bench/compare_gpu.py).
 set -uo pipefail
 
 # NVLink multicast must stay off on these machines (DESIGN.md), whatever runs.
@@ -93,11 +94,18 @@ if [ -d "$NT" ]; then
 fi
 for coll in $COLLS; do
     wcoll=${coll//_/-}
-    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
+    # One process driving every GPU, as nccl-tests -g N below; then a process per GPU.
+    "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
+    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll-procs.txt" 2>&1 || STATUS=1
     if [ -x "$NT/build/${coll}_perf" ]; then
         "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
         python3 "$ROOT/bench/compare_gpu.py" --name "$coll" --weft "$OUTDIR/weft-$coll.txt" --nccl "$OUTDIR/nccl-$coll.txt" \
             | tee "$OUTDIR/table-$coll.txt" || STATUS=1
+        # CUDA graphs on both sides (nccl-tests -G, weft -G), up to 256 KiB: the latency goal.
+        "$NT/build/${coll}_perf" -b 8 -e 256K -f 2 -n 20 -w 5 -g "$NGPUS" -G 10 >"$OUTDIR/nccl-$coll-graph.txt" 2>&1 || true
+        "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e 256K -f 2 -n 20 -w 5 -G 10 >"$OUTDIR/weft-$coll-graph.txt" 2>&1 || STATUS=1
+        python3 "$ROOT/bench/compare_gpu.py" --name "$coll (CUDA graphs)" --weft "$OUTDIR/weft-$coll-graph.txt" \
+            --nccl "$OUTDIR/nccl-$coll-graph.txt" | tee "$OUTDIR/table-$coll-graph.txt" || STATUS=1
     else
         echo "   no nccl-tests binary for $coll: weft alone"; grep -v "^#" "$OUTDIR/weft-$coll.txt" | tail -30
     fi

@@ -43,6 +43,13 @@ impl Args {
         found
     }
 
+    /// Removes a bare flag (`--threads`); whether it was there.
+    pub fn flag(&mut self, names: &[&str]) -> bool {
+        let before = self.items.len();
+        self.items.retain(|item| !names.contains(&item.as_str()));
+        self.items.len() != before
+    }
+
     /// Removes `name value` or `name=value` (the last one wins); `Err` if the value is
     /// missing.
     pub fn value(&mut self, names: &[&str]) -> Result<Option<String>, String> {

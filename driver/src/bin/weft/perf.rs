@@ -50,6 +50,8 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
                        CPU per local rank, at most 4)
   --transport T        auto, shm or net (default auto)
   --timeout SECONDS    deadline of every wait on a peer (default 30)
+  --threads            with --device cuda: run every rank as a thread of this process
+                       (one process driving all its GPUs, as nccl-tests' -g N)
   -G, --cudagraph N    with --device cuda: record the timed calls into a CUDA graph once
                        and launch it N times (nccl-tests' -G; default 0, no graph)
   --id HEX             join a job as one rank (from `weft unique-id`), with --rank and
@@ -161,6 +163,9 @@ struct PerfArgs {
     timeout: Option<Duration>,
     /// CUDA graph launches per measurement (nccl-tests' `-G`); 0: no graph.
     graph_launches: usize,
+    /// Every rank a thread of this process (one process driving every GPU, as nccl-tests
+    /// with `-g N`), instead of a process per rank.
+    threads: bool,
     id: Option<String>,
     rank: Option<usize>,
     nranks: Option<usize>,
@@ -240,6 +245,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     let graph_launches = a
         .parsed(&["-G", "--cudagraph"], "a number of graph launches", num)?
         .unwrap_or(0);
+    let threads = a.flag(&["--threads"]);
     let id = a.value(&["--id"])?;
     let rank = a.parsed(&["--rank"], "a rank", num)?;
     let nranks = a.parsed(&["--nranks"], "a rank count", num)?;
@@ -268,6 +274,7 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
         transport,
         timeout,
         graph_launches,
+        threads,
         id,
         rank,
         nranks,
@@ -281,6 +288,9 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
             "invalid sizes for 'minbytes' and 'maxbytes': {} > {}",
             args.min_bytes, args.max_bytes
         ));
+    }
+    if args.threads && args.device != PerfDevice::Cuda {
+        return Err("--threads needs --device cuda".to_string());
     }
     if args.graph_launches > 0 && args.device != PerfDevice::Cuda {
         return Err("-G (CUDA graphs) needs --device cuda".to_string());
@@ -356,6 +366,9 @@ pub fn main(argv: &[String]) -> ExitCode {
                 Ok(n) => n,
             },
         };
+        if args.threads {
+            return run_threads(&args, ranks, &opts);
+        }
         return run_local(ranks, argv, opts.timeout);
     };
     let (id, rank, nranks) = match joined {
@@ -376,6 +389,56 @@ pub fn main(argv: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs every rank as a thread of this process, over an in-process rendezvous.
+fn run_threads(args: &PerfArgs, nranks: usize, opts: &CommOptions) -> ExitCode {
+    let mut bopts = opts.bootstrap.clone();
+    if bopts.interface.is_none() && bopts.root_ip.is_none() {
+        bopts.root_ip = Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    }
+    let mut opts = opts.clone();
+    if opts.socket_ifname.is_none() {
+        opts.socket_ifname = Some("=lo".to_string());
+    }
+    let (id, root) = match weft::bootstrap::BootstrapRoot::start(&bopts) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("weft perf: cannot start the rendezvous: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let results: Vec<Result<u64, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|rank| {
+                let (id, opts) = (&id, &opts);
+                scope.spawn(move || {
+                    run_rank(args, id, rank, nranks, Some(rank), opts)
+                        .map_err(|e| format!("rank {rank}: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a rank thread panicked".to_string()))
+            })
+            .collect()
+    });
+    drop(root);
+    let mut status = ExitCode::SUCCESS;
+    for r in results {
+        match r {
+            Ok(0) => {}
+            Ok(_) => status = ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("weft perf: {e}");
+                status = ExitCode::FAILURE;
+            }
+        }
+    }
+    status
 }
 
 fn parse_role(role: &str) -> Result<(UniqueId, usize, usize), String> {
@@ -1072,6 +1135,14 @@ mod test {
         assert!(parse_args(&["all-gather".into(), "--device".into(), "tpu".into()]).is_err());
         let graph = ["all-reduce", "--device", "cuda", "-G", "10"].map(String::from);
         assert_eq!(parse_args(&graph).unwrap().graph_launches, 10);
+        let threads = ["all-reduce", "--device", "cuda", "--threads"].map(String::from);
+        assert!(parse_args(&threads).unwrap().threads);
+        let cpu_threads = ["all-reduce", "--threads"].map(String::from);
+        assert!(
+            parse_args(&cpu_threads)
+                .unwrap_err()
+                .contains("--device cuda")
+        );
         let no_gpu = ["all-reduce", "-G", "10"].map(String::from);
         assert!(parse_args(&no_gpu).unwrap_err().contains("--device cuda"));
         assert!(parse_args(&["bogus".into()]).is_err());
