@@ -340,7 +340,9 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     ring_ranks = ring;
   }
   if (threadIdx.x == 0) {
-    stop = *b.abort_flag != 0;
+    // No look at the abort flag here: it lives in host memory, and reading it would hold
+    // every thread at the barrier below for a PCIe round trip. Waits look at it.
+    stop = 0;
     if (nranks > 1) {
       load_fifo(send, peers[ch->ring.next].send, true, ch->ring.next);
       load_fifo(recv, peers[ch->ring.prev].recv, false, ch->ring.prev);
@@ -421,7 +423,9 @@ __device__ void p2p_block(const weft_p2p_args& args) {
   b.fault = (weft_kernel_fault*)comm->fault;
   b.fault_index = blockIdx.x;
   if (threadIdx.x == 0) {
-    stop = *b.abort_flag != 0;
+    // No look at the abort flag here: it lives in host memory, and reading it would hold
+    // every thread at the barrier below for a PCIe round trip. Waits look at it.
+    stop = 0;
     load_fifo(fifo, op.send ? peer->send : peer->recv, op.send != 0, op.peer);
   }
   __syncthreads();
