@@ -48,8 +48,11 @@ typedef bf16_t T;
 
 // Threads per block; the host launches exactly this many.
 constexpr int THREADS = 512;
-// 16-byte packs each thread has in flight.
-constexpr int UNROLL = 4;
+// 16-byte packs each thread has in flight (WEFT_KERNEL_UNROLL overrides it, to measure).
+#ifndef WEFT_UNROLL
+#define WEFT_UNROLL 4
+#endif
+constexpr int UNROLL = WEFT_UNROLL;
 constexpr int PROTO_SIMPLE = 2;
 // Spins between two looks at the abort flag and the clock (the flag lives in host memory:
 // reading it crosses PCIe).

@@ -56,9 +56,18 @@ impl Kernels {
         if let Some(Some(k)) = loaded.get(dtype as usize) {
             return Ok(k.clone());
         }
+        let mut defines = weft_kernels::defines(dtype);
+        // A tuning knob for measurements: 16-byte packs in flight per thread.
+        if let Some(u) = std::env::var("WEFT_KERNEL_UNROLL")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|u| (1..=16).contains(u))
+        {
+            defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
+        }
         let opts = CompileOptions {
             arch: self.arch,
-            defines: weft_kernels::defines(dtype),
+            defines,
             extra: Vec::new(),
         };
         let compiled = weft_cuda::compile(

@@ -824,7 +824,14 @@ fn run_rank(
         esize,
     };
     let main = rank == 0;
-    let out = &mut std::io::stdout().lock();
+    // Only rank 0 prints; it holds stdout for the whole run, so the other ranks (threads of
+    // this process with --threads) must not wait for it.
+    let mut out: Box<dyn Write> = if main {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::io::sink())
+    };
+    let out = &mut out;
     let me = match &r.backend {
         Backend::Cpu(_) => format!(
             "{}\t{}\tcpu\t[host memory] weft CPU executor",
