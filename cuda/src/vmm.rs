@@ -33,6 +33,24 @@ pub fn vmm_supported(device: &Device) -> Result<bool> {
         )?)
 }
 
+/// The allocation granularity of `device` for [`prop`]'s allocations.
+fn granularity(device: &Device) -> Result<usize> {
+    let d = driver()?;
+    let get = d.cuMemGetAllocationGranularity()?;
+    let p = prop(device);
+    let mut gran = 0usize;
+    // SAFETY: `gran` is a valid out-pointer; `p` a valid property struct.
+    let r = unsafe {
+        get(
+            &mut gran,
+            &p,
+            CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    };
+    check(r, "cuMemGetAllocationGranularity", Some(device.ordinal()))?;
+    Ok(gran.max(1))
+}
+
 fn prop(device: &Device) -> CUmemAllocationProp {
     CUmemAllocationProp {
         type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -71,21 +89,8 @@ impl ShareableBuffer {
         let dev = ctx.device();
         let ordinal = Some(dev.ordinal());
         let p = prop(&dev);
-        let mut gran = 0usize;
-        let granularity = d.cuMemGetAllocationGranularity()?;
-        check(
-            // SAFETY: `gran` is a valid out-pointer; `p` a valid property struct.
-            unsafe {
-                granularity(
-                    &mut gran,
-                    &p,
-                    CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-                )
-            },
-            "cuMemGetAllocationGranularity",
-            ordinal,
-        )?;
-        let len = bytes.max(1).next_multiple_of(gran.max(1));
+        let gran = granularity(&dev)?;
+        let len = bytes.max(1).next_multiple_of(gran);
         let mut handle: CUmemGenericAllocationHandle = 0;
         let create = d.cuMemCreate()?;
         check(
@@ -201,26 +206,12 @@ impl ShareableBuffer {
             "cuMemImportFromShareableHandle",
             Some(dev.ordinal()),
         )?;
-        let mut gran = 0usize;
-        let granularity = d.cuMemGetAllocationGranularity()?;
-        let p = prop(&dev);
-        check(
-            // SAFETY: `gran` is a valid out-pointer.
-            unsafe {
-                granularity(
-                    &mut gran,
-                    &p,
-                    CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-                )
-            },
-            "cuMemGetAllocationGranularity",
-            Some(dev.ordinal()),
-        )?;
+        let gran = granularity(&dev)?;
         let mut buf = ShareableBuffer {
             ctx: ctx.clone(),
             handle,
             ptr: 0,
-            len: bytes.max(1).next_multiple_of(gran.max(1)),
+            len: bytes.max(1).next_multiple_of(gran),
             mapped: false,
         };
         buf.map(gran)?;

@@ -19,20 +19,6 @@ use weft_core::abi::{DataType, RedOp};
 use weft_core::sched::Collective;
 use weft_cuda::{DeviceBuffer, Stream};
 
-const TYPES: [DataType; 10] = [
-    DataType::Int8,
-    DataType::Uint8,
-    DataType::Int32,
-    DataType::Uint32,
-    DataType::Int64,
-    DataType::Uint64,
-    DataType::Float16,
-    DataType::Bfloat16,
-    DataType::Float32,
-    DataType::Float64,
-];
-const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
-
 /// The GPUs to use, or `None` (with the reason printed) where there are none.
 fn gpus() -> Option<usize> {
     match weft_cuda::device_count() {
@@ -98,7 +84,7 @@ fn cases(nranks: usize) -> Vec<Case> {
     let mut seed = 1u64;
     let counts = [1usize, 7, 1000, 65_536 + 3, 1_234_567];
     let root = (nranks - 1) as u32;
-    for &dtype in &TYPES {
+    for &dtype in DataType::ALL {
         for &count in &counts {
             for in_place in [false, true] {
                 let mut push = |coll, op| {
@@ -112,7 +98,7 @@ fn cases(nranks: usize) -> Vec<Case> {
                         seed,
                     });
                 };
-                for op in OPS {
+                for &op in RedOp::ALL {
                     push(Collective::AllReduce, op);
                     push(Collective::ReduceScatter, op);
                     push(Collective::Reduce { root }, op);
@@ -144,7 +130,7 @@ impl Buffers {
 
 /// Every rank's kernels loaded, then a barrier (see `GpuComm::prepare`).
 fn prepare(comm: &mut GpuComm) {
-    comm.prepare(&TYPES).unwrap();
+    comm.prepare(DataType::ALL).unwrap();
     comm.barrier().unwrap();
 }
 
