@@ -70,8 +70,9 @@ def main(argv=None):
         over = [s for s in sizes if s >= floor]
         if not over:
             continue
-        worst = min(over, key=lambda s: nccl[s][0][0] / weft[s][0][0])
-        r = nccl[worst][0][0] / weft[worst][0][0]
+        ratio = lambda s: nccl[s][0][0] / weft[s][0][0] if weft[s][0][0] > 0 else float("inf")
+        worst = min(over, key=ratio)
+        r = ratio(worst)
         verdict = "met" if r >= goal else f"NOT met (short by {goal - r:.2f}x)"
         print(f"# goal {goal:.1f}x NCCL from {human(floor)}: worst {r:.2f}x at {human(worst)}: {verdict}")
     return 0

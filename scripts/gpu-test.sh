@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 done
 WEFT="$ROOT/.gpu/weft"
 GPU_TEST="$ROOT/.gpu/gpu-test"
-for f in "$WEFT" "$GPU_TEST"; do
+for f in "$WEFT" "$GPU_TEST" "$ROOT/.gpu/cuda-test"; do
     [ -x "$f" ] || { echo "gpu-test: $f missing: run scripts/build-gpu-bundle.sh and carry .gpu" >&2; exit 2; }
 done
 NGPUS=$(nvidia-smi -L | wc -l)

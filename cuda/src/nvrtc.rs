@@ -169,7 +169,10 @@ fn store(file: &Path, ptx: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per process and per call: threads of one process may compile the same key.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = file.with_extension(format!("tmp{}-{n}", std::process::id()));
     std::fs::write(&tmp, ptx)?;
     std::fs::rename(&tmp, file)
 }

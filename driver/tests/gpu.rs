@@ -2,7 +2,7 @@
 //! place, counts that are not powers of two, one rank per GPU as threads of this process
 //! (the multi-process form is `weft perf --device cuda -c`, run by scripts/gpu-test.sh);
 //! every element of every result checked against `weft::verify`'s reference, outputs
-//! poisoned before each call. Then a send/recv group, and a rank that never joins a call:
+//! poisoned before each call. Then a send/recv group, and a rank that skips a call:
 //! the other's kernel must give up within the timeout with an error naming it.
 //!
 //! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
@@ -326,7 +326,7 @@ fn send_recv_groups_on_every_gpu() {
 }
 
 #[test]
-fn a_rank_that_never_joins_is_named_within_the_timeout() {
+fn a_rank_that_skips_a_call_is_named_within_the_timeout() {
     if multi_ranks().is_none() {
         return;
     }

@@ -88,7 +88,7 @@ fn channel_rings(
         log::info!("weft: {count} plain ring channel(s): {why}");
         (0..count).map(|_| (0..n).collect()).collect()
     };
-    match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
+    let (rings, blocked) = match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
         Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
             log::info!(
                 "weft: {} channel(s) from the {} ({})",
@@ -104,13 +104,37 @@ fn channel_rings(
         Ok(plan) => Ok((plain(&plan.note), None)),
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
         Err(e) => Ok((plain(&e.to_string()), None)),
+    }?;
+    // Plain rings are counted from each rank's own NCCL_MIN/MAX_NCHANNELS: rank 0's count
+    // wins, or ranks with different environments would lay out their windows differently.
+    let counts = bootstrap.all_gather(&(rings.len() as u32).to_be_bytes())?;
+    let first = counts
+        .first()
+        .and_then(|c| c.as_slice().try_into().ok())
+        .map_or(0, u32::from_be_bytes) as usize;
+    if first == rings.len() {
+        return Ok((rings, blocked));
     }
+    log::warn!(
+        "weft: this rank would build {} channels, rank 0 {first}: using rank 0's (set \
+         NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS alike on every rank)",
+        rings.len()
+    );
+    let n = u32::try_from(peers.len()).unwrap_or(u32::MAX);
+    Ok((
+        (0..first.clamp(1, MAX_CHANNELS as usize))
+            .map(|_| (0..n).collect())
+            .collect(),
+        blocked,
+    ))
 }
 
 /// Channels that connect every pair of ranks for send/recv.
 pub const P2P_CHANNELS: u32 = 4;
 /// NCCL's SIMPLE FIFO step: 512 KiB (a 4 MiB buffer of 8 steps).
 pub const DEFAULT_STEP_BYTES: usize = 512 << 10;
+/// The largest FIFO step: the kernels address slots and chunks with 32-bit sizes.
+pub const MAX_STEP_BYTES: usize = 64 << 20;
 /// Fault records: one per block of a launch.
 const FAULT_RECORDS: usize = 2 * MAX_CHANNELS as usize;
 /// Where the fault records start in the host-mapped status page (the abort flag is at 0).
@@ -338,7 +362,8 @@ pub struct GpuComm {
     control: DeviceBuffer,
     /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`).
     status: HostMapped,
-    // Dropped after `control`, before the context: peers' windows, then ours.
+    // Dropped after `control`: peers' windows, then ours (every buffer holds its own
+    // reference to the context, so field order does not matter for the context).
     peer_windows: Vec<PeerWindow>,
     window: Window,
     bootstrap: Bootstrap,
@@ -369,6 +394,16 @@ impl GpuComm {
         let dev = Device::get(device)?;
         let ctx = Context::primary(dev)?;
         let step_bytes = opts.step_bytes.unwrap_or(DEFAULT_STEP_BYTES);
+        if opts.timeout.is_zero() {
+            return Err(GpuError::InvalidArgument(
+                "a timeout of 0: kernels would wait on a dead peer forever (WEFT_TIMEOUT)".into(),
+            ));
+        }
+        if step_bytes > MAX_STEP_BYTES {
+            return Err(GpuError::InvalidArgument(format!(
+                "FIFO steps of {step_bytes} bytes: at most {MAX_STEP_BYTES} (NCCL_BUFFSIZE holds 8 steps)"
+            )));
+        }
         if step_bytes < 4096 || !step_bytes.is_multiple_of(16) {
             return Err(GpuError::InvalidArgument(format!(
                 "FIFO steps of {step_bytes} bytes: use a multiple of 16 of at least 4096 \
@@ -663,6 +698,10 @@ impl GpuComm {
     /// The communicator's asynchronous error (NCCL's `ncclCommGetAsyncError`): what a
     /// kernel recorded when it gave up, or the reason of an abort.
     pub fn check(&mut self) -> Result<(), GpuError> {
+        // A kernel that records a fault raises the abort flag too: one load on the fast path.
+        if self.failed.is_none() && self.status.read_u32(0).unwrap_or(0) == 0 {
+            return Ok(());
+        }
         if let Some(fault) = self.first_fault() {
             let err = self.fault_error(&fault);
             self.failed.get_or_insert_with(|| err.to_string());
@@ -716,6 +755,19 @@ impl GpuComm {
         }
     }
 
+    /// A stream of another GPU's context would launch the kernels there.
+    fn check_stream(&self, stream: &Stream) -> Result<(), GpuError> {
+        if stream.context().raw() == self.ctx.raw() {
+            return Ok(());
+        }
+        Err(GpuError::InvalidArgument(format!(
+            "a stream of GPU {} given to rank {}'s communicator on GPU {}",
+            stream.context().device().ordinal(),
+            self.rank,
+            self.ctx.device().ordinal()
+        )))
+    }
+
     /// Enqueues `collective` on `stream`: `count` elements as in NCCL's API (per rank for
     /// reduce-scatter and all-gather), from device memory `send` to device memory `recv`
     /// (equal for in place; in-place all-gather and reduce-scatter use NCCL's layout).
@@ -724,7 +776,9 @@ impl GpuComm {
     ///
     /// `send` and `recv` must be device memory of this rank's GPU (or accessible from it),
     /// valid for the collective's input and output lengths until the stream reaches this
-    /// call's end; every rank must enqueue the same collectives in the same order.
+    /// call's end; every rank must enqueue the same collectives in the same order; and the
+    /// calls of one communicator must not run concurrently: enqueue them on one stream, or
+    /// order their streams with events (they share the connections' FIFOs and counters).
     // NCCL's calls take these same arguments (ncclAllReduce has seven and the comm).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn collective(
@@ -738,6 +792,7 @@ impl GpuComm {
         stream: &Stream,
     ) -> Result<(), GpuError> {
         self.check()?;
+        self.check_stream(stream)?;
         if count == 0 {
             return Ok(());
         }
@@ -816,6 +871,7 @@ impl GpuComm {
     /// the stream reaches this call's end.
     pub unsafe fn group(&mut self, ops: &[GpuP2p], stream: &Stream) -> Result<(), GpuError> {
         self.check()?;
+        self.check_stream(stream)?;
         let mut launch = P2pArgs {
             comm: self.control.ptr(),
             ..P2pArgs::default()
@@ -870,20 +926,21 @@ impl GpuComm {
             launch.nops += 1;
             blocks += nch;
         }
-        // A rank's message to itself is a copy on the stream.
-        for ((dst, n), (src, m)) in from_self.iter().zip(&to_self) {
-            if n != m {
-                return Err(GpuError::InvalidArgument(format!(
-                    "a send of {m} bytes to this rank meets a receive of {n}"
-                )));
-            }
-            // SAFETY: both are the caller's device buffers of `n` bytes.
-            unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
-        }
+        // Everything is checked before anything is enqueued.
         if from_self.len() != to_self.len() {
             return Err(GpuError::InvalidArgument(
                 "a send to this rank without its receive (or the reverse)".into(),
             ));
+        }
+        if let Some(((_, n), (_, m))) = from_self.iter().zip(&to_self).find(|(a, b)| a.1 != b.1) {
+            return Err(GpuError::InvalidArgument(format!(
+                "a send of {m} bytes to this rank meets a receive of {n}"
+            )));
+        }
+        // A rank's message to itself is a copy on the stream.
+        for ((dst, n), (src, _)) in from_self.iter().zip(&to_self) {
+            // SAFETY: both are the caller's device buffers of `n` bytes.
+            unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
         }
         if launch.nops == 0 {
             return Ok(());
@@ -905,31 +962,27 @@ impl GpuComm {
         Ok(())
     }
 
-    /// Waits for `stream` to finish, never longer than the communicator's timeout plus a
-    /// grace period (the kernels' own deadline ends their waits first), then reports what
-    /// a kernel recorded.
+    /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue
+    /// may take as long as it needs (every wait of weft's kernels has its own deadline, so
+    /// the stream ends); once the abort flag is up (a kernel gave up, or `abort`), the
+    /// stream gets a few seconds to drain, then this returns an error instead of waiting on
+    /// whatever else holds the stream.
     pub fn synchronize(&mut self, stream: &Stream) -> Result<(), GpuError> {
-        let deadline = Instant::now() + self.timeout + Duration::from_secs(5);
+        const DRAIN: Duration = Duration::from_secs(5);
         let mut spins = 0u32;
-        loop {
-            if stream.is_done()? {
-                break;
+        let mut aborted_at: Option<Instant> = None;
+        while !stream.is_done()? {
+            if aborted_at.is_none() && self.status.read_u32(0).unwrap_or(0) != 0 {
+                aborted_at = Some(Instant::now());
             }
-            if Instant::now() > deadline {
-                self.abort("a stream did not finish within the deadline");
-                let grace = Instant::now() + Duration::from_secs(5);
-                while !stream.is_done()? {
-                    if Instant::now() > grace {
-                        return Err(GpuError::Aborted(format!(
-                            "rank {}: the GPU stream did not finish {:.0} s after the abort \
-                             flag was raised; something other than weft's kernels is stuck on it",
-                            self.rank,
-                            (self.timeout + Duration::from_secs(10)).as_secs_f64()
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                break;
+            if aborted_at.is_some_and(|t| t.elapsed() > DRAIN) {
+                self.check()?;
+                return Err(GpuError::Aborted(format!(
+                    "rank {}: the GPU stream did not finish {} s after the abort flag was \
+                     raised; something other than weft's kernels is holding it",
+                    self.rank,
+                    DRAIN.as_secs()
+                )));
             }
             spins += 1;
             if spins > 1000 {

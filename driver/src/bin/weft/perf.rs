@@ -292,6 +292,13 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     if args.threads && args.device != PerfDevice::Cuda {
         return Err("--threads needs --device cuda".to_string());
     }
+    if args.graph_launches > 0 && args.check == Check::Every {
+        return Err(
+            "-G with a check of every iteration: a graph repeats its calls, so in-place \
+             results would be reduced again; check once (the default) or drop -G"
+                .to_string(),
+        );
+    }
     if args.graph_launches > 0 && args.device != PerfDevice::Cuda {
         return Err("-G (CUDA graphs) needs --device cuda".to_string());
     }
@@ -1150,6 +1157,8 @@ mod test {
                 .unwrap_err()
                 .contains("--device cuda")
         );
+        let checked = ["all-reduce", "--device", "cuda", "-G", "2", "-c", "1"].map(String::from);
+        assert!(parse_args(&checked).unwrap_err().contains("-G"));
         let no_gpu = ["all-reduce", "-G", "10"].map(String::from);
         assert!(parse_args(&no_gpu).unwrap_err().contains("--device cuda"));
         assert!(parse_args(&["bogus".into()]).is_err());
