@@ -51,20 +51,18 @@ STATUS=0
 summary=()
 
 echo "== 1. GPU tests"
-if "$ROOT/.gpu/cuda-test" --test-threads 1 --nocapture >"$OUTDIR/cuda-tests.log" 2>&1; then
-    summary+=("weft-cuda tests: $(grep -E '^test result' "$OUTDIR/cuda-tests.log" | tail -1)")
-else
-    STATUS=1
-    summary+=("weft-cuda tests: FAILED (cuda-tests.log)")
-fi
-grep -E "GPU|skipped|panicked|FAILED|test result" "$OUTDIR/cuda-tests.log" | head -20
-if "$GPU_TEST" --test-threads 1 --nocapture >"$OUTDIR/gpu-tests.log" 2>&1; then
-    summary+=("gpu tests: $(grep -E '^test result' "$OUTDIR/gpu-tests.log" | tail -1)")
-else
-    STATUS=1
-    summary+=("gpu tests: FAILED (gpu-tests.log)")
-fi
-grep -E "GPU\(s\)|gave up|skipped|panicked|FAILED|test result" "$OUTDIR/gpu-tests.log" | head -40
+# run_tests NAME BINARY PATTERN: one test binary, its log under $OUTDIR, the lines that matter.
+run_tests() {
+    if "$2" --test-threads 1 --nocapture >"$OUTDIR/$1.log" 2>&1; then
+        summary+=("$1: $(grep -E '^test result' "$OUTDIR/$1.log" | tail -1)")
+    else
+        STATUS=1
+        summary+=("$1: FAILED ($1.log)")
+    fi
+    grep -E "$3|skipped|panicked|FAILED|test result" "$OUTDIR/$1.log" | head -40
+}
+run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU"
+run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up"
 
 echo "== 2. weft perf --device cuda -c (multi-process, every iteration checked)"
 checks=0; bad=0

@@ -30,6 +30,24 @@ pub enum Expect {
     Recv { from: usize },
 }
 
+impl From<weft_core::sched::Collective> for Expect {
+    /// What a collective computes, as [`TestData::count_wrong`] checks it.
+    fn from(c: weft_core::sched::Collective) -> Self {
+        use weft_core::sched::Collective;
+        match c {
+            Collective::AllReduce => Expect::AllReduce,
+            Collective::ReduceScatter => Expect::ReduceScatter,
+            Collective::AllGather => Expect::AllGather,
+            Collective::Broadcast { root } => Expect::Broadcast {
+                root: root as usize,
+            },
+            Collective::Reduce { root } => Expect::Reduce {
+                root: root as usize,
+            },
+        }
+    }
+}
+
 /// The data of one test: type, operator, seed and number of ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TestData {

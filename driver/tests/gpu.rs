@@ -194,18 +194,7 @@ fn run_case(
         .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
     b.recv.copy_to_host(&mut host).unwrap();
     let out = &host[out_at..out_at + out_elems * esize];
-    let expect = match c.coll {
-        Collective::AllReduce => Expect::AllReduce,
-        Collective::ReduceScatter => Expect::ReduceScatter,
-        Collective::AllGather => Expect::AllGather,
-        Collective::Broadcast { root } => Expect::Broadcast {
-            root: root as usize,
-        },
-        Collective::Reduce { root } => Expect::Reduce {
-            root: root as usize,
-        },
-    };
-    data.count_wrong(expect, rank, c.count, out)
+    data.count_wrong(Expect::from(c.coll), rank, c.count, out)
 }
 
 fn every_collective_on(nranks: usize) {

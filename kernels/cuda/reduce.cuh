@@ -140,37 +140,37 @@ template <> struct Elem<double> {
   __device__ static __forceinline__ double divide(double x, u64) { return x; }
 };
 
-template <> struct Elem<half_t> {
-  static constexpr bool is_float = true;
-  template <int OP> __device__ static __forceinline__ half_t apply(half_t x, half_t y) {
-    half_t r;
-    if (OP == OP_SUM || OP == OP_AVG)
-      r.bits = float_to_half(__fadd_rn(half_to_float(x.bits), half_to_float(y.bits)));
-    else if (OP == OP_PROD)
-      r.bits = float_to_half(__fmul_rn(half_to_float(x.bits), half_to_float(y.bits)));
-    else
-      r.bits = minmax16<OP>(x.bits, y.bits, 0x7c00u);
-    return r;
-  }
-  __device__ static __forceinline__ half_t scale(half_t x, half_t s) { return apply<OP_PROD>(x, s); }
-  __device__ static __forceinline__ half_t divide(half_t x, u64) { return x; }
+// The two 16-bit float types differ only in their conversions through float and in
+// infinity's magnitude bits.
+struct HalfBits {
+  static constexpr u16 INF = 0x7c00u;
+  __device__ static __forceinline__ float to_float(u16 b) { return half_to_float(b); }
+  __device__ static __forceinline__ u16 from_float(float v) { return float_to_half(v); }
+};
+struct Bf16Bits {
+  static constexpr u16 INF = 0x7f80u;
+  __device__ static __forceinline__ float to_float(u16 b) { return bf16_to_float(b); }
+  __device__ static __forceinline__ u16 from_float(float v) { return float_to_bf16(v); }
 };
 
-template <> struct Elem<bf16_t> {
+template <typename W, typename Bits> struct Narrow16Elem {
   static constexpr bool is_float = true;
-  template <int OP> __device__ static __forceinline__ bf16_t apply(bf16_t x, bf16_t y) {
-    bf16_t r;
+  template <int OP> __device__ static __forceinline__ W apply(W x, W y) {
+    W r;
     if (OP == OP_SUM || OP == OP_AVG)
-      r.bits = float_to_bf16(__fadd_rn(bf16_to_float(x.bits), bf16_to_float(y.bits)));
+      r.bits = Bits::from_float(__fadd_rn(Bits::to_float(x.bits), Bits::to_float(y.bits)));
     else if (OP == OP_PROD)
-      r.bits = float_to_bf16(__fmul_rn(bf16_to_float(x.bits), bf16_to_float(y.bits)));
+      r.bits = Bits::from_float(__fmul_rn(Bits::to_float(x.bits), Bits::to_float(y.bits)));
     else
-      r.bits = minmax16<OP>(x.bits, y.bits, 0x7f80u);
+      r.bits = minmax16<OP>(x.bits, y.bits, Bits::INF);
     return r;
   }
-  __device__ static __forceinline__ bf16_t scale(bf16_t x, bf16_t s) { return apply<OP_PROD>(x, s); }
-  __device__ static __forceinline__ bf16_t divide(bf16_t x, u64) { return x; }
+  __device__ static __forceinline__ W scale(W x, W s) { return apply<OP_PROD>(x, s); }
+  __device__ static __forceinline__ W divide(W x, u64) { return x; }
 };
+
+template <> struct Elem<half_t> : Narrow16Elem<half_t, HalfBits> {};
+template <> struct Elem<bf16_t> : Narrow16Elem<bf16_t, Bf16Bits> {};
 
 // One call's reduction: which op, the Avg factor (float) or divisor (integer).
 template <typename T, int OP> struct Reduction {

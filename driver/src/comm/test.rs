@@ -42,12 +42,7 @@ fn all_reduce_and_p2p_ring_over_net_threads() {
     thread::scope(|s| {
         for (rank, comm) in comms.iter_mut().enumerate() {
             s.spawn(move || {
-                let mut input = vec![0u8; count * 4];
-                data.fill(rank, 0, &mut input);
-                let mut out = vec![0u8; count * 4];
-                comm.all_reduce(&input, &mut out, data.dtype, data.op)
-                    .unwrap();
-                assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
+                let input = checked_all_reduce(comm, &data, rank, count);
                 // Each rank sends to the next and receives from the previous at once.
                 let next = (rank + 1) % nranks;
                 let prev = (rank + nranks - 1) % nranks;
@@ -191,13 +186,20 @@ fn searched_rings_from_a_topology_file_carry_an_all_reduce() {
     thread::scope(|s| {
         for (rank, comm) in comms.iter_mut().enumerate() {
             s.spawn(move || {
-                let mut input = vec![0u8; count * 4];
-                data.fill(rank, 0, &mut input);
-                let mut out = vec![0u8; count * 4];
-                comm.all_reduce(&input, &mut out, data.dtype, data.op)
-                    .unwrap();
-                assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
+                checked_all_reduce(comm, &data, rank, count);
             });
         }
     });
+}
+
+/// One rank's float all-reduce of `count` seeded elements, every element checked; returns
+/// the rank's input.
+fn checked_all_reduce(comm: &mut Comm, data: &TestData, rank: usize, count: usize) -> Vec<u8> {
+    let mut input = vec![0u8; count * 4];
+    data.fill(rank, 0, &mut input);
+    let mut out = vec![0u8; count * 4];
+    comm.all_reduce(&input, &mut out, data.dtype, data.op)
+        .unwrap();
+    assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
+    input
 }

@@ -66,20 +66,6 @@ fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor
         .collect()
 }
 
-fn expect_of(c: Collective) -> Expect {
-    match c {
-        Collective::AllReduce => Expect::AllReduce,
-        Collective::ReduceScatter => Expect::ReduceScatter,
-        Collective::AllGather => Expect::AllGather,
-        Collective::Broadcast { root } => Expect::Broadcast {
-            root: root as usize,
-        },
-        Collective::Reduce { root } => Expect::Reduce {
-            root: root as usize,
-        },
-    }
-}
-
 /// Runs `collective` on every rank (threads) and returns each rank's wrong-element count.
 fn run_case(
     execs: &mut [Executor],
@@ -145,7 +131,7 @@ fn run_case(
                         exec.collective(collective, count, data.dtype, data.op, raw)
                     };
                     result.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-                    data.count_wrong(expect_of(collective), rank, count, &out)
+                    data.count_wrong(Expect::from(collective), rank, count, &out)
                 })
             })
             .collect();
