@@ -8,14 +8,16 @@
 # NVIDIA/nccl-tests, git-ignored, built there against the system NCCL for the comparison).
 # Through the device tool, kind nvidia-h200-x2:
 #   run carry=[".gpu", "third_party"] command="scripts/gpu-test.sh"
-# Steps, each logged under $OUT (or /tmp/weft-gpu):
+# Steps, each logged under /tmp/weft-gpu; at the end $OUT (when set: the device tool brings
+# back at most 8 files) gets tables.txt (every comparison table) and logs.tar.gz (every log):
 #   1. the GPU tests (driver/tests/gpu.rs): every collective, type and op on 1 GPU and on
 #      every GPU (one thread per GPU), send/recv, a rank that never joins;
 #   2. `weft perf --device cuda -c` (one process per GPU, every iteration checked) for every
 #      collective on a few sizes, in several types and ops;
 #   3. the benchmark: weft perf --device cuda --threads and nccl-tests -g N (one process, all
-#      GPUs), 8 B to --max, for each collective in --colls, then both with CUDA graphs (-G 10)
-#      up to 256 KiB, and weft with a process per GPU; a table per run (bench/compare_gpu.py).
+#      GPUs), 8 B to --max, for each collective in --colls; then weft with a process per GPU,
+#      and both with CUDA graphs (-G 10) up to 256 KiB (all-reduce only with --quick); a table
+#      per run (bench/compare_gpu.py).
 set -uo pipefail
 
 # NVLink multicast must stay off on these machines (DESIGN.md), whatever runs.
@@ -24,7 +26,7 @@ unset WEFT_NVLS
 export PYTHONUNBUFFERED=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUTDIR=${OUT:-/tmp/weft-gpu}
+OUTDIR=/tmp/weft-gpu
 mkdir -p "$OUTDIR"
 MAX=1G
 COLLS="all_reduce all_gather reduce_scatter"
@@ -46,7 +48,7 @@ NGPUS=$(nvidia-smi -L | wc -l)
 echo "== $(uname -n): $NGPUS GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 nvidia-smi topo -m 2>&1 | head -5
 # weft's kernel cache lives with the run (a fresh machine has none).
-export WEFT_CACHE_DIR="$OUTDIR/kernel-cache"
+export WEFT_CACHE_DIR=/tmp/weft-gpu-kernel-cache
 STATUS=0
 summary=()
 
@@ -63,6 +65,14 @@ run_tests() {
 }
 run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU"
 run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up"
+
+if [ $STATUS != 0 ]; then
+    # Timing kernels that give wrong results is time lost.
+    echo "== the GPU tests failed: no benchmark"
+    printf '   %s\n' "${summary[@]}"
+    [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tar.gz" -C "$OUTDIR" .
+    exit 1
+fi
 
 echo "== 2. weft perf --device cuda -c (multi-process, every iteration checked)"
 checks=0; bad=0
@@ -90,24 +100,31 @@ if [ -d "$NT" ]; then
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >"$OUTDIR/nccl-tests-build.log" 2>&1) \
         || { echo "   nccl-tests did not build (nccl-tests-build.log)"; tail -5 "$OUTDIR/nccl-tests-build.log"; }
 fi
+# One process driving every GPU (weft --threads, nccl-tests -g N); for all-reduce, weft with
+# a process per GPU too, and both with CUDA graphs (-G 10) up to 256 KiB (the latency goal).
 for coll in $COLLS; do
     wcoll=${coll//_/-}
-    # One process driving every GPU, as nccl-tests -g N below; then a process per GPU.
     "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
-    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll-procs.txt" 2>&1 || STATUS=1
-    if [ -x "$NT/build/${coll}_perf" ]; then
-        "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
-        python3 "$ROOT/bench/compare_gpu.py" --name "$coll" --weft "$OUTDIR/weft-$coll.txt" --nccl "$OUTDIR/nccl-$coll.txt" \
-            | tee "$OUTDIR/table-$coll.txt" || STATUS=1
-        # CUDA graphs on both sides (nccl-tests -G, weft -G), up to 256 KiB: the latency goal.
-        "$NT/build/${coll}_perf" -b 8 -e 256K -f 2 -n 20 -w 5 -g "$NGPUS" -G 10 >"$OUTDIR/nccl-$coll-graph.txt" 2>&1 || true
-        "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e 256K -f 2 -n 20 -w 5 -G 10 >"$OUTDIR/weft-$coll-graph.txt" 2>&1 || STATUS=1
-        python3 "$ROOT/bench/compare_gpu.py" --name "$coll (CUDA graphs)" --weft "$OUTDIR/weft-$coll-graph.txt" \
-            --nccl "$OUTDIR/nccl-$coll-graph.txt" | tee "$OUTDIR/table-$coll-graph.txt" || STATUS=1
-    else
+    if [ ! -x "$NT/build/${coll}_perf" ]; then
         echo "   no nccl-tests binary for $coll: weft alone"; grep -v "^#" "$OUTDIR/weft-$coll.txt" | tail -30
+        continue
     fi
+    "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
+    python3 "$ROOT/bench/compare_gpu.py" --name "$coll" --weft "$OUTDIR/weft-$coll.txt" --nccl "$OUTDIR/nccl-$coll.txt" \
+        | tee "$OUTDIR/table-$coll.txt" || STATUS=1
+    [ "$coll" = all_reduce ] || [ "$QUICK" = 0 ] || continue
+    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll-procs.txt" 2>&1 || STATUS=1
+    python3 "$ROOT/bench/compare_gpu.py" --name "$coll (weft: a process per GPU)" --weft "$OUTDIR/weft-$coll-procs.txt" \
+        --nccl "$OUTDIR/nccl-$coll.txt" >"$OUTDIR/table-$coll-procs.txt" 2>&1 || STATUS=1
+    "$NT/build/${coll}_perf" -b 8 -e 256K -f 2 -n 20 -w 5 -g "$NGPUS" -G 10 >"$OUTDIR/nccl-$coll-graph.txt" 2>&1 || true
+    "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e 256K -f 2 -n 20 -w 5 -G 10 >"$OUTDIR/weft-$coll-graph.txt" 2>&1 || STATUS=1
+    python3 "$ROOT/bench/compare_gpu.py" --name "$coll (CUDA graphs)" --weft "$OUTDIR/weft-$coll-graph.txt" \
+        --nccl "$OUTDIR/nccl-$coll-graph.txt" | tee "$OUTDIR/table-$coll-graph.txt" || STATUS=1
 done
 echo "== summary"
 printf '   %s\n' "${summary[@]}"
+if [ -n "${OUT:-}" ]; then
+    cat "$OUTDIR"/table-*.txt >"$OUT/tables.txt" 2>/dev/null
+    tar czf "$OUT/logs.tar.gz" -C "$OUTDIR" .
+fi
 exit $STATUS

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 2
+#define WEFT_ABI_VERSION 3
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -214,7 +214,7 @@ typedef struct weft_abi_layout {
   size_t conn_info_size;
   size_t conn_info_steps_offset;
   size_t coll_work_size;
-  size_t coll_work_reserved_offset;
+  size_t coll_work_direct_offset;
   size_t kernel_args_size;
   size_t ring_info_size;
   size_t tree_info_size;
@@ -257,8 +257,10 @@ typedef struct weft_coll_work {
   uint32_t slice_steps;
   // FIFO steps per chunk (a multiple of `slice_steps`).
   uint32_t chunk_steps;
-  // Must be zero: room for a later field without changing the size.
-  uint32_t reserved;
+  // 1: ranks joined by a [`super::CONN_DIRECT_WRITE`] connection send final results
+  // straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
+  // the FIFO. The same on every rank, or the two ends would disagree on where data lands.
+  uint32_t direct;
 } weft_coll_work;
 
 // One direction of one connection (NCCL's `ncclConnInfo`, laid out for weft).
@@ -279,7 +281,7 @@ typedef struct weft_conn_info {
   uint64_t tail;
   // Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
   uint64_t sizes_fifo;
-  // Address where direct connections exchange user-buffer pointers (0: none).
+  // Address of the connection's [`PtrExchange`], in the sender's memory (0: none).
   uint64_t ptr_exchange;
   // The next step this side will post (sender) or wait for (receiver).
   uint64_t step;
@@ -287,6 +289,10 @@ typedef struct weft_conn_info {
   uint32_t flags;
   // Number of slots in each protocol's buffer (NCCL's `NCCL_STEPS`).
   uint32_t steps;
+  // Collectives with direct writes this side has taken part in: the receiver publishes
+  // the next count with its pointer, the sender waits for the count it expects. Lives
+  // here, in device memory, so that CUDA graph replays count too.
+  uint64_t direct_ops;
 } weft_conn_info;
 
 // One address a listening rank can be reached on.
@@ -358,6 +364,15 @@ typedef struct weft_route {
   // Speed of the pair in Mb/s (the slower known end; 0 when both are unknown).
   uint32_t speed_mbps;
 } weft_route;
+
+// Where the receiver of a [`CONN_DIRECT_WRITE`] connection publishes its output buffer:
+// it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
+typedef struct weft_ptr_exchange {
+  // The receiver's `direct_ops` after this collective's increment.
+  uint64_t ops;
+  // The receiver's output buffer (`CollWork::recv_buff`) for that collective.
+  uint64_t ptr;
+} weft_ptr_exchange;
 
 // What one kernel launch receives: where the communicator's device state is, and the work.
 typedef struct weft_kernel_args {

@@ -9,6 +9,8 @@
 //! `1/nranks`), and so do sums over more ranks, so floating results are compared with a
 //! tolerance of a few units in the last place per rank.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use weft_core::abi::{DataType, RedOp};
 
 use crate::exec::reduce::{Bf16, F16};
@@ -218,12 +220,15 @@ impl TestData {
         self.finish(acc)
     }
 
-    /// Fills `buf` with what `rank` contributes at element indices `first..`.
+    /// Fills `buf` with what `rank` contributes at element indices `first..`, on every CPU
+    /// for a large buffer (a GiB takes seconds on one).
     pub fn fill(&self, rank: usize, first: usize, buf: &mut [u8]) {
         let esize = self.esize();
-        for (k, chunk) in buf.chunks_exact_mut(esize).enumerate() {
-            self.encode(self.input(rank, first + k), chunk);
-        }
+        on_every_cpu(buf, esize, |start, part| {
+            for (k, chunk) in part.chunks_exact_mut(esize).enumerate() {
+                self.encode(self.input(rank, first + start + k), chunk);
+            }
+        });
     }
 
     /// The expected output element `i` of `rank` for `expect` (`count` as in NCCL's API);
@@ -261,11 +266,31 @@ impl TestData {
 
     /// Counts the elements of `out` (the whole output buffer of `rank`) that differ from
     /// the expected result; the first few mismatches go to the log.
+    /// Large buffers are checked on every CPU.
     pub fn count_wrong(&self, expect: Expect, rank: usize, count: usize, out: &[u8]) -> usize {
+        let esize = self.esize();
+        let wrong = AtomicUsize::new(0);
+        on_every_cpu(out, esize, |start, part| {
+            let n = self.count_wrong_from(expect, rank, count, start, part);
+            wrong.fetch_add(n, Ordering::Relaxed);
+        });
+        wrong.into_inner()
+    }
+
+    /// [`TestData::count_wrong`] of the elements `first..` of the output, in `out`.
+    fn count_wrong_from(
+        &self,
+        expect: Expect,
+        rank: usize,
+        count: usize,
+        first: usize,
+        out: &[u8],
+    ) -> usize {
         let esize = self.esize();
         let tol = self.tolerance();
         let mut wrong = 0usize;
-        for (i, chunk) in out.chunks_exact(esize).enumerate() {
+        for (k, chunk) in out.chunks_exact(esize).enumerate() {
+            let i = first + k;
             let Some(want) = self.expected(expect, rank, count, i) else {
                 continue;
             };
@@ -291,6 +316,62 @@ impl TestData {
             }
         }
         wrong
+    }
+}
+
+/// Elements below which one thread does the whole buffer.
+const ELEMS_PER_THREAD: usize = 1 << 20;
+
+/// Runs `work(first_element, part)` over `buf` cut into whole elements of `esize` bytes, one
+/// part per CPU (at most), each on a thread of its own.
+fn on_every_cpu<B, F>(buf: B, esize: usize, work: F)
+where
+    B: SplitBytes,
+    F: Fn(usize, B) + Sync,
+{
+    let elems = buf.len() / esize.max(1);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parts = (elems / ELEMS_PER_THREAD).clamp(1, cpus);
+    if parts == 1 {
+        work(0, buf);
+        return;
+    }
+    let per = elems.div_ceil(parts);
+    std::thread::scope(|scope| {
+        let mut rest = buf;
+        let mut first = 0;
+        while rest.len() >= esize && first < elems {
+            let take = per.min(elems - first);
+            let (part, tail) = rest.split(take * esize);
+            let work = &work;
+            scope.spawn(move || work(first, part));
+            rest = tail;
+            first += take;
+        }
+    });
+}
+
+/// A byte buffer [`on_every_cpu`] can cut in two: `&[u8]` or `&mut [u8]`.
+trait SplitBytes: Send + Sized {
+    fn len(&self) -> usize;
+    fn split(self, at: usize) -> (Self, Self);
+}
+
+impl SplitBytes for &[u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at(at)
+    }
+}
+
+impl SplitBytes for &mut [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at_mut(at)
     }
 }
 
@@ -320,6 +401,32 @@ mod test {
         assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 0);
         out[7] ^= 1;
         assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 1);
+    }
+
+    #[test]
+    fn large_buffers_are_filled_and_checked_in_parts_alike() {
+        let d = TestData {
+            dtype: DataType::Float16,
+            op: RedOp::Sum,
+            seed: 3,
+            nranks: 2,
+        };
+        // Over three parts' worth of elements, not a multiple of the part size.
+        let elems = 3 * ELEMS_PER_THREAD + 77;
+        let mut parallel = vec![0u8; 2 * elems];
+        d.fill(1, 5, &mut parallel);
+        for (k, c) in parallel.chunks_exact(2).enumerate() {
+            let mut want = [0u8; 2];
+            d.encode(d.input(1, 5 + k), &mut want);
+            assert_eq!(c, want, "element {k}");
+        }
+        // Rank 0's all-gather output is both inputs; break one element near the end.
+        let mut out = vec![0u8; 4 * elems];
+        d.fill(0, 0, &mut out[..2 * elems]);
+        d.fill(1, 0, &mut out[2 * elems..]);
+        assert_eq!(d.count_wrong(Expect::AllGather, 0, elems, &out), 0);
+        out[4 * elems - 3] ^= 0x40;
+        assert_eq!(d.count_wrong(Expect::AllGather, 0, elems, &out), 1);
     }
 
     #[test]

@@ -263,6 +263,122 @@ fn every_collective_type_and_op_on_every_gpu() {
     every_collective_on(n);
 }
 
+/// Direct writes (ranks of one process) when collectives follow each other on the stream
+/// with no synchronisation between them, each into another buffer, and when a captured CUDA
+/// graph replays one over new data: a sender must always store into the buffer of the
+/// receiver's current call. Every element of every output is checked.
+#[test]
+fn direct_writes_back_to_back_and_in_graph_replays() {
+    let Some(n) = multi_ranks() else { return };
+    let count = 3 * 1024 * 1024 + 5;
+    let dtype = DataType::Float32;
+    let esize = dtype.size_of_elem();
+    let calls = [
+        (Collective::AllReduce, RedOp::Sum),
+        (Collective::AllGather, RedOp::Sum),
+        (Collective::Broadcast { root: 1 }, RedOp::Sum),
+        (Collective::AllReduce, RedOp::Max),
+    ];
+    let wrong = run_ranks(n, Duration::from_secs(60), move |rank, mut comm| {
+        let stream = Stream::new(comm.context()).unwrap();
+        let ctx = comm.context().clone();
+        let send = DeviceBuffer::alloc(&ctx, count * esize).unwrap();
+        let outs: Vec<DeviceBuffer> = calls
+            .iter()
+            .map(|_| DeviceBuffer::alloc(&ctx, count * n * esize).unwrap())
+            .collect();
+        prepare(&mut comm);
+        let mut failures = Vec::new();
+        let mut check = |what: &str, out: &DeviceBuffer, coll: Collective, data: &TestData| {
+            let out_elems = if coll == Collective::AllGather {
+                count * n
+            } else {
+                count
+            };
+            let mut host = vec![0u8; out_elems * esize];
+            out.copy_to_host(&mut host).unwrap();
+            let w = data.count_wrong(Expect::from(coll), rank, count, &host);
+            if w > 0 {
+                failures.push(format!("rank {rank}: {what}: {w} wrong"));
+            }
+        };
+        // 1. Four calls back to back from one input, one synchronize.
+        let shared = TestData {
+            dtype,
+            op: RedOp::Sum,
+            seed: 100,
+            nranks: n,
+        };
+        let mut input = vec![0u8; count * esize];
+        shared.fill(rank, 0, &mut input);
+        send.copy_from_host(&input).unwrap();
+        for out in &outs {
+            out.copy_from_host(&vec![0xa5u8; count * n * esize])
+                .unwrap();
+        }
+        for (&(coll, op), out) in calls.iter().zip(&outs) {
+            // SAFETY: the buffers outlive the synchronize below.
+            unsafe { comm.collective(coll, send.ptr(), out.ptr(), count, dtype, op, &stream) }
+                .unwrap_or_else(|e| panic!("rank {rank}: {coll:?}: {e}"));
+        }
+        comm.synchronize(&stream).unwrap();
+        for (&(coll, op), out) in calls.iter().zip(&outs) {
+            check(
+                &format!("back to back {coll:?} {op:?}"),
+                out,
+                coll,
+                &TestData { op, ..shared },
+            );
+        }
+        // 2. One all-reduce captured in a graph, replayed over three inputs.
+        weft_cuda::Graph::begin_capture(&stream).unwrap();
+        // SAFETY: as above; the graph runs only before the synchronizes below.
+        let captured = unsafe {
+            comm.collective(
+                Collective::AllReduce,
+                send.ptr(),
+                outs[0].ptr(),
+                count,
+                dtype,
+                RedOp::Sum,
+                &stream,
+            )
+        };
+        let graph = weft_cuda::Graph::end_capture(&stream).unwrap();
+        captured.unwrap();
+        for replay in 0..3u64 {
+            let d = TestData {
+                seed: 200 + replay,
+                ..shared
+            };
+            d.fill(rank, 0, &mut input);
+            send.copy_from_host(&input).unwrap();
+            outs[0]
+                .copy_from_host(&vec![0xa5u8; count * esize])
+                .unwrap();
+            // Every rank's input is in place before any rank's replay reads it.
+            comm.barrier().unwrap();
+            graph.launch(&stream).unwrap();
+            comm.synchronize(&stream).unwrap();
+            check(
+                &format!("graph replay {replay}"),
+                &outs[0],
+                Collective::AllReduce,
+                &d,
+            );
+            comm.barrier().unwrap();
+        }
+        comm.finalize().unwrap();
+        failures
+    });
+    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    eprintln!(
+        "{n} GPU(s): direct writes back to back and in graph replays, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn send_recv_groups_on_every_gpu() {
     let Some(n) = multi_ranks() else { return };

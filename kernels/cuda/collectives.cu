@@ -46,11 +46,15 @@ typedef bf16_t T;
 #error "unknown WEFT_DTYPE"
 #endif
 
-// Threads per block; the host launches exactly this many.
-constexpr int THREADS = 512;
+// Threads per block; the host launches exactly this many (WEFT_KERNEL_THREADS overrides it,
+// to measure: a multiple of 32 up to 1024).
+#ifndef WEFT_THREADS
+#define WEFT_THREADS 512
+#endif
+constexpr int THREADS = WEFT_THREADS;
 // 16-byte packs each thread has in flight (WEFT_KERNEL_UNROLL overrides it, to measure).
 #ifndef WEFT_UNROLL
-#define WEFT_UNROLL 4
+#define WEFT_UNROLL 8
 #endif
 constexpr int UNROLL = WEFT_UNROLL;
 constexpr int PROTO_SIMPLE = 2;
@@ -109,6 +113,12 @@ struct Fifo {
   u64 step_size;
   u32 steps;
   int peer;
+  // Direct writes (CONN_DIRECT_WRITE, and the work allows them): the sender stores final
+  // results straight into the receiver's output, whose address the receiver publishes in
+  // the weft_ptr_exchange at `exchange` (in the sender's memory) once per collective.
+  bool direct;
+  weft_ptr_exchange* exchange;
+  u64 ops;  // weft_conn_info.direct_ops
 };
 
 struct Block {
@@ -156,86 +166,117 @@ __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer,
 // where `a` is the rank's input (may be null), `fifo` a received slot (may be null);
 // `post` applies the reduction's final step. Any of the pointers may alias the user's
 // buffers in place: each element is read before it is written, by the same thread.
-template <typename E, int OP>
-__device__ __forceinline__ E element(const Reduction<E, OP>& red, const E* a, bool pre,
-                                     const E* fifo, bool post, u64 i) {
+//
+// Which sources and destinations a primitive has is a template parameter (HAS_A, HAS_FIFO,
+// HAS_OUT2, PRE, POST), as in NCCL's reduceCopy: the inner loop then carries no test of
+// them, which measured ~15 % of a channel's bandwidth on NVLink (docs/benchmarks.md).
+template <typename E, int OP, bool HAS_A, bool PRE, bool HAS_FIFO, bool POST>
+__device__ __forceinline__ E element(const Reduction<E, OP>& red, const E* a, const E* fifo, u64 i) {
   E v;
-  if (a != nullptr) {
+  if (HAS_A) {
     v = a[i];
-    if (pre) v = red.pre(v);
-    if (fifo != nullptr) v = red.combine(v, load_volatile_elem(fifo + i));
+    if (PRE) v = red.pre(v);
+    if (HAS_FIFO) v = red.combine(v, load_volatile_elem(fifo + i));
   } else {
     v = load_volatile_elem(fifo + i);
   }
-  if (post) v = red.finish(v);
+  if (POST) v = red.finish(v);
   return v;
 }
 
-template <typename E, int OP>
-__device__ void reduce_copy_of(const Reduction<E, OP>& red, const E* a, bool pre, const E* fifo,
-                               E* out1, E* out2, bool post, u64 nelem) {
-  typedef E T;
-  constexpr int PER_PACK = 16 / sizeof(T);
+// N packs per thread from index `p` on, `stride` packs apart: load every source first (the
+// loads of all N packs in flight together), then combine, then store.
+template <typename E, int OP, bool HAS_A, bool PRE, bool HAS_FIFO, bool HAS_OUT2, bool POST, int N>
+__device__ __forceinline__ void packs(const Reduction<E, OP>& red, const uint4* a, const uint4* fifo,
+                                      uint4* out1, uint4* out2, u64 p, u64 stride) {
+  constexpr int PER_PACK = 16 / sizeof(E);
+  union Pack {
+    uint4 v;
+    E e[PER_PACK];
+  };
+  Pack pa[N], pf[N];
+#pragma unroll
+  for (int u = 0; u < N; u++) {
+    if (HAS_A) pa[u].v = a[p + u * stride];
+    if (HAS_FIFO) pf[u].v = load_volatile16(fifo + p + u * stride);
+  }
+#pragma unroll
+  for (int u = 0; u < N; u++) {
+    Pack r;
+#pragma unroll
+    for (int j = 0; j < PER_PACK; j++) {
+      E v;
+      if (HAS_A) {
+        v = pa[u].e[j];
+        if (PRE) v = red.pre(v);
+        if (HAS_FIFO) v = red.combine(v, pf[u].e[j]);
+      } else {
+        v = pf[u].e[j];
+      }
+      if (POST) v = red.finish(v);
+      r.e[j] = v;
+    }
+    out1[p + u * stride] = r.v;
+    if (HAS_OUT2) out2[p + u * stride] = r.v;
+  }
+}
+
+template <typename E, int OP, bool HAS_A, bool PRE, bool HAS_FIFO, bool HAS_OUT2, bool POST>
+__device__ void reduce_copy_of(const Reduction<E, OP>& red, const E* a, const E* fifo, E* out1,
+                               E* out2, u64 nelem) {
+  constexpr int PER_PACK = 16 / sizeof(E);
+  // A hunk: the UNROLL * 32 consecutive packs one warp moves per iteration.
+  constexpr u64 HUNK = (u64)UNROLL * 32;
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int nwarps = THREADS / 32;
-  uintptr_t misalign = ((uintptr_t)a | (uintptr_t)fifo | (uintptr_t)out1 | (uintptr_t)out2) & 15;
-  u64 npacks = misalign == 0 ? nelem / PER_PACK : 0;
-  union Pack {
-    uint4 v;
-    T e[PER_PACK];
-  };
-  for (u64 base = (u64)warp * UNROLL * 32; base < npacks; base += (u64)nwarps * UNROLL * 32) {
-    Pack pa[UNROLL], pf[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-      u64 p = base + u * 32 + lane;
-      if (p < npacks) {
-        if (a != nullptr) pa[u].v = ((const uint4*)a)[p];
-        if (fifo != nullptr) pf[u].v = load_volatile16((const uint4*)fifo + p);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-      u64 p = base + u * 32 + lane;
-      if (p >= npacks) continue;
-      Pack r;
-#pragma unroll
-      for (int j = 0; j < PER_PACK; j++) {
-        T v;
-        if (a != nullptr) {
-          v = pa[u].e[j];
-          if (pre) v = red.pre(v);
-          if (fifo != nullptr) v = red.combine(v, pf[u].e[j]);
-        } else {
-          v = pf[u].e[j];
-        }
-        if (post) v = red.finish(v);
-        r.e[j] = v;
-      }
-      ((uint4*)out1)[p] = r.v;
-      if (out2 != nullptr) ((uint4*)out2)[p] = r.v;
-    }
-  }
+  uintptr_t misalign = ((HAS_A ? (uintptr_t)a : 0) | (HAS_FIFO ? (uintptr_t)fifo : 0) |
+                        (uintptr_t)out1 | (HAS_OUT2 ? (uintptr_t)out2 : 0)) & 15;
+  const u64 npacks = misalign == 0 ? nelem / PER_PACK : 0;
+  const uint4* a4 = (const uint4*)a;
+  const uint4* f4 = (const uint4*)fifo;
+  uint4* o1 = (uint4*)out1;
+  uint4* o2 = (uint4*)out2;
+  // Whole hunks, no bounds test per pack.
+  const u64 hunks = npacks / HUNK;
+  for (u64 h = warp; h < hunks; h += nwarps)
+    packs<E, OP, HAS_A, PRE, HAS_FIFO, HAS_OUT2, POST, UNROLL>(red, a4, f4, o1, o2, h * HUNK + lane, 32);
+  // The packs after the last whole hunk, one per thread.
+  for (u64 p = hunks * HUNK + tid; p < npacks; p += THREADS)
+    packs<E, OP, HAS_A, PRE, HAS_FIFO, HAS_OUT2, POST, 1>(red, a4, f4, o1, o2, p, 0);
   // What the packs did not cover (a tail, or everything when misaligned).
   for (u64 i = npacks * PER_PACK + tid; i < nelem; i += THREADS) {
-    T v = element(red, a, pre, fifo, post, i);
+    E v = element<E, OP, HAS_A, PRE, HAS_FIFO, POST>(red, a, fifo, i);
     out1[i] = v;
-    if (out2 != nullptr) out2[i] = v;
+    if (HAS_OUT2) out2[i] = v;
   }
 }
 
-template <int OP>
+// reduce_copy_of with the pre and post steps chosen at run time: only Avg has them, so the
+// other operators compile one variant.
+template <int OP, bool HAS_A, bool HAS_FIFO, bool HAS_OUT2>
 __device__ __forceinline__ void reduce_copy(const Reduction<T, OP>& red, const T* a, bool pre,
-                                            const T* fifo, T* out1, T* out2, bool post, u64 nelem) {
-  reduce_copy_of<T, OP>(red, a, pre, fifo, out1, out2, post, nelem);
+                                            const T* fifo, T* out1, T* out2, bool post, u64 n) {
+  if (OP != OP_AVG || (!pre && !post))
+    reduce_copy_of<T, OP, HAS_A, false, HAS_FIFO, HAS_OUT2, false>(red, a, fifo, out1, out2, n);
+  else if (pre && !post)
+    reduce_copy_of<T, OP, HAS_A, HAS_A, HAS_FIFO, HAS_OUT2, false>(red, a, fifo, out1, out2, n);
+  else if (!pre)
+    reduce_copy_of<T, OP, HAS_A, false, HAS_FIFO, HAS_OUT2, true>(red, a, fifo, out1, out2, n);
+  else
+    reduce_copy_of<T, OP, HAS_A, HAS_A, HAS_FIFO, HAS_OUT2, true>(red, a, fifo, out1, out2, n);
 }
 
-// A plain copy of bytes (point-to-point): a or fifo to out.
-__device__ __forceinline__ void reduce_copy_bytes(const Reduction<u8, OP_SUM>& red, const u8* a,
-                                                  const u8* fifo, u8* out, u64 n) {
-  reduce_copy_of<u8, OP_SUM>(red, a, false, fifo, out, nullptr, false, n);
+// A plain copy of bytes (point-to-point): src to out.
+__device__ __forceinline__ void copy_bytes(const u8* src, u8* out, u64 n, bool src_is_fifo) {
+  Reduction<u8, OP_SUM> copy;
+  copy.avg_scale = 0;
+  copy.nranks = 1;
+  if (src_is_fifo)
+    reduce_copy_of<u8, OP_SUM, false, false, true, false, false>(copy, nullptr, src, out, nullptr, n);
+  else
+    reduce_copy_of<u8, OP_SUM, true, false, false, false, false>(copy, src, nullptr, out, nullptr, n);
 }
 
 __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer) {
@@ -246,16 +287,27 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
   f.step_size = c.step_size;
   f.steps = c.steps;
   f.peer = peer;
+  f.direct = false;
+  f.exchange = (weft_ptr_exchange*)c.ptr_exchange;
+  f.ops = c.direct_ops;
 }
 
 // What one block runs for one primitive of `len` elements: every slice takes one FIFO slot
 // of each connection it uses. Returns false when the block must stop.
+// `peer_out`: the next rank's output once its pointer has been read (direct sends), else
+// null.
 template <int OP>
 __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channel, Fifo& send,
                          Fifo& recv, const Step& st, const T* input, T* output, bool reduces,
-                         volatile int* stop) {
+                         T** peer_out, volatile int* stop) {
   const bool sends = prim_sends(st.prim);
   const bool receives = prim_receives(st.prim);
+  // A step that sends final results (it writes them to its own output too) stores them in
+  // the receiver's output directly; the receiver's matching step (a Recv or RecvCopySend at
+  // the same output offset: core's RingProgram guarantees it) finds them there.
+  const bool direct_send = sends && send.direct && prim_writes_output(st.prim);
+  const bool direct_recv =
+      receives && recv.direct && (st.prim == PRIM_RECV || st.prim == PRIM_RECV_COPY_SEND);
   const u64 align = align_elems(sizeof(T));
   // A ring of one rank has no FIFO: its copy is one piece.
   const u64 max_elems = sends || receives
@@ -272,6 +324,12 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
       // A free slot: the receiver has freed at least step + 1 - steps of them.
       if (ok && sends && send.step + 1 > send.steps)
         ok = wait_for(b, send.counter_mine, send.step + 1 - send.steps, send.peer, WEFT_WAIT_SEND, channel);
+      // The receiver's output address, once per collective: it publishes it when its kernel
+      // starts, so nothing lands in its buffer before the collective began there.
+      if (ok && direct_send && *peer_out == nullptr) {
+        ok = wait_for(b, &send.exchange->ops, send.ops, send.peer, WEFT_WAIT_SEND, channel);
+        if (ok) *peer_out = (T*)*(volatile u64*)&send.exchange->ptr;
+      }
       *stop = ok ? 0 : 1;
     }
     __syncthreads();
@@ -279,33 +337,44 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
     const T* in = prim_reads_input(st.prim) ? input + st.input_offset + off : nullptr;
     T* out = prim_writes_output(st.prim) ? output + st.output_offset + off : nullptr;
     const T* fifo_in = receives ? (const T*)(recv.buf + (recv.step % recv.steps) * recv.step_size) : nullptr;
-    T* fifo_out = sends ? (T*)(send.buf + (send.step % send.steps) * send.step_size) : nullptr;
+    T* fifo_out = !sends        ? nullptr
+                  : direct_send ? *peer_out + st.output_offset + off
+                                : (T*)(send.buf + (send.step % send.steps) * send.step_size);
     const bool pre = reduces && in != nullptr;
     const bool post = st.post_op && reduces;
     switch (st.prim) {
       case PRIM_SEND:  // reducing collectives' inputs enter the reduction here
-        reduce_copy(red, in, pre, nullptr, fifo_out, nullptr, false, n);
+        reduce_copy<OP, true, false, false>(red, in, pre, nullptr, fifo_out, nullptr, false, n);
         break;
       case PRIM_COPY_SEND:  // all-gather, broadcast: in place, the copy is skipped
-        reduce_copy(red, in, false, nullptr, fifo_out, in == out ? nullptr : out, false, n);
+        if (in == out)
+          reduce_copy<OP, true, false, false>(red, in, false, nullptr, fifo_out, nullptr, false, n);
+        else
+          reduce_copy<OP, true, false, true>(red, in, false, nullptr, fifo_out, out, false, n);
         break;
-      case PRIM_RECV:
-        reduce_copy(red, nullptr, false, fifo_in, out, nullptr, false, n);
+      case PRIM_RECV:  // a direct receive found its data in place
+        if (!direct_recv)
+          reduce_copy<OP, false, true, false>(red, nullptr, false, fifo_in, out, nullptr, false, n);
         break;
       case PRIM_RECV_COPY_SEND:
-        reduce_copy(red, nullptr, false, fifo_in, fifo_out, out, false, n);
+        // Direct: the data is in this rank's output already (written by the peer, so read
+        // past L1 as a FIFO slot is), and only goes on.
+        if (direct_recv)
+          reduce_copy<OP, false, true, false>(red, nullptr, false, out, fifo_out, nullptr, false, n);
+        else
+          reduce_copy<OP, false, true, true>(red, nullptr, false, fifo_in, fifo_out, out, false, n);
         break;
       case PRIM_RECV_REDUCE_SEND:
-        reduce_copy(red, in, pre, fifo_in, fifo_out, nullptr, post, n);
+        reduce_copy<OP, true, true, false>(red, in, pre, fifo_in, fifo_out, nullptr, post, n);
         break;
       case PRIM_RECV_REDUCE_COPY_SEND:
-        reduce_copy(red, in, pre, fifo_in, fifo_out, out, post, n);
+        reduce_copy<OP, true, true, true>(red, in, pre, fifo_in, fifo_out, out, post, n);
         break;
       case PRIM_RECV_REDUCE_COPY:
-        reduce_copy(red, in, pre, fifo_in, out, nullptr, post, n);
+        reduce_copy<OP, true, true, false>(red, in, pre, fifo_in, out, nullptr, post, n);
         break;
       default:  // PRIM_COPY: a ring of one rank
-        reduce_copy(red, in, pre, nullptr, out, nullptr, post, n);
+        reduce_copy<OP, true, false, false>(red, in, pre, nullptr, out, nullptr, post, n);
         break;
     }
     __syncthreads();
@@ -324,6 +393,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
   __shared__ Fifo send, recv;
   __shared__ int stop;
   __shared__ int ring[64];
+  __shared__ T* peer_out;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
   const weft_coll_work& w = args.work;
   const u32 channel = w.channel_lo + blockIdx.x;
@@ -346,9 +416,19 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     // No look at the abort flag here: it lives in host memory, and reading it would hold
     // every thread at the barrier below for a PCIe round trip. Waits look at it.
     stop = 0;
+    peer_out = nullptr;
     if (nranks > 1) {
       load_fifo(send, peers[ch->ring.next].send, true, ch->ring.next);
       load_fifo(recv, peers[ch->ring.prev].recv, false, ch->ring.prev);
+      send.direct = w.direct != 0 && (peers[ch->ring.next].send.flags & WEFT_CONN_DIRECT_WRITE) != 0;
+      recv.direct = w.direct != 0 && (peers[ch->ring.prev].recv.flags & WEFT_CONN_DIRECT_WRITE) != 0;
+      if (send.direct) send.ops++;
+      if (recv.direct) {
+        // Publish this rank's output to the previous rank: the pointer, then the count.
+        recv.ops++;
+        *(volatile u64*)&recv.exchange->ptr = (u64)w.recv_buff;
+        store_release(&recv.exchange->ops, recv.ops);
+      }
     }
   }
   __syncthreads();
@@ -367,12 +447,15 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     for (u32 s = 0; s < prog.steps_per_loop; s++) {
       Step st = prog.step(loop, s);
       if (st.len == 0) continue;
-      if (!run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &stop)) return;
+      if (!run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop))
+        return;
     }
   }
   if (threadIdx.x == 0 && nranks > 1) {
     peers[ch->ring.next].send.step = send.step;
     peers[ch->ring.prev].recv.step = recv.step;
+    peers[ch->ring.next].send.direct_ops = send.ops;
+    peers[ch->ring.prev].recv.direct_ops = recv.ops;
   }
 }
 
@@ -436,9 +519,6 @@ __device__ void p2p_block(const weft_p2p_args& args) {
   u64 offset, len;
   p2p_part(op, k, &offset, &len);
   char* user = (char*)op.buff + offset;
-  Reduction<u8, OP_SUM> copy;
-  copy.avg_scale = 0;
-  copy.nranks = 1;
   Slicing cut;
   cut.init(len, fifo.step_size / 16 * 16, 16);
   for (u64 s = 0; s < cut.n && len > 0; s++) {
@@ -457,9 +537,9 @@ __device__ void p2p_block(const weft_p2p_args& args) {
     if (stop) return;
     char* slot = fifo.buf + (fifo.step % fifo.steps) * fifo.step_size;
     if (op.send)
-      reduce_copy_bytes(copy, (const u8*)(user + off), nullptr, (u8*)slot, n);
+      copy_bytes((const u8*)(user + off), (u8*)slot, n, false);
     else
-      reduce_copy_bytes(copy, nullptr, (const u8*)slot, (u8*)(user + off), n);
+      copy_bytes((const u8*)slot, (u8*)(user + off), n, true);
     __syncthreads();
     if (threadIdx.x == 0) store_release(fifo.counter_peer, ++fifo.step);
   }

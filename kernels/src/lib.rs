@@ -31,7 +31,8 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("stddef.h", include_str!("../cuda/stddef.h")),
 ];
 
-/// Threads per block every kernel is written for (`weft::THREADS`): launch exactly this many.
+/// Threads per block every kernel is compiled for by default (`weft::THREADS`, from the
+/// `WEFT_THREADS` define): launch exactly as many as the module was compiled for.
 pub const THREADS: u32 = 512;
 
 /// The point-to-point kernel: one `weft_p2p_args` parameter.
@@ -89,7 +90,7 @@ mod test {
         assert!(COLLECTIVES.contains(&format!(
             "void __launch_bounds__(weft::THREADS, 1) {P2P_ENTRY}("
         )));
-        assert!(COLLECTIVES.contains(&format!("constexpr int THREADS = {THREADS};")));
+        assert!(COLLECTIVES.contains(&format!("#define WEFT_THREADS {THREADS}\n")));
     }
 
     #[test]

@@ -67,12 +67,12 @@ static_assert(WEFT_OK == 0 && WEFT_ERR_NULL_ARG == 1 && WEFT_ERR_TRUNCATED == 2 
                   WEFT_ERR_INTERNAL == 9 && WEFT_ERR_BAD_LENGTH == 10 &&
                   WEFT_ERR_BUFFER_TOO_SMALL == 11,
               "status codes never change meaning");
-static_assert(sizeof(weft_conn_info) == 88 && offsetof(weft_conn_info, head) == 40 &&
+static_assert(sizeof(weft_conn_info) == 96 && offsetof(weft_conn_info, head) == 40 &&
                   offsetof(weft_conn_info, step) == 72,
               "weft_conn_info layout");
 static_assert(sizeof(weft_coll_work) == 80 && offsetof(weft_coll_work, dtype) == 44,
               "weft_coll_work layout");
-static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 176 &&
+static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 192 &&
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 48 && sizeof(weft_kernel_fault) == 32,
               "device struct sizes");
 
@@ -95,7 +95,7 @@ void test_versions_and_layout() {
     CHECK(l.conn_info_size == sizeof(weft_conn_info));
     CHECK(l.conn_info_steps_offset == offsetof(weft_conn_info, steps));
     CHECK(l.coll_work_size == sizeof(weft_coll_work));
-    CHECK(l.coll_work_reserved_offset == offsetof(weft_coll_work, reserved));
+    CHECK(l.coll_work_direct_offset == offsetof(weft_coll_work, direct));
     CHECK(l.kernel_args_size == sizeof(weft_kernel_args));
     CHECK(l.ring_info_size == sizeof(weft_ring_info));
     CHECK(l.tree_info_size == sizeof(weft_tree_info));

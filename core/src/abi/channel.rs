@@ -87,9 +87,9 @@ pub struct ChannelPeer {
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<ChannelPeer>() == 176);
+    assert!(size_of::<ChannelPeer>() == 192);
     assert!(offset_of!(ChannelPeer, send) == 0);
-    assert!(offset_of!(ChannelPeer, recv) == 88);
+    assert!(offset_of!(ChannelPeer, recv) == 96);
 };
 
 /// One channel as a kernel block sees it.
@@ -307,11 +307,11 @@ mod test {
     proptest! {
         #[test]
         fn layouts_round_trip_and_validate_never_panics(
-            raw in proptest::collection::vec(any::<u8>(), 176),
+            raw in proptest::collection::vec(any::<u8>(), 192),
         ) {
             let peer = ChannelPeer::read_from_bytes(&raw).unwrap();
             prop_assert_eq!(peer.as_bytes(), &raw[..]);
-            prop_assert_eq!(peer.recv.as_bytes(), &raw[88..]);
+            prop_assert_eq!(peer.recv.as_bytes(), &raw[96..]);
             let ch = DevChannel::read_from_bytes(&raw[..64]).unwrap();
             prop_assert_eq!(ch.as_bytes(), &raw[..64]);
             prop_assert_eq!(ch.ring.next, i32::from_ne_bytes(raw[12..16].try_into().unwrap()));

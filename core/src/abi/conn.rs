@@ -13,7 +13,10 @@ use crate::wire::ParseError;
 
 /// The peer reads this rank's buffer directly (P2P read): no copy into the FIFO.
 pub const CONN_DIRECT_READ: u32 = 1 << 0;
-/// This rank writes into the peer's user buffer directly (P2P write).
+/// The sender writes final results straight into the receiver's user buffer (P2P write,
+/// NCCL's direct send): both ends are in one process, so a device pointer is valid on
+/// both. The receiver publishes its output pointer at `ptr_exchange` (a [`PtrExchange`] in
+/// the sender's memory) once per collective that allows it.
 pub const CONN_DIRECT_WRITE: u32 = 1 << 1;
 /// The connection goes through an NVLS (NVLink SHARP) multicast buffer.
 pub const CONN_NVLS: u32 = 1 << 2;
@@ -53,7 +56,7 @@ pub struct ConnInfo {
     pub tail: u64,
     /// Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
     pub sizes_fifo: u64,
-    /// Address where direct connections exchange user-buffer pointers (0: none).
+    /// Address of the connection's [`PtrExchange`], in the sender's memory (0: none).
     pub ptr_exchange: u64,
     /// The next step this side will post (sender) or wait for (receiver).
     pub step: u64,
@@ -61,11 +64,30 @@ pub struct ConnInfo {
     pub flags: u32,
     /// Number of slots in each protocol's buffer (NCCL's `NCCL_STEPS`).
     pub steps: u32,
+    /// Collectives with direct writes this side has taken part in: the receiver publishes
+    /// the next count with its pointer, the sender waits for the count it expects. Lives
+    /// here, in device memory, so that CUDA graph replays count too.
+    pub direct_ops: u64,
 }
+
+/// Where the receiver of a [`CONN_DIRECT_WRITE`] connection publishes its output buffer:
+/// it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct PtrExchange {
+    /// The receiver's `direct_ops` after this collective's increment.
+    pub ops: u64,
+    /// The receiver's output buffer (`CollWork::recv_buff`) for that collective.
+    pub ptr: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<PtrExchange>() == 16);
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<ConnInfo>() == 88);
+    assert!(size_of::<ConnInfo>() == 96);
     assert!(align_of::<ConnInfo>() == 8);
     assert!(offset_of!(ConnInfo, buffs) == 0);
     assert!(offset_of!(ConnInfo, buff_sizes) == 24);
@@ -77,6 +99,7 @@ const _: () = {
     assert!(offset_of!(ConnInfo, step) == 72);
     assert!(offset_of!(ConnInfo, flags) == 80);
     assert!(offset_of!(ConnInfo, steps) == 84);
+    assert!(offset_of!(ConnInfo, direct_ops) == 88);
 };
 
 impl ConnInfo {
@@ -167,6 +190,7 @@ mod test {
                 step: w[4],
                 flags: n[1],
                 steps: n[2],
+                direct_ops: w[5],
             })
     }
 
@@ -182,7 +206,7 @@ mod test {
         #[test]
         fn fields_sit_at_their_offsets(c in arb_conn()) {
             let b = c.as_bytes();
-            prop_assert_eq!(b.len(), 88);
+            prop_assert_eq!(b.len(), 96);
             for p in 0..3 {
                 prop_assert_eq!(ne64(b, 8 * p), c.buffs[p]);
                 prop_assert_eq!(ne32(b, 24 + 4 * p), c.buff_sizes[p]);
@@ -195,6 +219,7 @@ mod test {
             prop_assert_eq!(ne64(b, 72), c.step);
             prop_assert_eq!(ne32(b, 80), c.flags);
             prop_assert_eq!(ne32(b, 84), c.steps);
+            prop_assert_eq!(ne64(b, 88), c.direct_ops);
             prop_assert_eq!(ConnInfo::read_from_bytes(b).unwrap(), c);
         }
 
@@ -227,6 +252,7 @@ mod test {
             step: 0,
             flags: CONN_DIRECT_READ | CONN_HOST_MEMORY,
             steps: STEPS,
+            direct_ops: 0,
         }
     }
 

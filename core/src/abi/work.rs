@@ -46,8 +46,10 @@ pub struct CollWork {
     pub slice_steps: u32,
     /// FIFO steps per chunk (a multiple of `slice_steps`).
     pub chunk_steps: u32,
-    /// Must be zero: room for a later field without changing the size.
-    pub reserved: u32,
+    /// 1: ranks joined by a [`super::CONN_DIRECT_WRITE`] connection send final results
+    /// straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
+    /// the FIFO. The same on every rank, or the two ends would disagree on where data lands.
+    pub direct: u32,
 }
 
 const _: () = {
@@ -69,7 +71,7 @@ const _: () = {
     assert!(offset_of!(CollWork, channel_count) == 64);
     assert!(offset_of!(CollWork, slice_steps) == 68);
     assert!(offset_of!(CollWork, chunk_steps) == 72);
-    assert!(offset_of!(CollWork, reserved) == 76);
+    assert!(offset_of!(CollWork, direct) == 76);
 };
 
 /// A `CollWork` whose enumerated fields were checked, in typed form.
@@ -88,7 +90,8 @@ impl CollWork {
     /// Checks every field a reader relies on and returns the typed values: known enum
     /// values, a channel range inside `[0, MAX_CHANNELS)`, a root below `nranks` for rooted
     /// collectives, a chunk that is a non-zero multiple of the element size, chunk steps a
-    /// multiple of slice steps, `reserved` zero, and a byte count that fits a `u64`.
+    /// multiple of slice steps, `direct` 0 or 1 (and 0 for collectives that cannot use it),
+    /// and a byte count that fits a `u64`.
     pub fn validate(&self, nranks: u32) -> Result<CollSpec, ParseError> {
         let coll = CollKind::try_from(self.coll)?;
         let dtype = DataType::try_from(self.dtype)?;
@@ -119,8 +122,12 @@ impl CollWork {
         if self.chunk_steps == 0 {
             return Err(bad("work chunk_steps", 0));
         }
-        if self.reserved != 0 {
-            return Err(bad("work reserved", self.reserved));
+        let direct_ok = matches!(
+            coll,
+            CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
+        );
+        if self.direct > 1 || (self.direct == 1 && !direct_ok) {
+            return Err(bad("work direct", self.direct));
         }
         let bytes = dtype.bytes_for(self.count).ok_or(ParseError::BadField {
             field: "work count",
@@ -235,7 +242,7 @@ mod test {
             channel_count: 11,
             slice_steps: 2,
             chunk_steps: 4,
-            reserved: 0,
+            direct: 0,
         }
     }
 
@@ -342,7 +349,18 @@ mod test {
             }),
             "work chunk_steps"
         );
-        assert_eq!(field(CollWork { reserved: 1, ..w }), "work reserved");
+        assert_eq!(field(CollWork { direct: 2, ..w }), "work direct");
+        let reduce = CollWork {
+            coll: CollKind::ReduceScatter as u32,
+            ..w
+        };
+        assert_eq!(
+            field(CollWork {
+                direct: 1,
+                ..reduce
+            }),
+            "work direct"
+        );
         assert_eq!(
             field(CollWork {
                 count: u64::MAX,
@@ -365,7 +383,7 @@ mod test {
             prop_assert_eq!(args.comm, u64::from_ne_bytes(raw[0..8].try_into().unwrap()));
             prop_assert_eq!(w.count, u64::from_ne_bytes(raw[24..32].try_into().unwrap()));
             prop_assert_eq!(w.dtype, u32::from_ne_bytes(raw[52..56].try_into().unwrap()));
-            prop_assert_eq!(w.reserved, u32::from_ne_bytes(raw[84..88].try_into().unwrap()));
+            prop_assert_eq!(w.direct, u32::from_ne_bytes(raw[84..88].try_into().unwrap()));
             if let Ok(spec) = w.validate(nranks) {
                 prop_assert_eq!(spec.dtype as u32, w.dtype);
                 prop_assert_eq!(u128::from(spec.bytes),

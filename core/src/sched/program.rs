@@ -512,6 +512,57 @@ mod test {
     }
 
     proptest::proptest! {
+        /// What direct writes rely on: for all-reduce, all-gather and broadcast, the k-th
+        /// send of a rank that also writes its output (the data is final) meets, on the next
+        /// rank, a k-th receive that writes its output without reducing, at the same output
+        /// offset and length. So the sender can store the data straight into the
+        /// receiver's output, and the receiver skips its copy.
+        #[test]
+        fn final_sends_land_at_the_receivers_output_offset(
+            kind in 0u8..3,
+            nranks in 2usize..9,
+            root: u32,
+            count in 0usize..3000,
+            elem_size in proptest::sample::select(std::vec![1usize, 2, 4, 8]),
+            chunk_elems in 1usize..200,
+            nchannels in 1u32..5,
+        ) {
+            let collective = match kind {
+                0 => Collective::AllReduce,
+                1 => Collective::AllGather,
+                _ => Collective::Broadcast { root: root % nranks as u32 },
+            };
+            let ring: Vec<u32> = (0..nranks as u32).rev().collect();
+            let spec = ProgramSpec { collective, count, elem_size, chunk_elems, nchannels };
+            for channel in 0..nchannels {
+                let steps = |rank: u32| -> Vec<RingStep> {
+                    RingProgram::new(&spec, Ring::new(&ring).unwrap(), rank, channel)
+                        .unwrap()
+                        .collect()
+                };
+                for rank in 0..nranks as u32 {
+                    let mine = steps(rank);
+                    let next = ring[(ring.iter().position(|&r| r == rank).unwrap() + 1) % nranks];
+                    let sends: Vec<&RingStep> = mine.iter().filter(|s| s.prim.sends()).collect();
+                    let theirs = steps(next);
+                    let recvs: Vec<&RingStep> = theirs.iter().filter(|s| s.prim.receives()).collect();
+                    proptest::prop_assert_eq!(sends.len(), recvs.len());
+                    for (s, r) in sends.iter().zip(&recvs) {
+                        if !s.prim.writes_output() {
+                            continue;
+                        }
+                        proptest::prop_assert!(
+                            matches!(r.prim, Primitive::Recv | Primitive::RecvCopySend),
+                            "{:?} meets {:?}", s.prim, r.prim
+                        );
+                        proptest::prop_assert_eq!((s.output_offset, s.len), (r.output_offset, r.len));
+                    }
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
 
         /// Any input gives an error or a program whose every range is inside the buffers.

@@ -14,7 +14,7 @@ use super::status::{CallError, weft_status};
 // each is written out here and checked against core at compile time.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 2;
+pub const WEFT_ABI_VERSION: u32 = 3;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.
@@ -96,7 +96,7 @@ pub struct weft_abi_layout {
     pub conn_info_size: usize,
     pub conn_info_steps_offset: usize,
     pub coll_work_size: usize,
-    pub coll_work_reserved_offset: usize,
+    pub coll_work_direct_offset: usize,
     pub kernel_args_size: usize,
     pub ring_info_size: usize,
     pub tree_info_size: usize,
@@ -115,7 +115,7 @@ impl weft_abi_layout {
             conn_info_size: size_of::<ConnInfo>(),
             conn_info_steps_offset: offset_of!(ConnInfo, steps),
             coll_work_size: size_of::<CollWork>(),
-            coll_work_reserved_offset: offset_of!(CollWork, reserved),
+            coll_work_direct_offset: offset_of!(CollWork, direct),
             kernel_args_size: size_of::<KernelArgs>(),
             ring_info_size: size_of::<RingInfo>(),
             tree_info_size: size_of::<TreeInfo>(),
@@ -358,7 +358,7 @@ mod test {
         // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
         assert_eq!(unsafe { weft_abi_layout_get(&mut l) }, weft_status::WEFT_OK);
         assert_eq!(l.abi_version, ABI_VERSION);
-        assert_eq!(l.conn_info_size, 88);
+        assert_eq!(l.conn_info_size, 96);
         assert_eq!(l.coll_work_size, 80);
         assert_eq!(l.dev_channel_size, 64);
         assert_eq!(VERSION.to_str().unwrap(), env!("CARGO_PKG_VERSION"));

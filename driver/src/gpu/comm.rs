@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::abi::{
-    Algorithm, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo, DataType, DevChannel,
-    DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS,
-    P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_RECV,
+    Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
+    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs,
+    KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS,
+    TreeInfo, WAIT_RECV,
 };
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
@@ -31,7 +32,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::error::GpuError;
 use super::kernels::Kernels;
-use super::layout::{Edge, FIFO_OFFSET, Layout};
+use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
@@ -368,6 +369,8 @@ pub struct GpuComm {
     window: Window,
     bootstrap: Bootstrap,
     failed: Option<String>,
+    /// Direct writes between ranks of this process (every rank agreed at init).
+    direct: bool,
 }
 
 fn env_flag(names: &[&str]) -> bool {
@@ -479,6 +482,15 @@ impl GpuComm {
             }
         }
 
+        // Direct writes unless some rank turned them off (NCCL_P2P_DIRECT_DISABLE=1 or
+        // WEFT_P2P_DIRECT=0): both ends of a connection must agree on where data lands.
+        let direct_here = !env_flag(&["NCCL_P2P_DIRECT_DISABLE"])
+            && crate::env::first_value(&crate::env::process, &["WEFT_P2P_DIRECT"])
+                .is_none_or(|v| v.trim() != "0");
+        let direct = bootstrap
+            .all_gather(&[u8::from(direct_here)])?
+            .iter()
+            .all(|a| a.first() == Some(&1));
         let status = HostMapped::alloc(
             &ctx,
             FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>(),
@@ -496,6 +508,7 @@ impl GpuComm {
             window,
             bootstrap,
             failed: None,
+            direct,
         };
         comm.control = comm.build_control()?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
@@ -525,6 +538,19 @@ impl GpuComm {
         }
     }
 
+    /// Whether `a` and `b` may write into each other's user buffers: both ranks live in this
+    /// process (so a device pointer of one is valid for the other, with peer access) and
+    /// every rank allowed it at init.
+    fn direct_between(&self, a: u32, b: u32) -> bool {
+        let here = |r: u32| {
+            matches!(
+                self.peer_windows.get(r as usize),
+                Some(PeerWindow::Own | PeerWindow::SameProcess(_))
+            )
+        };
+        self.direct && here(a) && here(b)
+    }
+
     /// The connection end `edge` as seen from this rank.
     fn conn_info(&self, edge: Edge) -> Result<ConnInfo, GpuError> {
         let place = self
@@ -546,13 +572,15 @@ impl GpuComm {
             head: sender + place.head as u64,
             tail: slot,
             sizes_fifo: 0,
-            ptr_exchange: 0,
+            ptr_exchange: sender + (place.head + EXCHANGE_OFFSET) as u64,
             step: 0,
             flags: match self.window {
+                Window::Device(_) if self.direct_between(edge.from, edge.to) => CONN_DIRECT_WRITE,
                 Window::Device(_) => 0,
                 Window::Host { .. } => CONN_HOST_MEMORY,
             },
             steps: STEPS,
+            direct_ops: 0,
         })
     }
 
@@ -837,7 +865,14 @@ impl GpuComm {
             channel_count: nchannels,
             slice_steps: 1,
             chunk_steps: u32::try_from(sizing.chunk_steps()).unwrap_or(u32::MAX),
-            reserved: 0,
+            // The kernel uses it on connections flagged CONN_DIRECT_WRITE only.
+            direct: u32::from(
+                self.direct
+                    && matches!(
+                        coll,
+                        CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
+                    ),
+            ),
         };
         let mut args = KernelArgs {
             comm: self.control.ptr(),
@@ -851,7 +886,7 @@ impl GpuComm {
         unsafe {
             kernels.ring(op).launch(
                 (nchannels, 1, 1),
-                (weft_kernels::THREADS, 1, 1),
+                (kernels.threads(), 1, 1),
                 0,
                 stream,
                 &mut params,
@@ -953,7 +988,7 @@ impl GpuComm {
         unsafe {
             kernels.p2p().launch(
                 (blocks, 1, 1),
-                (weft_kernels::THREADS, 1, 1),
+                (kernels.threads(), 1, 1),
                 0,
                 stream,
                 &mut params,

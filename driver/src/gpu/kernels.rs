@@ -18,6 +18,7 @@ pub struct TypeKernels {
     /// Indexed by `RedOp as usize`.
     ring: Vec<Function>,
     p2p: Function,
+    threads: u32,
 }
 
 impl TypeKernels {
@@ -29,6 +30,11 @@ impl TypeKernels {
     /// The point-to-point kernel.
     pub fn p2p(&self) -> &Function {
         &self.p2p
+    }
+
+    /// Threads per block the module was compiled for: launch exactly this many.
+    pub fn threads(&self) -> u32 {
+        self.threads
     }
 }
 
@@ -65,6 +71,15 @@ impl Kernels {
         {
             defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
         }
+        // Another knob for measurements: threads per block (a multiple of 32).
+        let threads = std::env::var("WEFT_KERNEL_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|t| (64..=1024).contains(t) && t % 32 == 0)
+            .unwrap_or(weft_kernels::THREADS);
+        if threads != weft_kernels::THREADS {
+            defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
+        }
         let opts = CompileOptions {
             arch: self.arch,
             defines,
@@ -95,18 +110,18 @@ impl Kernels {
         let p2p = module.function(weft_kernels::P2P_ENTRY)?;
         for f in ring.iter().chain(std::iter::once(&p2p)) {
             let max = f.max_threads_per_block()?;
-            if max < weft_kernels::THREADS {
+            if max < threads {
                 return Err(GpuError::InvalidArgument(format!(
                     "kernel {} runs at most {max} threads per block on this GPU, and weft's \
                      kernels need {} (too many registers for sm_{}{}?)",
                     f.name(),
-                    weft_kernels::THREADS,
+                    threads,
                     self.arch.0,
                     self.arch.1
                 )));
             }
         }
-        let kernels = Arc::new(TypeKernels { ring, p2p });
+        let kernels = Arc::new(TypeKernels { ring, p2p, threads });
         if let Some(slot) = loaded.get_mut(dtype as usize) {
             *slot = Some(kernels.clone());
         }

@@ -6,7 +6,9 @@
 //!
 //! - in the receiver `b`'s window, a *receive slot*: the tail counter (slots `a` posted) and
 //!   the FIFO of `STEPS` slots of `step_bytes`, which `a` writes over NVLink;
-//! - in the sender `a`'s window, the head counter (slots `b` freed), which `b` writes.
+//! - in the sender `a`'s window, the head counter (slots `b` freed), which `b` writes, and
+//!   [`EXCHANGE_OFFSET`] bytes after it the `weft_ptr_exchange` where `b` publishes its
+//!   output buffer for direct writes (ranks of one process).
 //!
 //! So each side polls its own memory and writes the other's. Connections exist for each
 //! channel's ring (`a`'s next rank) and, on the first [`Layout::p2p_channels`] channels,
@@ -15,12 +17,21 @@
 //! counters over. Every rank computes every rank's layout from the rings alone, so the
 //! offsets never travel.
 
+use std::mem::size_of;
+
 use weft_core::abi::STEPS;
 
 /// Bytes from a receive slot's start to its FIFO (the tail counter sits at 0).
 pub const FIFO_OFFSET: usize = 4096;
 /// Bytes between two head counters (each on its own cache line and then some).
 pub const HEAD_STRIDE: usize = 128;
+/// Bytes from a head counter to its connection's `weft_ptr_exchange` (direct writes): the
+/// receiver writes both, the sender polls both, so they share the sender's record.
+pub const EXCHANGE_OFFSET: usize = 64;
+const _: () = assert!(
+    EXCHANGE_OFFSET >= 8
+        && EXCHANGE_OFFSET + size_of::<weft_core::abi::PtrExchange>() <= HEAD_STRIDE
+);
 
 /// One direction of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -235,7 +246,7 @@ mod test {
             let last = *slots.last().unwrap();
             assert!(last + FIFO_OFFSET + l.fifo_bytes() <= l.window_bytes(rank));
             assert!(
-                heads.last().unwrap() + 8 <= slots[0],
+                heads.last().unwrap() + HEAD_STRIDE <= slots[0],
                 "heads run into the slots"
             );
         }
