@@ -8,6 +8,7 @@ use core::fmt::Debug;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::Dtype;
+use super::fp8::{F8E4M3, F8E5M2};
 use super::kernel;
 use super::narrow::{BF16_INFINITY, Bf16, F16, F16_INFINITY, max16, min16};
 
@@ -51,10 +52,10 @@ impl RankDivisor {
     }
 }
 
-/// A type NCCL reduces: the ten `ncclDataType_t` element types.
+/// A type NCCL reduces: the twelve `ncclDataType_t` element types.
 ///
-/// Sealed: implemented for `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`F16`], [`Bf16`], `f32`
-/// and `f64`.
+/// Sealed: implemented for `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`F16`], [`Bf16`], `f32`,
+/// `f64`, [`F8E4M3`] and [`F8E5M2`].
 pub trait Element:
     sealed::Sealed
     + Copy
@@ -316,3 +317,47 @@ macro_rules! narrow_element {
 
 narrow_element!(F16, Float16, F16_INFINITY);
 narrow_element!(Bf16, Bfloat16, BF16_INFINITY);
+
+/// The fp8 types compute as NCCL's device code does (`reduce_kernel.h`, see `fp8.rs`):
+/// widen both operands to binary16, one binary16 operation, narrow with saturation.
+macro_rules! fp8_element {
+    ($t:ident, $dtype:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$dtype;
+            type Stage = [$t; STAGE_BYTES];
+
+            #[inline(always)]
+            fn sum(self, other: Self) -> Self {
+                $t::from_f16(self.to_f16().sum(other.to_f16()))
+            }
+            #[inline(always)]
+            fn prod(self, other: Self) -> Self {
+                $t::from_f16(self.to_f16().prod(other.to_f16()))
+            }
+            #[inline(always)]
+            fn minimum(self, other: Self) -> Self {
+                let half = min16(self.to_f16().0, other.to_f16().0, F16_INFINITY);
+                $t::from_f16(F16(half))
+            }
+            #[inline(always)]
+            fn maximum(self, other: Self) -> Self {
+                let half = max16(self.to_f16().0, other.to_f16().0, F16_INFINITY);
+                $t::from_f16(F16(half))
+            }
+            /// `__nv_cvt_float_to_fp8(float(1.0 / nranks), __NV_SATFINITE, ...)`
+            /// (`hostToDevRedOp`): rounded to `f32`, then once to fp8.
+            #[inline(always)]
+            fn avg_scale(nranks: u32) -> Self {
+                $t::from_f32((1.0 / f64::from(nranks.max(1))) as f32)
+            }
+            #[inline(always)]
+            fn divide_ranks(self, _divisor: &RankDivisor) -> Self {
+                self
+            }
+        }
+    };
+}
+
+fp8_element!(F8E4M3, Float8E4M3);
+fp8_element!(F8E5M2, Float8E5M2);
