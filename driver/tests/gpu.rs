@@ -1,5 +1,6 @@
-//! The GPU path on real GPUs: every collective, type and operator, in place and out of
-//! place, counts that are not powers of two, one rank per GPU as threads of this process
+//! The GPU path on real GPUs: every collective, type and operator (fp8 reductions where the
+//! GPU has them, compute capability 8.9 and newer), in place and out of place, counts that
+//! are not powers of two, one rank per GPU as threads of this process
 //! (the multi-process form is `weft perf --device cuda -c`, run by scripts/gpu-test.sh);
 //! every element of every result checked against `weft::verify`'s reference, outputs
 //! poisoned before each call. Then a send/recv group, and a rank that skips a call:
@@ -211,18 +212,26 @@ fn every_collective_on(nranks: usize) {
         let buffers = Buffers::new(&comm, biggest);
         prepare(&mut comm);
         let mut failures = Vec::new();
+        let mut skipped = 0usize;
         for c in &cases {
+            // fp8 reductions where the GPU lacks them: fp8_reductions_are_refused_clearly.
+            if c.coll.reduces() && !comm.can_reduce(c.dtype) {
+                skipped += 1;
+                continue;
+            }
             let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
             if w > 0 {
                 failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
             }
         }
         comm.finalize().unwrap();
-        failures
+        (failures, skipped)
     });
-    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
+    let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
     eprintln!(
-        "{nranks} GPU(s): {total} calls per rank, {} failed, {:.1} s",
+        "{nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped: compute \
+         capability below 8.9), {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
@@ -312,6 +321,53 @@ fn send_recv_groups_on_every_gpu() {
         wrong
     });
     assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
+}
+
+/// Below compute capability 8.9, an fp8 reduction is an error that names the GPU and its
+/// architecture (copies of fp8 run there, in every_collective_type_and_op_on_one_gpu).
+#[test]
+fn fp8_reductions_are_refused_clearly() {
+    if gpus().is_none() {
+        return;
+    }
+    let results = run_ranks(1, Duration::from_secs(30), |_, mut comm| {
+        let (major, minor) = comm.context().device().compute_capability().unwrap();
+        let stream = Stream::new(comm.context()).unwrap();
+        let buf = DeviceBuffer::alloc(comm.context(), 1024).unwrap();
+        let mut errors = Vec::new();
+        for dtype in [DataType::Float8E4M3, DataType::Float8E5M2] {
+            assert_eq!(comm.can_reduce(dtype), (major, minor) >= (8, 9));
+            if comm.can_reduce(dtype) {
+                continue;
+            }
+            // SAFETY: the buffer holds the 1024 one-byte elements and outlives the call.
+            let r = unsafe {
+                comm.collective(
+                    Collective::AllReduce,
+                    buf.ptr(),
+                    buf.ptr(),
+                    1024,
+                    dtype,
+                    RedOp::Sum,
+                    &stream,
+                )
+            };
+            errors.push(r.expect_err("an fp8 reduction below sm_89").to_string());
+        }
+        comm.finalize().unwrap();
+        ((major, minor), errors)
+    });
+    let ((major, minor), errors) = &results[0];
+    if errors.is_empty() {
+        eprintln!("sm_{major}{minor} reduces fp8: every_collective_type_and_op_* check it");
+    }
+    for text in errors {
+        assert!(
+            text.contains("need compute capability 8.9 or newer")
+                && text.contains(&format!("this is GPU 0, sm_{major}{minor}")),
+            "{text}"
+        );
+    }
 }
 
 #[test]

@@ -665,6 +665,13 @@ impl GpuComm {
         &self.ctx
     }
 
+    /// Whether this rank's GPU reduces `dtype`: every type but fp8, which needs compute
+    /// capability 8.9 or newer. Every type moves (all-gather, broadcast, send/receive)
+    /// everywhere.
+    pub fn can_reduce(&self, dtype: DataType) -> bool {
+        self.kernels.supports(dtype)
+    }
+
     /// Compiles and loads the kernels of `dtypes` now rather than at their first call.
     /// Loading a module waits for the device to be idle, so a rank that loads one while a
     /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks

@@ -42,7 +42,7 @@
 //! copies); misaligned ones go through aligned 2 KiB staging blocks on the stack. Either
 //! way the inner loops are branch-free `zip`s that LLVM vectorizes, compiled for the
 //! x86-64 baseline and again for AVX2 (picked at run time); binary16 sum/product use F16C
-//! conversions when present.
+//! conversions when present; fp8 looks each result up in a table of every operand pair.
 //! For buffers larger than the caches, the in-place forms are faster (about 1.5x measured
 //! with `examples/reduce_bw.rs`): the destination is not a separate stream to fetch.
 
