@@ -159,7 +159,7 @@ impl TestData {
                 let units = if e4m3 { 16 } else { 8 };
                 // Ranks `rank + index = 0 (mod stride)` contribute: at most `units` of them.
                 let stride = n.div_ceil(units);
-                if (rank + index) % stride != 0 {
+                if !(rank + index).is_multiple_of(stride) {
                     return 0.0;
                 }
                 let budget = (units / n.div_ceil(stride)) as u64;

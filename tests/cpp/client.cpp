@@ -224,9 +224,9 @@ void test_validate() {
     w.chunk_steps = 4;
     EXPECT(weft_coll_work_validate(&w, 7), WEFT_OK, "");
     weft_coll_work bad = w;
-    bad.dtype = 10;
+    bad.dtype = 12;
     EXPECT(weft_coll_work_validate(&bad, 7), WEFT_ERR_BAD_FIELD,
-           "weft_coll_work_validate: data type: invalid value 10");
+           "weft_coll_work_validate: data type: invalid value 12");
     bad = w;
     bad.channel_lo = 60;
     bad.channel_count = 5;

@@ -352,7 +352,7 @@ mod test {
         }
         let mut size = 0usize;
         // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
-        let status = unsafe { weft_dtype_size(10, &mut size) };
+        let status = unsafe { weft_dtype_size(12, &mut size) };
         assert_eq!(status, weft_status::WEFT_ERR_BAD_FIELD);
     }
 
