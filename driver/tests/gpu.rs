@@ -5,8 +5,7 @@
 //! every element of every result checked against `weft::verify`'s reference, outputs
 //! poisoned before each call. fp8 arithmetic is also compared with the CPU executor's bit for
 //! bit on every operand pair, specials included. Then a send/recv group, and a rank that
-//! skips a call:
-//! the other's kernel must give up within the timeout with an error naming it.
+//! skips a call: the other's kernel must give up within the timeout with an error naming it.
 //!
 //! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
 //! CI has no GPU; scripts/gpu-test.sh runs these on the GPU machines.
