@@ -77,7 +77,7 @@ fi
 echo "== 2. weft perf --device cuda -c (multi-process, every iteration checked)"
 checks=0; bad=0
 for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
-    for spec in "float sum" "half avg" "bfloat16 max" "int32 prod" "double min" "uint8 sum" "int64 avg"; do
+    for spec in "float sum" "half avg" "bfloat16 max" "int32 prod" "double min" "uint8 sum" "int64 avg" "f8e4m3 sum"; do
         set -- $spec
         log="$OUTDIR/check-$coll-$1-$2.log"
         if "$WEFT" perf "$coll" --device cuda -d "$1" -o "$2" -b 4 -e 64M -f 16 -n 3 -w 1 -c 1 -r $((NGPUS - 1)) >"$log" 2>&1 \

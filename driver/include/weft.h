@@ -129,6 +129,10 @@ enum weft_data_type
   WEFT_DATA_TYPE_FLOAT32 = 7,
   WEFT_DATA_TYPE_FLOAT64 = 8,
   WEFT_DATA_TYPE_BFLOAT16 = 9,
+  // OCP FP8 E4M3 (`ncclFloat8e4m3`, CUDA `__nv_fp8_e4m3`): no infinities, max 448.
+  WEFT_DATA_TYPE_FLOAT8_E4M3 = 10,
+  // OCP FP8 E5M2 (`ncclFloat8e5m2`, CUDA `__nv_fp8_e5m2`): max 57344.
+  WEFT_DATA_TYPE_FLOAT8_E5M2 = 11,
 };
 #ifndef __cplusplus
 typedef uint32_t weft_data_type;
@@ -521,7 +525,8 @@ weft_status weft_abi_layout_get(struct weft_abi_layout *out);
 // `size` is NULL or points to a writable `size_t`.
 weft_status weft_dtype_size(uint32_t dtype, size_t *size);
 
-// Name of `dtype` as nccl-tests prints it ("int8" ... "bfloat16"); `*name` is static.
+// Name of `dtype` as nccl-tests prints it ("int8" ... "bfloat16", "f8e4m3", "f8e5m2");
+// `*name` is static.
 //
 // # Safety
 // `name` is NULL or points to a writable `const char*`.

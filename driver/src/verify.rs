@@ -8,12 +8,18 @@
 //! in half) and, for products, powers of two in [1/2, 2]. `Avg` rounds (NCCL multiplies by
 //! `1/nranks`), and so do sums over more ranks, so floating results are compared with a
 //! tolerance of a few units in the last place per rank.
+//!
+//! The fp8 types (3 or 2 stored mantissa bits) are checked exactly instead, with data whose
+//! every partial result is exact in any order (see [`TestData::fp8_input`]): sums of
+//! multiples of 1/4 small enough to stay exact, powers of two for products, any finite value
+//! for min and max, and for `Avg` one nonzero input per element, whose pre-multiplied value
+//! the CPU reference computes (`exec::reduce`, NCCL's fp8 rounding).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use weft_core::abi::{DataType, RedOp};
 
-use crate::exec::reduce::{Bf16, F16};
+use crate::exec::reduce::{Bf16, Element, F8E4M3, F8E5M2, F16};
 
 /// What a checked call computes, seen from one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,10 +85,7 @@ impl TestData {
     }
 
     fn is_float(&self) -> bool {
-        matches!(
-            self.dtype,
-            DataType::Float16 | DataType::Bfloat16 | DataType::Float32 | DataType::Float64
-        )
+        self.dtype.is_float()
     }
 
     fn random(&self, rank: usize, index: usize) -> u64 {
@@ -99,6 +102,9 @@ impl TestData {
         if !self.is_float() {
             return Value::Int(r);
         }
+        if self.dtype.is_fp8() {
+            return Value::Float(self.fp8_input(rank, index, r));
+        }
         let v = if self.op == RedOp::Prod {
             // 1/2, 1 or 2, with a random sign: products stay exact powers of two.
             let magnitude = [0.5, 1.0, 2.0][(r % 3) as usize];
@@ -113,8 +119,73 @@ impl TestData {
         Value::Float(v)
     }
 
+    /// An fp8 input, from the random bits `r`, such that the reduction over all ranks is
+    /// exact whatever the order NCCL's ring combines them in:
+    /// - sum: multiples of 1/4 whose magnitudes, in units of 1/4, add up to at most 16
+    ///   (E4M3) or 8 (E5M2) over the ranks, so every partial sum is exact (every integer up
+    ///   to 16, resp. 8, fits the 4, resp. 3, significant bits). Past that many ranks, each
+    ///   element takes nonzero values from a spread-out subset of ranks only;
+    /// - product: +-1/2, +-1 or +-2 while 2^nranks stays in range (8 ranks for E4M3, 15 for
+    ///   E5M2), else +-1;
+    /// - min and max: any finite value (exact in any order);
+    /// - avg: one rank per element (`index % nranks`) gives any finite value, the others
+    ///   zero; the pre-multiplied values then sum exactly.
+    fn fp8_input(&self, rank: usize, index: usize, r: u64) -> f64 {
+        let n = self.nranks.max(1);
+        let e4m3 = self.dtype == DataType::Float8E4M3;
+        let finite = |r: u64| {
+            // Magnitude codes up to the largest finite one (0x7e, 0x7b), then the sign.
+            let max_code = if e4m3 { 0x7e } else { 0x7b };
+            let code = ((r >> 8) % (max_code + 1)) as u8 | (((r & 1) as u8) << 7);
+            if e4m3 {
+                F8E4M3(code).to_f32()
+            } else {
+                F8E5M2(code).to_f32()
+            }
+        };
+        let sign = if (r >> 40) & 1 == 1 { -1.0 } else { 1.0 };
+        match self.op {
+            RedOp::Prod => {
+                let max_ranks = if e4m3 { 8 } else { 15 };
+                let magnitude = if n <= max_ranks {
+                    [0.5, 1.0, 2.0][(r % 3) as usize]
+                } else {
+                    1.0
+                };
+                sign * magnitude
+            }
+            RedOp::Min | RedOp::Max => f64::from(finite(r)),
+            RedOp::Avg if rank == index % n => f64::from(finite(r)),
+            RedOp::Avg => 0.0,
+            RedOp::Sum => {
+                let units = if e4m3 { 16 } else { 8 };
+                // Ranks `rank + index = 0 (mod stride)` contribute: at most `units` of them.
+                let stride = n.div_ceil(units);
+                if !(rank + index).is_multiple_of(stride) {
+                    return 0.0;
+                }
+                let budget = (units / n.div_ceil(stride)) as u64;
+                let k = (r % (2 * budget + 1)) as f64 - budget as f64;
+                k / 4.0
+            }
+        }
+    }
+
+    /// An fp8 `Avg` input after NCCL's pre-multiplication by `fp8(1/nranks)`, computed by
+    /// the CPU reference.
+    fn fp8_premul(&self, v: f64) -> f64 {
+        let n = self.nranks.max(1) as u32;
+        let v = v as f32;
+        f64::from(match self.dtype {
+            DataType::Float8E4M3 => F8E4M3::from_f32(v).prod(F8E4M3::avg_scale(n)).to_f32(),
+            _ => F8E5M2::from_f32(v).prod(F8E5M2::avg_scale(n)).to_f32(),
+        })
+    }
+
     fn encode(&self, v: Value, out: &mut [u8]) {
         match (self.dtype, v) {
+            (DataType::Float8E4M3, Value::Float(f)) => out[0] = F8E4M3::from_f32(f as f32).0,
+            (DataType::Float8E5M2, Value::Float(f)) => out[0] = F8E5M2::from_f32(f as f32).0,
             (DataType::Float16, Value::Float(f)) => {
                 out.copy_from_slice(&F16::from_f32(f as f32).0.to_ne_bytes())
             }
@@ -147,6 +218,8 @@ impl TestData {
             DataType::Bfloat16 => Value::Float(f64::from(Bf16(raw as u16).to_f32())),
             DataType::Float32 => Value::Float(f64::from(f32::from_bits(raw as u32))),
             DataType::Float64 => Value::Float(f64::from_bits(raw)),
+            DataType::Float8E4M3 => Value::Float(f64::from(F8E4M3(raw as u8).to_f32())),
+            DataType::Float8E5M2 => Value::Float(f64::from(F8E5M2(raw as u8).to_f32())),
             _ => Value::Int(raw),
         }
     }
@@ -208,14 +281,27 @@ impl TestData {
                     x / n
                 }))
             }
+            // fp8 inputs were pre-multiplied already (see `contribution`).
+            Value::Float(x) if self.dtype.is_fp8() => Value::Float(x),
             Value::Float(x) => Value::Float(x / n as f64),
         }
     }
 
+    /// What `rank`'s input at `index` adds to a reduction: the input, pre-multiplied for an
+    /// fp8 `Avg` (the other float types are divided at the end, within the tolerance).
+    fn contribution(&self, rank: usize, index: usize) -> Value {
+        match self.input(rank, index) {
+            Value::Float(v) if self.dtype.is_fp8() && self.op == RedOp::Avg => {
+                Value::Float(self.fp8_premul(v))
+            }
+            v => v,
+        }
+    }
+
     fn reduced(&self, index: impl Fn(usize) -> usize) -> Value {
-        let mut acc = self.input(0, index(0));
+        let mut acc = self.contribution(0, index(0));
         for r in 1..self.nranks {
-            acc = self.combine(acc, self.input(r, index(r)));
+            acc = self.combine(acc, self.contribution(r, index(r)));
         }
         self.finish(acc)
     }
@@ -247,8 +333,12 @@ impl TestData {
 
     /// Relative tolerance for a floating result: exact data leaves only `Avg`'s roundings
     /// (NCCL multiplies each input by `1/nranks` rounded to the type, then sums the
-    /// rounded products: about one unit in the last place per rank).
+    /// rounded products: about one unit in the last place per rank). None for fp8, whose
+    /// data and expected values are exact.
     fn tolerance(&self) -> f64 {
+        if self.dtype.is_fp8() {
+            return 0.0;
+        }
         let eps = match self.dtype {
             DataType::Float16 => 2f64.powi(-10),
             DataType::Bfloat16 => 2f64.powi(-7),
@@ -431,7 +521,13 @@ mod test {
 
     #[test]
     fn float_data_is_exact_in_every_type() {
-        for dtype in [DataType::Float16, DataType::Bfloat16, DataType::Float32] {
+        for dtype in [
+            DataType::Float16,
+            DataType::Bfloat16,
+            DataType::Float32,
+            DataType::Float8E4M3,
+            DataType::Float8E5M2,
+        ] {
             let d = TestData {
                 dtype,
                 op: RedOp::Sum,
@@ -442,6 +538,70 @@ mod test {
             d.fill(3, 0, &mut b);
             for (i, c) in b.chunks_exact(dtype.size_of_elem()).enumerate() {
                 assert_eq!(d.decode(c), d.input(3, i), "{dtype:?} {i}");
+            }
+        }
+    }
+
+    /// The expected fp8 results hold in every reduction order: reduce each element with
+    /// the CPU reference (NCCL's rounding at every step) over a shuffled rank order, as a
+    /// ring starting anywhere would, and count nothing wrong.
+    #[test]
+    fn fp8_data_reduces_exactly_in_any_order() {
+        use crate::exec::reduce::Reduction;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state = splitmix(state);
+            state
+        };
+        for dtype in [DataType::Float8E4M3, DataType::Float8E5M2] {
+            for op in RedOp::ALL.iter().copied() {
+                for nranks in [1usize, 2, 3, 5, 8, 9, 16, 17, 40] {
+                    let d = TestData {
+                        dtype,
+                        op,
+                        seed: next(),
+                        nranks,
+                    };
+                    let count = 301;
+                    let inputs: Vec<Vec<u8>> = (0..nranks)
+                        .map(|r| {
+                            let mut b = vec![0u8; count];
+                            d.fill(r, 0, &mut b);
+                            b
+                        })
+                        .collect();
+                    let reduction = Reduction::new(dtype, op, nranks as u32).unwrap();
+                    let mut out = vec![0u8; count];
+                    for i in 0..count {
+                        let mut order: Vec<usize> = (0..nranks).collect();
+                        for k in (1..nranks).rev() {
+                            order.swap(k, (next() % (k as u64 + 1)) as usize);
+                        }
+                        let mut acc = [0u8];
+                        reduction
+                            .copy_input(&mut acc, &inputs[order[0]][i..=i])
+                            .unwrap();
+                        for &r in &order[1..] {
+                            reduction
+                                .reduce_input_in_place(&mut acc, &inputs[r][i..=i])
+                                .unwrap();
+                        }
+                        reduction.finish(&mut acc).unwrap();
+                        out[i] = acc[0];
+                    }
+                    assert_eq!(
+                        d.count_wrong(Expect::AllReduce, 0, count, &out),
+                        0,
+                        "{dtype} {op} over {nranks} ranks"
+                    );
+                    // And a wrong element is seen: the smallest change of one code.
+                    out[7] ^= 1;
+                    assert_eq!(
+                        d.count_wrong(Expect::AllReduce, 0, count, &out),
+                        1,
+                        "{dtype} {op} over {nranks} ranks"
+                    );
+                }
             }
         }
     }

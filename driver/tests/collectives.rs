@@ -11,7 +11,7 @@ use weft::comm::{Comm, P2pOp};
 use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, RedOp};
 
-const TYPES: [DataType; 10] = [
+const TYPES: [DataType; 12] = [
     DataType::Int8,
     DataType::Uint8,
     DataType::Int32,
@@ -22,6 +22,8 @@ const TYPES: [DataType; 10] = [
     DataType::Bfloat16,
     DataType::Float32,
     DataType::Float64,
+    DataType::Float8E4M3,
+    DataType::Float8E5M2,
 ];
 const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
 

@@ -1,9 +1,11 @@
-//! The GPU path on real GPUs: every collective, type and operator, in place and out of
-//! place, counts that are not powers of two, one rank per GPU as threads of this process
+//! The GPU path on real GPUs: every collective, type and operator (fp8 reductions where the
+//! GPU has them, compute capability 8.9 and newer), in place and out of place, counts that
+//! are not powers of two, one rank per GPU as threads of this process
 //! (the multi-process form is `weft perf --device cuda -c`, run by scripts/gpu-test.sh);
 //! every element of every result checked against `weft::verify`'s reference, outputs
-//! poisoned before each call. Then a send/recv group, and a rank that skips a call:
-//! the other's kernel must give up within the timeout with an error naming it.
+//! poisoned before each call. fp8 arithmetic is also compared with the CPU executor's bit for
+//! bit on every operand pair, specials included. Then a send/recv group, and a rank that
+//! skips a call: the other's kernel must give up within the timeout with an error naming it.
 //!
 //! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
 //! CI has no GPU; scripts/gpu-test.sh runs these on the GPU machines.
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use weft::bootstrap::{BootstrapOptions, BootstrapRoot, UniqueId};
 use weft::comm::CommOptions;
+use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
 use weft::gpu::{GpuComm, GpuError, GpuP2p};
 use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, RedOp};
@@ -211,18 +214,26 @@ fn every_collective_on(nranks: usize) {
         let buffers = Buffers::new(&comm, biggest);
         prepare(&mut comm);
         let mut failures = Vec::new();
+        let mut skipped = 0usize;
         for c in &cases {
+            // fp8 reductions where the GPU lacks them: fp8_reductions_are_refused_clearly.
+            if c.coll.reduces() && !comm.can_reduce(c.dtype) {
+                skipped += 1;
+                continue;
+            }
             let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
             if w > 0 {
                 failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
             }
         }
         comm.finalize().unwrap();
-        failures
+        (failures, skipped)
     });
-    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
+    let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
     eprintln!(
-        "{nranks} GPU(s): {total} calls per rank, {} failed, {:.1} s",
+        "{nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped: compute \
+         capability below 8.9), {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
@@ -428,6 +439,145 @@ fn send_recv_groups_on_every_gpu() {
         wrong
     });
     assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
+}
+
+/// The GPU's fp8 arithmetic (hardware conversions, saturation, infinities, NaNs, signed
+/// zeros) against the CPU executor's, bit for bit, on every operand pair: rank 0 holds
+/// every code 256 times, rank 1 each code 256 times in a row, and an all-reduce combines
+/// them with each op. The verify data of the other tests are finite and exact; these are not.
+#[test]
+fn fp8_every_operand_pair_matches_the_cpu() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    let results = run_ranks(2, Duration::from_secs(60), |rank, mut comm| {
+        let n = 1usize << 16;
+        let mine: Vec<u8> = (0..n)
+            .map(|i| if rank == 0 { i as u8 } else { (i >> 8) as u8 })
+            .collect();
+        let stream = Stream::new(comm.context()).unwrap();
+        let b = Buffers::new(&comm, n);
+        prepare(&mut comm);
+        let mut outs = Vec::new();
+        for dtype in [DataType::Float8E4M3, DataType::Float8E5M2] {
+            if !comm.can_reduce(dtype) {
+                continue;
+            }
+            for &op in RedOp::ALL {
+                b.send.copy_from_host(&mine).unwrap();
+                b.recv.copy_from_host(&vec![0xa5u8; n]).unwrap();
+                // SAFETY: both buffers hold n one-byte elements and outlive the synchronize.
+                unsafe {
+                    comm.collective(
+                        Collective::AllReduce,
+                        b.send.ptr(),
+                        b.recv.ptr(),
+                        n,
+                        dtype,
+                        op,
+                        &stream,
+                    )
+                }
+                .unwrap();
+                comm.synchronize(&stream).unwrap();
+                let mut out = vec![0u8; n];
+                b.recv.copy_to_host(&mut out).unwrap();
+                outs.push((dtype, op, out));
+            }
+        }
+        comm.finalize().unwrap();
+        outs
+    });
+    if results[0].is_empty() {
+        eprintln!("skipped: this GPU does not reduce fp8 (compute capability below 8.9)");
+        return;
+    }
+    let a: Vec<u8> = (0..1usize << 16).map(|i| i as u8).collect();
+    let b: Vec<u8> = (0..1usize << 16).map(|i| (i >> 8) as u8).collect();
+    let mut wrong = Vec::new();
+    for (dtype, op, out) in &results[0] {
+        let is_nan = |x: u8| match dtype {
+            DataType::Float8E4M3 => F8E4M3(x).is_nan(),
+            _ => F8E5M2(x).is_nan(),
+        };
+        // The CPU in NCCL's order for two ranks: pre(b) + pre(a) (every op commutes).
+        let reduction = Reduction::new(*dtype, *op, 2).unwrap();
+        let mut want = vec![0u8; a.len()];
+        reduction.copy_input(&mut want, &a).unwrap();
+        reduction.reduce_input_in_place(&mut want, &b).unwrap();
+        reduction.finish(&mut want).unwrap();
+        let bad: Vec<usize> = (0..a.len())
+            .filter(|&i| out[i] != want[i] && !(is_nan(out[i]) && is_nan(want[i])))
+            .collect();
+        if let Some(&i) = bad.first() {
+            wrong.push(format!(
+                "{dtype} {op}: {} of 65536 pairs differ, first {:#04x} {op} {:#04x}: GPU {:#04x}, \
+                 CPU {:#04x}",
+                bad.len(),
+                a[i],
+                b[i],
+                out[i],
+                want[i]
+            ));
+        }
+        // Both ranks hold the same result.
+        assert_eq!(
+            &results[1]
+                .iter()
+                .find(|r| r.0 == *dtype && r.1 == *op)
+                .unwrap()
+                .2,
+            out
+        );
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Below compute capability 8.9, an fp8 reduction is an error that names the GPU and its
+/// architecture (copies of fp8 run there, in every_collective_type_and_op_on_one_gpu).
+#[test]
+fn fp8_reductions_are_refused_clearly() {
+    if gpus().is_none() {
+        return;
+    }
+    let results = run_ranks(1, Duration::from_secs(30), |_, mut comm| {
+        let (major, minor) = comm.context().device().compute_capability().unwrap();
+        let stream = Stream::new(comm.context()).unwrap();
+        let buf = DeviceBuffer::alloc(comm.context(), 1024).unwrap();
+        let mut errors = Vec::new();
+        for dtype in [DataType::Float8E4M3, DataType::Float8E5M2] {
+            assert_eq!(comm.can_reduce(dtype), (major, minor) >= (8, 9));
+            if comm.can_reduce(dtype) {
+                continue;
+            }
+            // SAFETY: the buffer holds the 1024 one-byte elements and outlives the call.
+            let r = unsafe {
+                comm.collective(
+                    Collective::AllReduce,
+                    buf.ptr(),
+                    buf.ptr(),
+                    1024,
+                    dtype,
+                    RedOp::Sum,
+                    &stream,
+                )
+            };
+            errors.push(r.expect_err("an fp8 reduction below sm_89").to_string());
+        }
+        comm.finalize().unwrap();
+        ((major, minor), errors)
+    });
+    let ((major, minor), errors) = &results[0];
+    if errors.is_empty() {
+        eprintln!("sm_{major}{minor} reduces fp8: every_collective_type_and_op_* check it");
+    }
+    for text in errors {
+        assert!(
+            text.contains("need compute capability 8.9 or newer")
+                && text.contains(&format!("this is GPU 0, sm_{major}{minor}")),
+            "{text}"
+        );
+    }
 }
 
 #[test]

@@ -79,6 +79,8 @@ fn every_collective_checks_out() {
         ("broadcast", &["-r", "1", "-d", "double"][..]),
         ("reduce", &["-r", "2", "-o", "max", "-d", "uint32"][..]),
         ("sendrecv", &["-d", "half"][..]),
+        ("all-reduce", &["-d", "f8e4m3", "-o", "avg"][..]),
+        ("reduce-scatter", &["-d", "f8e5m2", "-o", "sum"][..]),
     ] {
         let mut args = vec![
             coll, "--ranks", "3", "-b", "1K", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "-c",

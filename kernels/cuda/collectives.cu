@@ -42,8 +42,18 @@ typedef float T;
 typedef double T;
 #elif WEFT_DTYPE == 9
 typedef bf16_t T;
+#elif WEFT_DTYPE == 10
+typedef e4m3_t T;
+#elif WEFT_DTYPE == 11
+typedef e5m2_t T;
 #else
 #error "unknown WEFT_DTYPE"
+#endif
+
+// The fp8 conversions (reduce.cuh) are instructions of sm_89 and newer; the driver does not
+// ask for fp8 kernels on older GPUs (it copies fp8 with the uint8 module there).
+#if (WEFT_DTYPE == 10 || WEFT_DTYPE == 11) && __CUDA_ARCH__ < 890
+#error "fp8 kernels (WEFT_DTYPE 10, 11) need compute capability 8.9 or newer"
 #endif
 
 // Threads per block; the host launches exactly this many (WEFT_KERNEL_THREADS overrides it,
@@ -101,6 +111,18 @@ template <>
 __device__ __forceinline__ bf16_t load_volatile_elem(const bf16_t* p) {
   bf16_t r;
   r.bits = *(const volatile u16*)p;
+  return r;
+}
+template <>
+__device__ __forceinline__ e4m3_t load_volatile_elem(const e4m3_t* p) {
+  e4m3_t r;
+  r.bits = *(const volatile u8*)p;
+  return r;
+}
+template <>
+__device__ __forceinline__ e5m2_t load_volatile_elem(const e5m2_t* p) {
+  e5m2_t r;
+  r.bits = *(const volatile u8*)p;
   return r;
 }
 

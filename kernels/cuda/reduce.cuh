@@ -3,7 +3,7 @@
 // (a NaN operand yields the other, -0 < +0); half and bfloat16 compute in float and round
 // to nearest even; float Avg pre-multiplies each input by 1/nranks, integer Avg divides the
 // wrapped sum, truncating toward zero. Compiled with --fmad=false so that x*s + y is two
-// roundings, as on the CPU.
+// roundings, as on the CPU. fp8 computes through binary16 as NCCL does (see Fp8Elem).
 #ifndef WEFT_REDUCE_CUH
 #define WEFT_REDUCE_CUH
 
@@ -171,6 +171,77 @@ template <typename W, typename Bits> struct Narrow16Elem {
 
 template <> struct Elem<half_t> : Narrow16Elem<half_t, HalfBits> {};
 template <> struct Elem<bf16_t> : Narrow16Elem<bf16_t, Bf16Bits> {};
+
+// fp8 (WEFT_DTYPE 10 and 11), as NCCL's device code (reduce_kernel.h, sm_90) and the CPU
+// executor (driver/src/exec/reduce/fp8.rs): both operands widen exactly to binary16, one
+// binary16 operation (add.rn / mul.rn, as __hadd / __hmul; min and max as for half_t
+// above), then the result narrows to nearest even, saturating to the largest finite value
+// (448, 57344; infinities too) and keeping NaNs NaN: the __nv_fp8_*(__half) constructor,
+// whose conversion is the cvt.rn.satfinite below. The conversions are the hardware's, as
+// NCCL's are; they exist from sm_89 (PTX ISA 7.8), and collectives.cu refuses fp8 below.
+struct e4m3_t { u8 bits; };
+struct e5m2_t { u8 bits; };
+
+#if __CUDA_ARCH__ >= 890
+// The second operand of each x2 conversion is unused: the low half (byte) is the element.
+struct E4m3Cvt {
+  __device__ static __forceinline__ u16 widen(u8 b) {
+    u32 h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((u16)b));
+    return (u16)h;
+  }
+  __device__ static __forceinline__ u8 narrow(u16 h) {
+    u16 b;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(b) : "r"((u32)h));
+    return (u8)b;
+  }
+};
+struct E5m2Cvt {
+  __device__ static __forceinline__ u16 widen(u8 b) {
+    u32 h;
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"((u16)b));
+    return (u16)h;
+  }
+  __device__ static __forceinline__ u8 narrow(u16 h) {
+    u16 b;
+    asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(b) : "r"((u32)h));
+    return (u8)b;
+  }
+};
+
+__device__ __forceinline__ u16 f16_add(u16 a, u16 b) {
+  u16 r;
+  asm("add.rn.f16 %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b));
+  return r;
+}
+
+__device__ __forceinline__ u16 f16_mul(u16 a, u16 b) {
+  u16 r;
+  asm("mul.rn.f16 %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b));
+  return r;
+}
+
+template <typename W, typename Cvt> struct Fp8Elem {
+  static constexpr bool is_float = true;
+  template <int OP> __device__ static __forceinline__ W apply(W x, W y) {
+    u16 a = Cvt::widen(x.bits), b = Cvt::widen(y.bits), h;
+    if (OP == OP_SUM || OP == OP_AVG)
+      h = f16_add(a, b);
+    else if (OP == OP_PROD)
+      h = f16_mul(a, b);
+    else
+      h = minmax16<OP>(a, b, HalfBits::INF);
+    W r;
+    r.bits = Cvt::narrow(h);
+    return r;
+  }
+  __device__ static __forceinline__ W scale(W x, W s) { return apply<OP_PROD>(x, s); }
+  __device__ static __forceinline__ W divide(W x, u64) { return x; }
+};
+
+template <> struct Elem<e4m3_t> : Fp8Elem<e4m3_t, E4m3Cvt> {};
+template <> struct Elem<e5m2_t> : Fp8Elem<e5m2_t, E5m2Cvt> {};
+#endif
 
 // One call's reduction: which op, the Avg factor (float) or divisor (integer).
 template <typename T, int OP> struct Reduction {

@@ -50,6 +50,16 @@ pub fn ring_entry(op: RedOp) -> &'static str {
     }
 }
 
+/// The oldest compute capability the fp8 modules (`Float8E4M3`, `Float8E5M2`) compile for:
+/// their conversions are `cvt` instructions of sm_89 (PTX ISA 7.8). `collectives.cu` stops
+/// with an `#error` below it; the driver checks first and says so.
+pub const FP8_MIN_ARCH: (u32, u32) = (8, 9);
+
+/// Whether the module of `dtype` exists for compute capability `arch`.
+pub fn compiles_for(dtype: DataType, arch: (u32, u32)) -> bool {
+    !dtype.is_fp8() || arch >= FP8_MIN_ARCH
+}
+
 /// The preprocessor definitions of the module for `dtype`.
 pub fn defines(dtype: DataType) -> Vec<(String, String)> {
     vec![("WEFT_DTYPE".to_string(), (dtype as u32).to_string())]
@@ -107,7 +117,10 @@ mod test {
             (DataType::Float32, "float"),
             (DataType::Float64, "double"),
             (DataType::Bfloat16, "bf16_t"),
+            (DataType::Float8E4M3, "e4m3_t"),
+            (DataType::Float8E5M2, "e5m2_t"),
         ];
+        assert_eq!(expect.len(), DataType::ALL.len());
         for (dtype, ty) in expect {
             let n = dtype as u32;
             let cond = if n == 0 {
@@ -120,5 +133,22 @@ mod test {
                 "{dtype:?} should be `{ty}` under `{cond}`"
             );
         }
+    }
+
+    #[test]
+    fn fp8_arch_matches_the_source() {
+        let (major, minor) = FP8_MIN_ARCH;
+        let guard =
+            format!("(WEFT_DTYPE == 10 || WEFT_DTYPE == 11) && __CUDA_ARCH__ < {major}{minor}0");
+        assert!(
+            COLLECTIVES.contains(&guard),
+            "collectives.cu lacks `{guard}`"
+        );
+        let reduce = HEADERS.iter().find(|h| h.0 == "reduce.cuh").unwrap().1;
+        assert!(reduce.contains(&format!("#if __CUDA_ARCH__ >= {major}{minor}0")));
+        assert!(compiles_for(DataType::Float8E4M3, (8, 9)));
+        assert!(compiles_for(DataType::Float8E5M2, (10, 0)));
+        assert!(!compiles_for(DataType::Float8E4M3, (8, 6)));
+        assert!(compiles_for(DataType::Bfloat16, (7, 0)));
     }
 }

@@ -52,7 +52,8 @@ static_assert(WEFT_DATA_TYPE_INT8 == 0 && WEFT_DATA_TYPE_UINT8 == 1 &&
                   WEFT_DATA_TYPE_INT32 == 2 && WEFT_DATA_TYPE_UINT32 == 3 &&
                   WEFT_DATA_TYPE_INT64 == 4 && WEFT_DATA_TYPE_UINT64 == 5 &&
                   WEFT_DATA_TYPE_FLOAT16 == 6 && WEFT_DATA_TYPE_FLOAT32 == 7 &&
-                  WEFT_DATA_TYPE_FLOAT64 == 8 && WEFT_DATA_TYPE_BFLOAT16 == 9,
+                  WEFT_DATA_TYPE_FLOAT64 == 8 && WEFT_DATA_TYPE_BFLOAT16 == 9 &&
+                  WEFT_DATA_TYPE_FLOAT8_E4M3 == 10 && WEFT_DATA_TYPE_FLOAT8_E5M2 == 11,
               "ncclDataType_t numbers");
 static_assert(WEFT_RED_OP_SUM == 0 && WEFT_RED_OP_PROD == 1 && WEFT_RED_OP_MAX == 2 &&
                   WEFT_RED_OP_MIN == 3 && WEFT_RED_OP_AVG == 4,
@@ -131,7 +132,8 @@ void test_data_types() {
         const char* name;
     } const table[] = {{0, 1, "int8"},  {1, 1, "uint8"},  {2, 4, "int32"}, {3, 4, "uint32"},
                        {4, 8, "int64"}, {5, 8, "uint64"}, {6, 2, "half"},  {7, 4, "float"},
-                       {8, 8, "double"}, {9, 2, "bfloat16"}};
+                       {8, 8, "double"}, {9, 2, "bfloat16"}, {10, 1, "f8e4m3"},
+                       {11, 1, "f8e5m2"}};
     for (const auto& row : table) {
         size_t size = 12345;
         EXPECT(weft_dtype_size(row.dtype, &size), WEFT_OK, "");
@@ -145,15 +147,15 @@ void test_data_types() {
         CHECK(back == row.dtype);
     }
     size_t size = 777;
-    EXPECT(weft_dtype_size(10, &size), WEFT_ERR_BAD_FIELD,
-           "weft_dtype_size: argument `dtype` = 10 is invalid");
+    EXPECT(weft_dtype_size(12, &size), WEFT_ERR_BAD_FIELD,
+           "weft_dtype_size: argument `dtype` = 12 is invalid");
     CHECK(size == 777);  // untouched on failure
     EXPECT(weft_dtype_size(0xffffffffu, &size), WEFT_ERR_BAD_FIELD, "= 4294967295 is invalid");
     EXPECT(weft_dtype_size(WEFT_DATA_TYPE_FLOAT32, nullptr), WEFT_ERR_NULL_ARG,
            "weft_dtype_size: argument `size` is NULL");
     EXPECT(weft_dtype_name(3, nullptr), WEFT_ERR_NULL_ARG, "argument `name` is NULL");
     const char* name = nullptr;
-    EXPECT(weft_dtype_name(11, &name), WEFT_ERR_BAD_FIELD, "from 0 (int8) to 9 (bfloat16)");
+    EXPECT(weft_dtype_name(12, &name), WEFT_ERR_BAD_FIELD, "from 0 (int8) to 11 (f8e5m2)");
     CHECK(name == nullptr);
     uint32_t dtype = 0;
     EXPECT(weft_dtype_from_name("Float", &dtype), WEFT_ERR_BAD_FIELD,
@@ -222,9 +224,9 @@ void test_validate() {
     w.chunk_steps = 4;
     EXPECT(weft_coll_work_validate(&w, 7), WEFT_OK, "");
     weft_coll_work bad = w;
-    bad.dtype = 10;
+    bad.dtype = 12;
     EXPECT(weft_coll_work_validate(&bad, 7), WEFT_ERR_BAD_FIELD,
-           "weft_coll_work_validate: data type: invalid value 10");
+           "weft_coll_work_validate: data type: invalid value 12");
     bad = w;
     bad.channel_lo = 60;
     bad.channel_count = 5;

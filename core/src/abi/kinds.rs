@@ -98,6 +98,10 @@ pub enum DataType {
     Float32 = 7,
     Float64 = 8,
     Bfloat16 = 9,
+    /// OCP FP8 E4M3 (`ncclFloat8e4m3`, CUDA `__nv_fp8_e4m3`): no infinities, max 448.
+    Float8E4M3 = 10,
+    /// OCP FP8 E5M2 (`ncclFloat8e5m2`, CUDA `__nv_fp8_e5m2`): max 57344.
+    Float8E5M2 = 11,
 }
 
 named_values!(DataType, "data type", [
@@ -111,26 +115,40 @@ named_values!(DataType, "data type", [
     Float32 => "float",
     Float64 => "double",
     Bfloat16 => "bfloat16",
+    Float8E4M3 => "f8e4m3",
+    Float8E5M2 => "f8e5m2",
 ]);
 
 impl DataType {
     /// Bytes per element.
     pub const fn size_of_elem(self) -> usize {
         match self {
-            DataType::Int8 | DataType::Uint8 => 1,
+            DataType::Int8 | DataType::Uint8 | DataType::Float8E4M3 | DataType::Float8E5M2 => 1,
             DataType::Float16 | DataType::Bfloat16 => 2,
             DataType::Int32 | DataType::Uint32 | DataType::Float32 => 4,
             DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
         }
     }
 
-    /// Whether this is one of the four float types (NCCL averages them by pre-multiplying
+    /// Whether this is one of the six float types (NCCL averages them by pre-multiplying
     /// each input by 1/n; integers are summed and divided once at the end).
     pub const fn is_float(self) -> bool {
         matches!(
             self,
-            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16
+            DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Bfloat16
+                | DataType::Float8E4M3
+                | DataType::Float8E5M2
         )
+    }
+
+    /// Whether this is one of the two 8-bit float types. GPUs reduce them with the fp8
+    /// conversion instructions of compute capability 8.9 and newer (NCCL itself refuses
+    /// fp8 reductions below 9.0); collectives that only move data take them anywhere.
+    pub const fn is_fp8(self) -> bool {
+        matches!(self, DataType::Float8E4M3 | DataType::Float8E5M2)
     }
 
     /// Bytes taken by `count` elements, or `None` if that overflows a `u64`.
@@ -254,7 +272,7 @@ mod test {
 
     #[test]
     fn data_type_numbers_names_and_sizes_are_nccls() {
-        let expected: [(u32, &str, usize); 10] = [
+        let expected: [(u32, &str, usize); 12] = [
             (0, "int8", 1),
             (1, "uint8", 1),
             (2, "int32", 4),
@@ -265,6 +283,8 @@ mod test {
             (7, "float", 4),
             (8, "double", 8),
             (9, "bfloat16", 2),
+            (10, "f8e4m3", 1),
+            (11, "f8e5m2", 1),
         ];
         assert_eq!(DataType::ALL.len(), expected.len());
         for (dt, (num, name, size)) in DataType::ALL.iter().zip(expected) {
@@ -276,6 +296,32 @@ mod test {
             assert_eq!(name.parse::<DataType>(), Ok(*dt));
             assert_eq!(std::format!("{dt}"), name);
         }
+    }
+
+    #[test]
+    fn float_kinds() {
+        let floats: std::vec::Vec<DataType> = DataType::ALL
+            .iter()
+            .copied()
+            .filter(|d| d.is_float())
+            .collect();
+        assert_eq!(
+            floats,
+            [
+                DataType::Float16,
+                DataType::Float32,
+                DataType::Float64,
+                DataType::Bfloat16,
+                DataType::Float8E4M3,
+                DataType::Float8E5M2
+            ]
+        );
+        let fp8: std::vec::Vec<DataType> = DataType::ALL
+            .iter()
+            .copied()
+            .filter(|d| d.is_fp8())
+            .collect();
+        assert_eq!(fp8, [DataType::Float8E4M3, DataType::Float8E5M2]);
     }
 
     #[test]
@@ -311,10 +357,10 @@ mod test {
     #[test]
     fn unknown_values_and_names_are_errors_naming_the_field() {
         assert_eq!(
-            DataType::try_from(10),
+            DataType::try_from(12),
             Err(ParseError::BadField {
                 field: "data type",
-                value: 10
+                value: 12
             })
         );
         assert_eq!(
@@ -346,7 +392,7 @@ mod test {
             match DataType::try_from(v) {
                 Ok(dt) => prop_assert_eq!(dt as u32, v),
                 Err(e) => {
-                    prop_assert!(v >= 10);
+                    prop_assert!(v >= 12);
                     prop_assert_eq!(e, ParseError::BadField { field: "data type", value: u64::from(v) });
                 }
             }

@@ -286,7 +286,7 @@ mod test {
             other => panic!("expected BadField, got {other:?}"),
         };
         assert_eq!(field(CollWork { coll: 8, ..w }), "collective");
-        assert_eq!(field(CollWork { dtype: 10, ..w }), "data type");
+        assert_eq!(field(CollWork { dtype: 12, ..w }), "data type");
         assert_eq!(field(CollWork { redop: 5, ..w }), "reduction op");
         assert_eq!(field(CollWork { algorithm: 7, ..w }), "algorithm");
         assert_eq!(field(CollWork { protocol: 3, ..w }), "protocol");

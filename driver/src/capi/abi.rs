@@ -133,7 +133,7 @@ fn data_type(dtype: u32) -> Result<DataType, CallError> {
         CallError::bad_arg(
             "dtype",
             dtype,
-            "a weft_data_type from 0 (int8) to 9 (bfloat16), NCCL's ncclDataType_t numbers",
+            "a weft_data_type from 0 (int8) to 11 (f8e5m2), NCCL's ncclDataType_t numbers",
         )
     })
 }
@@ -163,6 +163,8 @@ fn c_name(name: &'static str) -> &'static CStr {
         "float" => c"float",
         "double" => c"double",
         "bfloat16" => c"bfloat16",
+        "f8e4m3" => c"f8e4m3",
+        "f8e5m2" => c"f8e5m2",
         "sum" => c"sum",
         "prod" => c"prod",
         "max" => c"max",
@@ -211,7 +213,8 @@ pub unsafe extern "C" fn weft_dtype_size(dtype: u32, size: *mut usize) -> weft_s
     })
 }
 
-/// Name of `dtype` as nccl-tests prints it ("int8" ... "bfloat16"); `*name` is static.
+/// Name of `dtype` as nccl-tests prints it ("int8" ... "bfloat16", "f8e4m3", "f8e5m2");
+/// `*name` is static.
 ///
 /// # Safety
 /// `name` is NULL or points to a writable `const char*`.
@@ -238,7 +241,8 @@ pub unsafe extern "C" fn weft_dtype_from_name(name: *const c_char, dtype: *mut u
             CallError::bad_arg(
                 "name",
                 format!("{name:?}"),
-                "one of int8 uint8 int32 uint32 int64 uint64 half float double bfloat16",
+                "one of int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 \
+                 f8e5m2",
             )
         })?;
         *dtype = found as u32;
@@ -348,7 +352,7 @@ mod test {
         }
         let mut size = 0usize;
         // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
-        let status = unsafe { weft_dtype_size(10, &mut size) };
+        let status = unsafe { weft_dtype_size(12, &mut size) };
         assert_eq!(status, weft_status::WEFT_ERR_BAD_FIELD);
     }
 

@@ -139,7 +139,7 @@ fn run_case(
     })
 }
 
-const TYPES: [DataType; 10] = [
+const TYPES: [DataType; 12] = [
     DataType::Int8,
     DataType::Uint8,
     DataType::Int32,
@@ -150,6 +150,8 @@ const TYPES: [DataType; 10] = [
     DataType::Bfloat16,
     DataType::Float32,
     DataType::Float64,
+    DataType::Float8E4M3,
+    DataType::Float8E5M2,
 ];
 const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
 
@@ -247,7 +249,7 @@ fn random_shapes() {
             e.use_all_channels(all);
         }
         let collective = collectives(nranks as u32)[next(5) as usize];
-        let dtype = TYPES[next(10) as usize];
+        let dtype = TYPES[next(TYPES.len() as u64) as usize];
         let op = OPS[next(5) as usize];
         let count = next(20_000) as usize;
         let in_place = next(2) == 1;

@@ -37,7 +37,7 @@ use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
 use crate::comm::{CommError, CommOptions};
-use crate::exec::reduce::{Bf16, F16};
+use crate::exec::reduce::{Bf16, F8E4M3, F8E5M2, F16};
 use crate::transport::shm::ShmMapping;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
@@ -693,12 +693,28 @@ impl GpuComm {
         &self.ctx
     }
 
+    /// Whether this rank's GPU reduces `dtype`: every type but fp8, which needs compute
+    /// capability 8.9 or newer. Every type moves (all-gather, broadcast, send/receive)
+    /// everywhere.
+    pub fn can_reduce(&self, dtype: DataType) -> bool {
+        self.kernels.supports(dtype)
+    }
+
     /// Compiles and loads the kernels of `dtypes` now rather than at their first call.
     /// Loading a module waits for the device to be idle, so a rank that loads one while a
     /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks
     /// that share a GPU (tests) call this for every type they use, then a barrier.
+    /// An fp8 type prepares the uint8 kernels its copies run, and its own where this GPU
+    /// reduces fp8 (compute capability 8.9 and newer; elsewhere its reductions fail when
+    /// called, saying why).
     pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
         for &d in dtypes {
+            if d.is_fp8() {
+                self.kernels.get(DataType::Uint8)?;
+                if !self.kernels.supports(d) {
+                    continue;
+                }
+            }
             self.kernels.get(d)?;
         }
         Ok(())
@@ -878,7 +894,15 @@ impl GpuComm {
             comm: self.control.ptr(),
             work,
         };
-        let kernels = self.kernels.get(dtype)?;
+        // Collectives that do not reduce only copy elements: fp8 ones copy as uint8 does,
+        // which needs no fp8 instructions (NCCL too takes fp8 all-gathers and broadcasts
+        // on any GPU, and refuses only reductions).
+        let module = if dtype.is_fp8() && !collective.reduces() {
+            DataType::Uint8
+        } else {
+            dtype
+        };
+        let kernels = self.kernels.get(module)?;
         let mut params = [(&mut args as *mut KernelArgs).cast::<core::ffi::c_void>()];
         // SAFETY: the ring kernels take one `weft_kernel_args` by value, which `params`
         // points to; the buffers are the caller's promise; the control block and windows
@@ -1071,6 +1095,8 @@ pub fn avg_scale_bits(dtype: DataType, op: RedOp, nranks: usize) -> u64 {
         DataType::Float64 => inv.to_bits(),
         DataType::Float16 => u64::from(F16::from_f32(inv as f32).0),
         DataType::Bfloat16 => u64::from(Bf16::from_f32(inv as f32).0),
+        DataType::Float8E4M3 => u64::from(F8E4M3::from_f32(inv as f32).0),
+        DataType::Float8E5M2 => u64::from(F8E5M2::from_f32(inv as f32).0),
         _ => 0,
     }
 }
@@ -1197,6 +1223,12 @@ mod test {
         );
         assert_eq!(avg_scale_bits(DataType::Float16, RedOp::Avg, 2), 0x3800);
         assert_eq!(avg_scale_bits(DataType::Bfloat16, RedOp::Avg, 2), 0x3f00);
+        // 1/2 is 0x30 in E4M3 (exponent 6 of bias 7) and 0x38 in E5M2 (binary16's 0x3800);
+        // float(1/3) rounds to 0.34375 (0x2b) and 0.3125 (0x35).
+        assert_eq!(avg_scale_bits(DataType::Float8E4M3, RedOp::Avg, 2), 0x30);
+        assert_eq!(avg_scale_bits(DataType::Float8E5M2, RedOp::Avg, 2), 0x38);
+        assert_eq!(avg_scale_bits(DataType::Float8E4M3, RedOp::Avg, 3), 0x2b);
+        assert_eq!(avg_scale_bits(DataType::Float8E5M2, RedOp::Avg, 3), 0x35);
         assert_eq!(avg_scale_bits(DataType::Int32, RedOp::Avg, 2), 0);
         assert_eq!(avg_scale_bits(DataType::Float32, RedOp::Sum, 2), 0);
     }

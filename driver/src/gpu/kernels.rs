@@ -4,6 +4,10 @@
 //! the device's own architecture, loaded into the device's primary context. weft-cuda keeps
 //! the compiled PTX on disk, so a process compiles a type only the first time any process
 //! of the machine uses it.
+//!
+//! The fp8 modules use the fp8 conversion instructions of compute capability 8.9 and newer;
+//! on older GPUs they are refused here with an error saying so (collectives that only move
+//! fp8 data run the uint8 module instead, see `GpuComm`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -56,8 +60,25 @@ impl Kernels {
         })
     }
 
+    /// Whether this GPU has the kernels of `dtype` (fp8 needs compute capability 8.9).
+    pub fn supports(&self, dtype: DataType) -> bool {
+        weft_kernels::compiles_for(dtype, self.arch)
+    }
+
     /// The kernels of `dtype`, compiled and loaded on first use.
     pub fn get(&self, dtype: DataType) -> Result<Arc<TypeKernels>, GpuError> {
+        if !self.supports(dtype) {
+            return Err(GpuError::InvalidArgument(format!(
+                "{dtype} reductions need compute capability {}.{} or newer (the fp8 \
+                 conversion instructions); this is GPU {}, sm_{}{}. All-gather, broadcast \
+                 and send/receive take {dtype} on any GPU; reduce in half or bfloat16 here",
+                weft_kernels::FP8_MIN_ARCH.0,
+                weft_kernels::FP8_MIN_ARCH.1,
+                self.ctx.device().ordinal(),
+                self.arch.0,
+                self.arch.1
+            )));
+        }
         let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(Some(k)) = loaded.get(dtype as usize) {
             return Ok(k.clone());

@@ -41,7 +41,8 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
   -n, --iters N        timed iterations per size (default 20)
   -w, --warmup N       warm-up iterations before the first size (default 5)
   -d, --dtype TYPE     int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double
-                       (default float)
+                       f8e4m3 f8e5m2 (default float; fp8 reductions on GPUs need
+                       compute capability 8.9 or newer)
   -o, --op OP          sum prod min max avg (default sum)
   -r, --root R         root of broadcast and reduce (default 0)
   -c, --check [N]      check the result of every iteration (default: once per size,
@@ -211,13 +212,16 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
     )?;
     let dtype = a.parsed(
         &["-d", "--dtype", "--datatype"],
-        "int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float or double",
+        "int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double, f8e4m3 or \
+         f8e5m2",
         |s| {
             DataType::from_name(s.trim()).or(match s.trim() {
                 "float32" | "f32" => Some(DataType::Float32),
                 "float64" | "f64" => Some(DataType::Float64),
                 "float16" | "f16" | "fp16" => Some(DataType::Float16),
                 "bf16" => Some(DataType::Bfloat16),
+                "fp8e4m3" | "float8e4m3" | "e4m3" => Some(DataType::Float8E4M3),
+                "fp8e5m2" | "float8e5m2" | "e5m2" => Some(DataType::Float8E5M2),
                 "int" => Some(DataType::Int32),
                 "char" => Some(DataType::Int8),
                 _ => None,

@@ -4,10 +4,12 @@
 //! `kernel.rs` vectorize; the per-type slice hooks let binary16 use F16C where present.
 
 use core::fmt::Debug;
+use std::sync::OnceLock;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::Dtype;
+use super::fp8::{F8E4M3, F8E5M2};
 use super::kernel;
 use super::narrow::{BF16_INFINITY, Bf16, F16, F16_INFINITY, max16, min16};
 
@@ -51,10 +53,10 @@ impl RankDivisor {
     }
 }
 
-/// A type NCCL reduces: the ten `ncclDataType_t` element types.
+/// A type NCCL reduces: the twelve `ncclDataType_t` element types.
 ///
-/// Sealed: implemented for `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`F16`], [`Bf16`], `f32`
-/// and `f64`.
+/// Sealed: implemented for `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, [`F16`], [`Bf16`], `f32`,
+/// `f64`, [`F8E4M3`] and [`F8E5M2`].
 pub trait Element:
     sealed::Sealed
     + Copy
@@ -316,3 +318,113 @@ macro_rules! narrow_element {
 
 narrow_element!(F16, Float16, F16_INFINITY);
 narrow_element!(Bf16, Bfloat16, BF16_INFINITY);
+
+/// The fp8 types compute as NCCL's device code does (`reduce_kernel.h`, see `fp8.rs`):
+/// widen both operands to binary16, one binary16 operation, narrow with saturation. The
+/// scalar methods are that definition; the slice loops look results up in a table of every
+/// operand pair built from them (64 KiB per type and op, on first use), because the
+/// conversions, exact but branchy, would make each element cost about 20 ns.
+macro_rules! fp8_element {
+    ($t:ident, $dtype:ident) => {
+        impl $t {
+            /// `OP`'s result for every operand pair, at index `a << 8 | b`.
+            fn pair_table<const OP: u8>() -> &'static [u8; 1 << 16] {
+                static TABLES: [OnceLock<Box<[u8; 1 << 16]>>; 4] = [const { OnceLock::new() }; 4];
+                let slot = &TABLES[usize::from(OP.min(MAX))];
+                slot.get_or_init(|| {
+                    let mut table = Box::new([0u8; 1 << 16]);
+                    for (i, r) in table.iter_mut().enumerate() {
+                        let (a, b) = ($t((i >> 8) as u8), $t(i as u8));
+                        *r = a.apply::<OP>(b).0;
+                    }
+                    table
+                })
+            }
+
+            #[inline(always)]
+            fn look_up(table: &[u8; 1 << 16], a: Self, b: Self) -> Self {
+                $t(table[usize::from(a.0) << 8 | usize::from(b.0)])
+            }
+        }
+
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$dtype;
+            type Stage = [$t; STAGE_BYTES];
+
+            #[inline(always)]
+            fn sum(self, other: Self) -> Self {
+                $t::from_f16(self.to_f16().sum(other.to_f16()))
+            }
+            #[inline(always)]
+            fn prod(self, other: Self) -> Self {
+                $t::from_f16(self.to_f16().prod(other.to_f16()))
+            }
+            #[inline(always)]
+            fn minimum(self, other: Self) -> Self {
+                let half = min16(self.to_f16().0, other.to_f16().0, F16_INFINITY);
+                $t::from_f16(F16(half))
+            }
+            #[inline(always)]
+            fn maximum(self, other: Self) -> Self {
+                let half = max16(self.to_f16().0, other.to_f16().0, F16_INFINITY);
+                $t::from_f16(F16(half))
+            }
+            /// `__nv_cvt_float_to_fp8(float(1.0 / nranks), __NV_SATFINITE, ...)`
+            /// (`hostToDevRedOp`): rounded to `f32`, then once to fp8.
+            #[inline(always)]
+            fn avg_scale(nranks: u32) -> Self {
+                $t::from_f32((1.0 / f64::from(nranks.max(1))) as f32)
+            }
+            #[inline(always)]
+            fn divide_ranks(self, _divisor: &RankDivisor) -> Self {
+                self
+            }
+
+            #[inline]
+            fn binary<const OP: u8, const PRE: bool>(
+                scale: Self,
+                dst: &mut [Self],
+                a: &[Self],
+                b: &[Self],
+            ) {
+                let (op, prod) = ($t::pair_table::<OP>(), $t::pair_table::<PROD>());
+                kernel::binary(
+                    move |x: Self, y: Self| {
+                        let x = if PRE { $t::look_up(prod, x, scale) } else { x };
+                        $t::look_up(op, x, y)
+                    },
+                    dst,
+                    a,
+                    b,
+                );
+            }
+
+            #[inline]
+            fn binary_in_place<const OP: u8, const PRE: bool>(
+                scale: Self,
+                acc: &mut [Self],
+                src: &[Self],
+            ) {
+                let (op, prod) = ($t::pair_table::<OP>(), $t::pair_table::<PROD>());
+                kernel::binary_in_place(
+                    move |acc: Self, x: Self| {
+                        let x = if PRE { $t::look_up(prod, x, scale) } else { x };
+                        $t::look_up(op, x, acc)
+                    },
+                    acc,
+                    src,
+                );
+            }
+
+            #[inline]
+            fn scale(scale: Self, dst: &mut [Self], src: &[Self]) {
+                let prod = $t::pair_table::<PROD>();
+                kernel::unary(move |x: Self| $t::look_up(prod, x, scale), dst, src);
+            }
+        }
+    };
+}
+
+fp8_element!(F8E4M3, Float8E4M3);
+fp8_element!(F8E5M2, Float8E5M2);

@@ -16,13 +16,19 @@
 //!   once and rounds back to nearest-even, which equals the correctly rounded 16-bit
 //!   operation (`__hadd`, `__hmul`; see `narrow.rs`). Min and max as for `f32` (`__hmin`,
 //!   `__hmax`), decided on the bits without widening.
+//! - FP8 E4M3 and E5M2 (`fp8.rs`): as NCCL's device code (`__CUDA_ARCH__ >= 900`), every
+//!   operation goes through binary16: both operands widen exactly, one binary16 operation
+//!   (sum and product rounded as above, min and max as `__hmin` / `__hmax`), and the result
+//!   narrows to nearest-even, saturating to the largest finite value (`__NV_SATFINITE`:
+//!   E5M2 infinities and overflows become +-57344, E4M3's +-448).
 //! - NaN payloads are not part of the contract: a NaN result is some quiet NaN (x86 keeps the
 //!   first NaN operand's payload, the GPU returns a canonical NaN). Compare NaNs as NaNs.
 //! - `ncclAvg` is not one kernel but NCCL's two-part scheme, which [`Reduction`] carries out:
 //!   - floats (`ncclDevPreMulSum`): every rank's *input* is multiplied by `scale = 1/nranks`
 //!     when it enters the reduction, rounded to the element type, and the products are then
 //!     summed. `scale` is `1.0 / nranks` in `f64`, rounded to `f32`, then to the element type
-//!     (binary16/bfloat16 are rounded twice, as `__float2half(float(1.0 / n))` does). Use
+//!     (binary16/bfloat16/fp8 are rounded twice, as `__float2half(float(1.0 / n))` and
+//!     `__nv_cvt_float_to_fp8(float(1.0 / n), __NV_SATFINITE, ...)` do). Use
 //!     [`Reduction::copy_input`] / [`Reduction::reduce_input`] where a rank's own input is
 //!     read, [`Reduction::reduce`] where two partial results meet; nothing at the end.
 //!   - integers (`ncclDevSumPostDiv`): a wrapping sum, then once, on the final sum, a
@@ -36,13 +42,14 @@
 //! copies); misaligned ones go through aligned 2 KiB staging blocks on the stack. Either
 //! way the inner loops are branch-free `zip`s that LLVM vectorizes, compiled for the
 //! x86-64 baseline and again for AVX2 (picked at run time); binary16 sum/product use F16C
-//! conversions when present.
+//! conversions when present; fp8 looks each result up in a table of every operand pair.
 //! For buffers larger than the caches, the in-place forms are faster (about 1.5x measured
 //! with `examples/reduce_bw.rs`): the destination is not a separate stream to fetch.
 
 mod element;
 #[cfg(target_arch = "x86_64")]
 mod f16c;
+mod fp8;
 mod kernel;
 mod narrow;
 #[cfg(test)]
@@ -54,6 +61,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 pub use element::{Element, RankDivisor};
 use element::{MAX, MIN, PROD, SUM};
+pub use fp8::{F8E4M3, F8E5M2};
 pub use narrow::{Bf16, F16};
 
 /// The element types and reductions are core's (`ncclDataType_t` / `ncclRedOp_t` numbers),
@@ -90,9 +98,9 @@ impl fmt::Display for ReduceError {
         match *self {
             ReduceError::UnknownDtype(value) => write!(
                 f,
-                "unknown NCCL data type {value}: expected 0..=9 (ncclInt8, ncclUint8, ncclInt32, \
+                "unknown NCCL data type {value}: expected 0..=11 (ncclInt8, ncclUint8, ncclInt32, \
                  ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, \
-                 ncclBfloat16)"
+                 ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2)"
             ),
             ReduceError::UnknownOp(value) => write!(
                 f,
@@ -162,6 +170,14 @@ macro_rules! with_element {
             }
             Dtype::Bfloat16 => {
                 type $t = Bf16;
+                $body
+            }
+            Dtype::Float8E4M3 => {
+                type $t = F8E4M3;
+                $body
+            }
+            Dtype::Float8E5M2 => {
+                type $t = F8E5M2;
                 $body
             }
         }

@@ -1,6 +1,7 @@
 //! Every dtype x op against a reference computed another way: integers in `i128` with an
 //! explicit wrap, floats in `f64` with an independent decoder and nearest-even encoder for
-//! the 16-bit formats. Random data, odd lengths, every slice at every offset 0..8, both the
+//! the 16-bit formats, and for fp8 a search for the nearest of the format's values (with
+//! NCCL's binary16 step and saturation spelled out in `fp8_arith`). Random data, odd lengths, every slice at every offset 0..8, both the
 //! portable loops and the AVX2/F16C ones, guard bytes around every destination.
 
 use super::kernel::PORTABLE_ONLY;
@@ -49,11 +50,21 @@ fn wrap(dtype: Dtype, value: i128) -> u64 {
     (value.rem_euclid(1i128 << width(dtype))) as u64
 }
 
-/// (mantissa bits, exponent bits) of the 16-bit formats.
+/// (mantissa bits, exponent bits) of the 16- and 8-bit formats.
 fn narrow_format(dtype: Dtype) -> (u32, u32) {
     match dtype {
         Dtype::Float16 => (10, 5),
+        Dtype::Float8E4M3 => (3, 4),
+        Dtype::Float8E5M2 => (2, 5),
         _ => (7, 8),
+    }
+}
+
+/// The largest finite fp8 magnitude, and its code.
+fn fp8_max(dtype: Dtype) -> (f64, u64) {
+    match dtype {
+        Dtype::Float8E4M3 => (448.0, 0x7e),
+        _ => (57344.0, 0x7b),
     }
 }
 
@@ -77,7 +88,11 @@ fn float_value(dtype: Dtype, bits: u64) -> f64 {
             } else {
                 1.0
             };
-            if e == (1 << exp_bits) - 1 {
+            // E4M3 spends its top exponent on values: only mantissa 7 there is NaN.
+            if dtype == Dtype::Float8E4M3 && e == 15 && m == 7 {
+                return f64::NAN;
+            }
+            if e == (1 << exp_bits) - 1 && dtype != Dtype::Float8E4M3 {
                 return if m == 0 {
                     sign * f64::INFINITY
                 } else {
@@ -94,8 +109,43 @@ fn float_value(dtype: Dtype, bits: u64) -> f64 {
     }
 }
 
-/// Independent encoder: nearest-even rounding of an `f64` into the float type's bits.
-/// `None` for NaN (NaN payloads are not compared).
+/// Independent fp8 encoder: the nearest of the format's finite values by search, ties to
+/// the even code, magnitudes past the largest value (infinity too) saturating to it,
+/// as `__NV_SATFINITE` does. `None` for NaN.
+fn fp8_nearest(dtype: Dtype, x: f64) -> Option<u64> {
+    if x.is_nan() {
+        return None;
+    }
+    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+    let (max, max_code) = fp8_max(dtype);
+    let ax = x.abs();
+    if ax >= max {
+        return Some(sign | max_code);
+    }
+    let mut best = 0u64;
+    for code in 1..=max_code {
+        let d = (float_value(dtype, code) - ax).abs();
+        let best_d = (float_value(dtype, best) - ax).abs();
+        if d < best_d || (d == best_d && code & 1 == 0) {
+            best = code;
+        }
+    }
+    Some(sign | best)
+}
+
+/// What an arithmetic result `x` (exact in `f64`) becomes in the type. For fp8 that is
+/// NCCL's path: the binary16 operation rounds `x` to binary16 (overflowing to infinity),
+/// then the conversion rounds that to fp8, saturating.
+fn arith_bits(dtype: Dtype, x: f64) -> Option<u64> {
+    if dtype.is_fp8() {
+        let half = float_value(Dtype::Float16, float_bits(Dtype::Float16, x)?);
+        return fp8_nearest(dtype, half);
+    }
+    float_bits(dtype, x)
+}
+
+/// Independent encoder: nearest-even rounding of an `f64` into the float type's bits (fp8:
+/// saturating). `None` for NaN (NaN payloads are not compared).
 fn float_bits(dtype: Dtype, x: f64) -> Option<u64> {
     if x.is_nan() {
         return None;
@@ -103,6 +153,7 @@ fn float_bits(dtype: Dtype, x: f64) -> Option<u64> {
     match dtype {
         Dtype::Float32 => Some(u64::from((x as f32).to_bits())),
         Dtype::Float64 => Some(x.to_bits()),
+        Dtype::Float8E4M3 | Dtype::Float8E5M2 => fp8_nearest(dtype, x),
         _ => {
             let (mant, exp_bits) = narrow_format(dtype);
             let bias = (1i32 << (exp_bits - 1)) - 1;
@@ -150,8 +201,18 @@ enum Want {
     Nan,
 }
 
+/// An arithmetic result `x` as the type holds it (see [`arith_bits`]).
 fn want_float(dtype: Dtype, x: f64) -> Want {
-    float_bits(dtype, x).map_or(Want::Nan, Want::Bits)
+    arith_bits(dtype, x).map_or(Want::Nan, Want::Bits)
+}
+
+/// What an fp8 min/max result becomes: NCCL narrows the binary16 `__hmin`/`__hmax` result
+/// with saturation, so an E5M2 infinity comes out as +-57344.
+fn fp8_saturate(dtype: Dtype, want: Want) -> Want {
+    match want {
+        Want::Bits(bits) if dtype.is_fp8() => want_float(dtype, float_value(dtype, bits)),
+        w => w,
+    }
 }
 
 /// fmin/fmax reference by case analysis.
@@ -189,8 +250,8 @@ fn reference(dtype: Dtype, op: Op, a: u64, b: u64) -> Want {
     match op {
         Op::Sum | Op::Avg => want_float(dtype, va + vb),
         Op::Prod => want_float(dtype, va * vb),
-        Op::Min => ref_minmax(dtype, true, a, b),
-        Op::Max => ref_minmax(dtype, false, a, b),
+        Op::Min => fp8_saturate(dtype, ref_minmax(dtype, true, a, b)),
+        Op::Max => fp8_saturate(dtype, ref_minmax(dtype, false, a, b)),
     }
 }
 
@@ -225,6 +286,11 @@ fn random_bits(dtype: Dtype, rng: &mut Rng) -> u64 {
     }
     match choice {
         0..=2 => raw,
+        3..=5 if dtype.is_fp8() => {
+            // A value of the format's range (a few of them saturate).
+            let v = (rng.below(1 << 10) as f64 - (1 << 9) as f64) / pow2(rng.below(20) as i32);
+            float_bits(dtype, v).unwrap_or(0)
+        }
         3..=5 => {
             // A moderate value with a few significant bits, so sums round in both directions.
             let v = (rng.below(1 << 20) as f64 - (1 << 19) as f64) / pow2(rng.below(24) as i32);
@@ -236,6 +302,8 @@ fn random_bits(dtype: Dtype, rng: &mut Rng) -> u64 {
             let (mant, exp_bits) = narrow_format(dtype);
             (rng.below(1 << mant)) | ((rng.below(2)) << (mant + exp_bits))
         }
+        7 if dtype == Dtype::Float8E4M3 => 0x7f | (rng.below(2) << 7),
+        7 if dtype == Dtype::Float8E5M2 => 0x7c | (1 + rng.below(3)) | (rng.below(2) << 7),
         7 => {
             // A NaN with a random payload (quiet or signaling).
             let nan_pattern = float_bits(dtype, f64::INFINITY).unwrap_or(0);
@@ -518,12 +586,12 @@ fn avg_matches_ncclx_premul_and_postdiv() {
                                 _ => float_value(dtype, float_bits(dtype, scale32).unwrap()),
                             };
                             let pre = |x: u64| {
-                                float_bits(dtype, float_value(dtype, x) * scale)
+                                arith_bits(dtype, float_value(dtype, x) * scale)
                                     .map_or(f64::NAN, |b| float_value(dtype, b))
                             };
                             let mut acc = pre(values[0][i]);
                             for v in values.iter().skip(1) {
-                                acc = float_bits(dtype, pre(v[i]) + acc)
+                                acc = arith_bits(dtype, pre(v[i]) + acc)
                                     .map_or(f64::NAN, |b| float_value(dtype, b));
                             }
                             want_float(dtype, acc)
@@ -788,8 +856,8 @@ fn errors_name_what_is_wrong() {
         Err(ReduceError::NoRanks)
     );
     assert_eq!(
-        Reduction::from_nccl(10, 0, 2),
-        Err(ReduceError::UnknownDtype(10))
+        Reduction::from_nccl(12, 0, 2),
+        Err(ReduceError::UnknownDtype(12))
     );
     assert_eq!(
         Reduction::from_nccl(7, 5, 2),
@@ -880,4 +948,238 @@ fn reduction_partials_skip_the_pre_op_and_match_free_functions() {
             }
         }
     });
+}
+
+const FP8_TYPES: [Dtype; 2] = [Dtype::Float8E4M3, Dtype::Float8E5M2];
+
+/// The fp8 code of `x` through the conversions under test.
+fn fp8_from_f32(dtype: Dtype, x: f32) -> u64 {
+    match dtype {
+        Dtype::Float8E4M3 => u64::from(F8E4M3::from_f32(x).0),
+        _ => u64::from(F8E5M2::from_f32(x).0),
+    }
+}
+
+#[test]
+fn fp8_every_pair_of_every_op_matches_reference() {
+    // All 256 x 256 operand pairs in one buffer: a = low byte of the index, b = high byte.
+    let a: Vec<u8> = (0..=u16::MAX).map(|i| i as u8).collect();
+    let b: Vec<u8> = (0..=u16::MAX).map(|i| (i >> 8) as u8).collect();
+    for dtype in FP8_TYPES {
+        for &op in Op::ALL {
+            let mut out = vec![0u8; a.len()];
+            reduce(dtype, op, &mut out, &a, &b).unwrap();
+            let mut acc = b.clone();
+            reduce_in_place(dtype, op, &mut acc, &a).unwrap();
+            for i in 0..a.len() {
+                let (x, y) = (u64::from(a[i]), u64::from(b[i]));
+                let want = reference(dtype, op, x, y);
+                let what = || format!("{dtype} {op}({x:#04x}, {y:#04x})");
+                check_element(dtype, want, u64::from(out[i]), &what);
+                check_element(dtype, want, u64::from(acc[i]), &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn fp8_binary16_step_changes_no_single_operation() {
+    // NCCL rounds a sum or product twice (to binary16, then to fp8). Over every operand
+    // pair that equals one rounding of the exact result: binary16 has 7 (E4M3) or 8 (E5M2)
+    // more significand bits, and an exact sum or product of two fp8 values cannot fall
+    // strictly between an fp8 midpoint and binary16's half step around it. So a correctly
+    // rounded, saturating fp8 implementation matches NCCL too; the reference keeps both
+    // steps anyway, as NCCL's code does.
+    for dtype in FP8_TYPES {
+        for x in 0..=255u64 {
+            for y in 0..=255u64 {
+                let (vx, vy) = (float_value(dtype, x), float_value(dtype, y));
+                for exact in [vx + vy, vx * vy] {
+                    assert_eq!(
+                        arith_bits(dtype, exact),
+                        fp8_nearest(dtype, exact),
+                        "{dtype} {x:#04x} {y:#04x}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fp8_conversions_match_reference_exhaustively() {
+    for dtype in FP8_TYPES {
+        for code in 0..=255u8 {
+            let reference = float_value(dtype, u64::from(code));
+            let (half, value, is_nan) = match dtype {
+                Dtype::Float8E4M3 => {
+                    let c = F8E4M3(code);
+                    (c.to_f16(), c.to_f32(), c.is_nan())
+                }
+                _ => {
+                    let c = F8E5M2(code);
+                    (c.to_f16(), c.to_f32(), c.is_nan())
+                }
+            };
+            if reference.is_nan() {
+                assert!(is_nan && value.is_nan(), "{dtype} {code:#04x}");
+                assert_eq!(
+                    half.0, 0x7fff,
+                    "{dtype} {code:#04x} widens to the canonical NaN"
+                );
+                assert_eq!(
+                    fp8_from_f32(dtype, value),
+                    0x7f,
+                    "{dtype} NaN narrows to 0x7f"
+                );
+                continue;
+            }
+            assert!(!is_nan, "{dtype} {code:#04x}");
+            assert_eq!(f64::from(value), reference, "{dtype} {code:#04x}");
+            assert_eq!(
+                float_value(Dtype::Float16, u64::from(half.0)),
+                reference,
+                "{dtype} {code:#04x} to binary16"
+            );
+            assert_eq!(
+                value.is_sign_negative(),
+                code & 0x80 != 0,
+                "{dtype} {code:#04x}"
+            );
+            // Round trip, but an E5M2 infinity saturates to the largest finite value.
+            let want = if reference.is_infinite() {
+                u64::from(code & 0x80) | 0x7b
+            } else {
+                u64::from(code)
+            };
+            assert_eq!(fp8_from_f32(dtype, value), want, "{dtype} {code:#04x}");
+        }
+        if dtype == Dtype::Float8E5M2 {
+            // E5M2 is binary16's upper byte.
+            for code in 0..=255u8 {
+                if !F8E5M2(code).is_nan() {
+                    assert_eq!(F8E5M2(code).to_f16().0, u16::from(code) << 8, "{code:#04x}");
+                }
+            }
+        }
+        // Narrowing every binary16 value: what NCCL does to every result.
+        for bits in 0..=u16::MAX {
+            let got = match dtype {
+                Dtype::Float8E4M3 => u64::from(F8E4M3::from_f16(F16(bits)).0),
+                _ => u64::from(F8E5M2::from_f16(F16(bits)).0),
+            };
+            let x = float_value(Dtype::Float16, u64::from(bits));
+            check_element(dtype, want_float(dtype, x), got, &|| {
+                format!("{dtype} from binary16 {bits:#06x} ({x:e})")
+            });
+        }
+    }
+}
+
+#[test]
+fn fp8_rounding_matches_reference_around_every_boundary() {
+    let mut rng = Rng(8);
+    for dtype in FP8_TYPES {
+        let mut probes: Vec<u32> = Vec::new();
+        for code in 0..=0x7eu64 {
+            let (lo, hi) = (float_value(dtype, code), float_value(dtype, code + 1));
+            if lo.is_finite() && hi.is_finite() {
+                let mid = ((lo + hi) / 2.0) as f32; // exact: few significant bits
+                for d in -3i32..=3 {
+                    let p = mid.to_bits().wrapping_add_signed(d);
+                    probes.extend([p, p | 0x8000_0000]);
+                }
+            }
+        }
+        probes.extend((0..100_000).map(|_| rng.next() as u32));
+        probes.extend([
+            0x7f80_0000, // inf
+            0xff80_0000,
+            0x7fc0_0000, // NaN
+            0xffc0_0001,
+            0x7f7f_ffff, // f32::MAX
+            1,           // the smallest f32 subnormal
+            0x8000_0000, // -0
+        ]);
+        for bits in probes {
+            let x = f32::from_bits(bits);
+            let want = fp8_nearest(dtype, f64::from(x)).map_or(Want::Nan, Want::Bits);
+            check_element(dtype, want, fp8_from_f32(dtype, x), &|| {
+                format!("{dtype} from_f32({x:e} = {bits:#x})")
+            });
+        }
+    }
+}
+
+#[test]
+fn fp8_edges_of_nccls_semantics() {
+    let e4 = |x: f32| F8E4M3::from_f32(x);
+    let e5 = |x: f32| F8E5M2::from_f32(x);
+    // Saturation, not infinity and not NaN: E4M3 above 448, E5M2 from 61440 and infinity.
+    assert_eq!(e4(448.0).0, 0x7e);
+    assert_eq!(e4(464.0).0, 0x7e, "the tie above 448 goes to the even 448");
+    assert_eq!(e4(465.0).0, 0x7e);
+    assert_eq!(e4(f32::INFINITY).0, 0x7e);
+    assert_eq!(e4(f32::NEG_INFINITY).0, 0xfe);
+    assert_eq!(e5(57344.0).0, 0x7b);
+    assert_eq!(e5(61440.0).0, 0x7b);
+    assert_eq!(e5(f32::INFINITY).0, 0x7b);
+    assert_eq!(e5(-1e30).0, 0xfb);
+    // Subnormals round to nearest even: half the smallest goes to zero (keeping the sign),
+    // 1.5 of it to 2.
+    assert_eq!(e4(2f32.powi(-10)).0, 0x00);
+    assert_eq!(e4(-(2f32.powi(-10))).0, 0x80);
+    assert_eq!(e4(3.0 * 2f32.powi(-10)).0, 0x02);
+    assert_eq!(e4(2f32.powi(-10) + 2f32.powi(-20)).0, 0x01);
+    assert_eq!(e5(2f32.powi(-17)).0, 0x00);
+    assert_eq!(e5(3.0 * 2f32.powi(-17)).0, 0x02);
+    // NaN: 0x7f from either sign.
+    assert_eq!(e4(-f32::NAN).0, 0x7f);
+    assert_eq!(e5(f32::NAN).0, 0x7f);
+
+    let op2 = |dtype: Dtype, op: Op, x: u8, y: u8| {
+        let mut d = [0u8];
+        reduce(dtype, op, &mut d, &[x], &[y]).unwrap();
+        d[0]
+    };
+    let (e4m3, e5m2) = (Dtype::Float8E4M3, Dtype::Float8E5M2);
+    // 448 + 32 saturates; 448 * 2 too; E5M2 inf + 1 is the largest finite value, and so is
+    // max(inf, 1): NCCL narrows the binary16 result with saturation.
+    assert_eq!(op2(e4m3, Op::Sum, 0x7e, e4(32.0).0), 0x7e);
+    assert_eq!(op2(e4m3, Op::Prod, 0x7e, e4(-2.0).0), 0xfe);
+    assert_eq!(op2(e5m2, Op::Sum, 0x7c, e5(1.0).0), 0x7b);
+    assert_eq!(op2(e5m2, Op::Max, 0x7c, e5(1.0).0), 0x7b);
+    assert_eq!(op2(e5m2, Op::Min, 0xfc, e5(1.0).0), 0xfb);
+    // E5M2 57344 + 57344 overflows binary16 to infinity, which saturates.
+    assert_eq!(op2(e5m2, Op::Sum, 0x7b, 0x7b), 0x7b);
+    // inf - inf and inf * 0 are NaN; NaN + x is NaN; min/max skip one NaN.
+    assert!(F8E5M2(op2(e5m2, Op::Sum, 0x7c, 0xfc)).is_nan());
+    assert!(F8E5M2(op2(e5m2, Op::Prod, 0x7c, 0x00)).is_nan());
+    assert!(F8E4M3(op2(e4m3, Op::Sum, 0x7f, 0x38)).is_nan());
+    assert_eq!(op2(e4m3, Op::Min, 0x7f, 0x38), 0x38);
+    assert_eq!(op2(e4m3, Op::Max, 0xff, 0xb8), 0xb8);
+    assert!(F8E4M3(op2(e4m3, Op::Max, 0x7f, 0xff)).is_nan());
+    // Signed zeros: -0 + -0 = -0, -0 + 0 = 0, min(-0, 0) = -0, max(-0, 0) = 0.
+    assert_eq!(op2(e4m3, Op::Sum, 0x80, 0x80), 0x80);
+    assert_eq!(op2(e4m3, Op::Sum, 0x80, 0x00), 0x00);
+    assert_eq!(op2(e5m2, Op::Min, 0x00, 0x80), 0x80);
+    assert_eq!(op2(e5m2, Op::Max, 0x80, 0x00), 0x00);
+    // Sums round to nearest even: 16 + 1 ties to 16, 18 + 1 ties to 20 (E4M3 steps of 2).
+    assert_eq!(op2(e4m3, Op::Sum, e4(16.0).0, e4(1.0).0), e4(16.0).0);
+    assert_eq!(op2(e4m3, Op::Sum, e4(18.0).0, e4(1.0).0), e4(20.0).0);
+    // Avg's scale: float(1/3) = 0.33333334 is 0.34375 in E4M3, 0.3125 in E5M2; 1/2^k exact.
+    assert_eq!(F8E4M3::avg_scale(3).to_f32(), 0.34375);
+    assert_eq!(F8E5M2::avg_scale(3).to_f32(), 0.3125);
+    assert_eq!(F8E4M3::avg_scale(8).to_f32(), 0.125);
+    assert_eq!(F8E5M2::avg_scale(1).to_f32(), 1.0);
+    // Avg over 3 ranks of 3.0 each: 3 * 0.34375 = 1.03125 rounds to 1.0 per rank, sum 3.
+    let avg = Reduction::new(e4m3, Op::Avg, 3).unwrap();
+    let three = [e4(3.0).0];
+    let mut partial = [0u8];
+    avg.copy_input(&mut partial, &three).unwrap();
+    assert_eq!(F8E4M3(partial[0]).to_f32(), 1.0);
+    avg.reduce_input_in_place(&mut partial, &three).unwrap();
+    avg.reduce_input_in_place(&mut partial, &three).unwrap();
+    avg.finish(&mut partial).unwrap();
+    assert_eq!(F8E4M3(partial[0]).to_f32(), 3.0);
 }
