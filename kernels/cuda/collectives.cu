@@ -96,34 +96,24 @@ __device__ __forceinline__ uint4 load_volatile16(const void* p) {
   return v;
 }
 
-// An element of a received slot, past the L1 cache (another GPU wrote it).
+// The unsigned integer of each element size.
+template <int N> struct BitsOf;
+template <> struct BitsOf<1> { typedef u8 T; };
+template <> struct BitsOf<2> { typedef u16 T; };
+template <> struct BitsOf<4> { typedef u32 T; };
+template <> struct BitsOf<8> { typedef u64 T; };
+
+// An element of a received slot, past the L1 cache (another GPU wrote it). Every element
+// type is plain bits of its size (an integer, a float, or a struct of one integer).
 template <typename E>
 __device__ __forceinline__ E load_volatile_elem(const E* p) {
-  return *(const volatile E*)p;
-}
-template <>
-__device__ __forceinline__ half_t load_volatile_elem(const half_t* p) {
-  half_t r;
-  r.bits = *(const volatile u16*)p;
-  return r;
-}
-template <>
-__device__ __forceinline__ bf16_t load_volatile_elem(const bf16_t* p) {
-  bf16_t r;
-  r.bits = *(const volatile u16*)p;
-  return r;
-}
-template <>
-__device__ __forceinline__ e4m3_t load_volatile_elem(const e4m3_t* p) {
-  e4m3_t r;
-  r.bits = *(const volatile u8*)p;
-  return r;
-}
-template <>
-__device__ __forceinline__ e5m2_t load_volatile_elem(const e5m2_t* p) {
-  e5m2_t r;
-  r.bits = *(const volatile u8*)p;
-  return r;
+  typedef typename BitsOf<sizeof(E)>::T B;
+  union {
+    B bits;
+    E elem;
+  } r;
+  r.bits = *(const volatile B*)p;
+  return r.elem;
 }
 
 // One connection end as a block works it (copied from weft_conn_info into shared memory).
