@@ -1,14 +1,14 @@
 //! Which `Net` backend the plugin drives, chosen once per process at the first `init`.
 //!
-//! `WEFT_NET_BACKEND` selects it: `socket` (the default) is `weft::net::socket::SocketNet`,
+//! `WEFT_NET_BACKEND` selects it: `socket` (the default) is `weft_net::socket::SocketNet`,
 //! configured by NCCL's socket variables (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`,
 //! `NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`; the `WEFT_` names win when both are set).
 //! A further backend (the mesh backend: multi-address handles and subnet-aware NIC choice)
 //! becomes one more [`BackendKind`] and one more arm in [`open`]; the adapter and the C entry
 //! points do not change.
 
-use weft::net::socket::{SocketConfig, SocketNet};
-use weft::net::{NetError, NetErrorKind};
+use weft_net::socket::{SocketConfig, SocketNet};
+use weft_net::{NetError, NetErrorKind};
 
 use crate::adapter::{Adapter, PluginNet};
 

@@ -1,4 +1,9 @@
-//! The `Net` trait and its backends.
+//! weft-net: the `Net` trait and its backends, apart from the rest of weft so that the NCCL
+//! net plugin links the network code alone (it depends on weft-core and weft-sys only).
+//!
+//! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
+//! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
+//! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
 //! [`Net`] is NCCL's `ncclNet_v8_t` as a Rust trait: a table of devices, a listen / connect /
 //! accept handshake driven by polling, memory registration, and asynchronous sends and
@@ -26,6 +31,7 @@
 //! buffer stays valid (and, for receives, unaliased) until `test` reports the request done
 //! or its comm is closed.
 
+pub mod env;
 pub mod error;
 pub mod socket;
 
