@@ -2,6 +2,7 @@
 //! net plugin links the network code alone (it depends on weft-core and weft-sys only).
 //!
 //! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
+//! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
 //! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
@@ -33,6 +34,7 @@
 
 pub mod env;
 pub mod error;
+pub mod ib;
 pub mod socket;
 
 pub use error::{NetError, NetErrorKind};
