@@ -3,6 +3,7 @@
 //!
 //! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
 //! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
+//! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
 //! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
@@ -32,6 +33,7 @@
 //! buffer stays valid (and, for receives, unaliased) until `test` reports the request done
 //! or its comm is closed.
 
+pub mod any;
 pub mod env;
 pub mod error;
 pub mod ib;

@@ -169,6 +169,13 @@ impl Link {
         self.failed.clone().unwrap_or(err)
     }
 
+    /// Destroys the QPs (no DMA after this) and shuts the handshake socket, so that the peer
+    /// sees the close even while requests of this comm are still held.
+    fn close(&mut self) {
+        self.qps.clear();
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
     fn check(&self) -> Result<(), NetError> {
         match &self.failed {
             Some(e) => Err(e.clone()),
@@ -423,7 +430,7 @@ impl SendState {
                     "send with tag {tag} does not match the receive group's tags {tags:?} (request {seq})"
                 ),
             );
-            self.refuse();
+            self.refuse(index, &entries[0], fifo::IMM_REFUSED_TAG, tag);
             return Err(self.link.fail(e.peer(self.link.peer)));
         };
         if size > entries[i].size as usize {
@@ -437,7 +444,7 @@ impl SendState {
                     entries[i].size
                 ),
             );
-            self.refuse();
+            self.refuse(index, &entries[i], fifo::IMM_REFUSED_SIZE, size as u32);
             return Err(self.link.fail(e.peer(self.link.peer)));
         }
         slot.taken[i] = true;
@@ -454,18 +461,37 @@ impl SendState {
         Ok(Some((seq, i)))
     }
 
-    /// Tells the receiver, through an immediate, that this request was refused.
-    fn refuse(&mut self) {
+    /// Tells the receiver why this request was refused: `word` (the tag or the message
+    /// size) into its size record, then the refusal as an immediate, both on QP 0.
+    fn refuse(&mut self, index: usize, entry: &FifoEntry, imm: u32, word: u32) {
         let Some(qp) = self.link.qps.first() else {
             return;
         };
-        let mut wr = ibv_send_wr::zeroed();
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.imm_data = fifo::IMM_REFUSED.to_be();
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.wr_id = wr_id(KIND_DATA, 0);
-        // SAFETY: a zero-length write reads no memory.
-        let _ = unsafe { qp.post_send(&mut wr) };
+        self.sizes.write(index * MAX_RECVS, word);
+        let mut sge = ibv_sge {
+            addr: self.sizes.addr(index * MAX_RECVS),
+            length: 4,
+            lkey: self.sizes.mr.lkey,
+        };
+        let mut last = ibv_send_wr::zeroed();
+        last.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+        last.imm_data = imm.to_be();
+        last.send_flags = IBV_SEND_SIGNALED;
+        last.wr_id = wr_id(KIND_DATA, 0);
+        let mut first = ibv_send_wr::zeroed();
+        first.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        first.sg_list = &mut sge;
+        first.num_sge = 1;
+        first.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: entry.sizes_addr,
+            rkey: entry.sizes_rkey,
+        };
+        first.next = &mut last;
+        // SAFETY: the size record is ours and stays registered; the zero-length write
+        // reads nothing; the remote record is the receiver's, registered for writes.
+        if let Err(e) = unsafe { qp.post_send(&mut first) } {
+            log::warn!("telling the receiver about a refused request failed: {e}");
+        }
     }
 
     fn post_group(&mut self, index: usize, entries: &[FifoEntry]) -> Result<(), NetError> {
@@ -573,6 +599,12 @@ impl SendState {
 
     /// `test` of a send request (group `seq`, entry `i`).
     pub fn test(&mut self, seq: u32, i: usize) -> Result<Option<Completion>, NetError> {
+        if self.closed {
+            return Err(NetError::new(
+                NetErrorKind::Closed,
+                "test of a send on a closed verbs comm",
+            ));
+        }
         self.progress()?;
         let slot = &mut self.slots[fifo::slot_of(seq)];
         if slot.seq != seq || slot.unreaped == 0 {
@@ -591,7 +623,7 @@ impl SendState {
 
     pub fn close(&mut self) {
         self.closed = true;
-        self.link.qps.clear();
+        self.link.close();
     }
 }
 
@@ -665,9 +697,19 @@ impl RecvState {
                     slot.outstanding -= 1;
                     if wc.wc_flags & IBV_WC_WITH_IMM != 0 {
                         let imm = u32::from_be(wc.imm_data);
-                        // A refusal on any QP wins.
-                        if slot.imm != Some(fifo::IMM_REFUSED) {
+                        // A refusal (only ever on QP 0) wins over the other QPs' sizes.
+                        if !matches!(
+                            slot.imm.map(fifo::decode_imm),
+                            Some(ImmMeaning::RefusedTag | ImmMeaning::RefusedSize)
+                        ) {
                             slot.imm = Some(imm);
+                        }
+                        // The other QPs carry nothing for a refused request.
+                        if matches!(
+                            fifo::decode_imm(imm),
+                            ImmMeaning::RefusedTag | ImmMeaning::RefusedSize
+                        ) {
+                            slot.outstanding = 0;
                         }
                     }
                 }
@@ -771,6 +813,12 @@ impl RecvState {
 
     /// `test` of a receive request.
     pub fn test(&mut self, seq: u32) -> Result<Option<Completion>, NetError> {
+        if self.closed {
+            return Err(NetError::new(
+                NetErrorKind::Closed,
+                "test of a receive on a closed verbs comm",
+            ));
+        }
         self.progress()?;
         let index = fifo::slot_of(seq);
         let slot = &self.slots[index];
@@ -786,16 +834,44 @@ impl RecvState {
         }
         let n = slot.n;
         let mut sizes = [0usize; MAX_RECVS];
-        match fifo::decode_imm(slot.imm.unwrap_or(fifo::IMM_REFUSED)) {
-            ImmMeaning::Refused => {
-                let e = NetError::new(
-                    NetErrorKind::Protocol,
+        let refused = match slot.imm.map(fifo::decode_imm) {
+            Some(ImmMeaning::RefusedTag) => {
+                let tag = self.sizes.read(index * MAX_RECVS);
+                let tags: Vec<u32> = (0..n)
+                    .map(|i| self.staging.read(index * MAX_RECVS + i).tag)
+                    .collect();
+                Some(NetError::new(
+                    NetErrorKind::TagMismatch { tag },
                     format!(
-                        "the sender refused receive request {seq} (a tag it did not post, or a message larger than the buffer: see the sender's error)"
+                        "the sender's message has tag {tag}, not one of this receive's tags {tags:?} (request {seq})"
                     ),
-                );
-                return Err(self.link.fail(e.peer(self.link.peer)));
+                ))
             }
+            Some(ImmMeaning::RefusedSize) => {
+                let size = self.sizes.read(index * MAX_RECVS) as usize;
+                let cap = slot.caps[..n].iter().copied().max().unwrap_or(0);
+                Some(NetError::new(
+                    NetErrorKind::Truncated {
+                        send_size: size,
+                        recv_size: cap,
+                    },
+                    format!(
+                        "the sender's message of {size} bytes does not fit this receive's buffers of {:?} bytes (request {seq})",
+                        &slot.caps[..n]
+                    ),
+                ))
+            }
+            Some(_) => None,
+            None => Some(NetError::new(
+                NetErrorKind::Protocol,
+                format!("receive request {seq} completed without an immediate"),
+            )),
+        };
+        if let Some(e) = refused {
+            return Err(self.link.fail(e.peer(self.link.peer)));
+        }
+        match fifo::decode_imm(slot.imm.unwrap_or(0)) {
+            ImmMeaning::RefusedTag | ImmMeaning::RefusedSize => {}
             ImmMeaning::Size(s) => sizes[0] = s,
             ImmMeaning::SizesInRecord => {
                 std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
@@ -823,7 +899,7 @@ impl RecvState {
 
     pub fn close(&mut self) {
         self.closed = true;
-        self.link.qps.clear();
+        self.link.close();
     }
 }
 

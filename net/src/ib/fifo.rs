@@ -22,9 +22,13 @@ pub const MAX_RECVS: usize = crate::NET_MAX_RECVS;
 pub const MAX_MESSAGE: usize = 0x7fff_ffff;
 /// Immediate meaning "the sizes are in your size record" (grouped receives).
 pub const IMM_SIZES: u32 = 0xffff_fffe;
-/// Immediate meaning "the sender refused this request" (a tag or size mismatch): the
-/// receiver fails instead of waiting for data that will not come.
-pub const IMM_REFUSED: u32 = 0xffff_ffff;
+/// Immediate meaning "the sender refused this request: no buffer of the group has its tag"
+/// (the tag is in the first word of the size record): the receiver fails instead of waiting
+/// for data that will not come.
+pub const IMM_REFUSED_TAG: u32 = 0xffff_fffd;
+/// Immediate meaning "the sender refused this request: its message is larger than the
+/// buffer" (the message's size is in the first word of the size record).
+pub const IMM_REFUSED_SIZE: u32 = 0xffff_ffff;
 /// Message parts on each QP are aligned to this many bytes (NCCL aligns to 128).
 pub const SPLIT_ALIGN: usize = 128;
 
@@ -78,14 +82,17 @@ pub enum ImmMeaning {
     Size(usize),
     /// Read the sizes from the size record.
     SizesInRecord,
-    /// The sender refused the request.
-    Refused,
+    /// The sender refused the request: a tag not in the group.
+    RefusedTag,
+    /// The sender refused the request: a message larger than its buffer.
+    RefusedSize,
 }
 
 /// Decodes an immediate.
 pub fn decode_imm(imm: u32) -> ImmMeaning {
     match imm {
-        IMM_REFUSED => ImmMeaning::Refused,
+        IMM_REFUSED_TAG => ImmMeaning::RefusedTag,
+        IMM_REFUSED_SIZE => ImmMeaning::RefusedSize,
         IMM_SIZES => ImmMeaning::SizesInRecord,
         size => ImmMeaning::Size(size as usize),
     }
@@ -136,7 +143,8 @@ mod tests {
             ImmMeaning::Size(MAX_MESSAGE)
         );
         assert_eq!(decode_imm(IMM_SIZES), ImmMeaning::SizesInRecord);
-        assert_eq!(decode_imm(IMM_REFUSED), ImmMeaning::Refused);
+        assert_eq!(decode_imm(IMM_REFUSED_TAG), ImmMeaning::RefusedTag);
+        assert_eq!(decode_imm(IMM_REFUSED_SIZE), ImmMeaning::RefusedSize);
     }
 
     #[test]

@@ -307,7 +307,7 @@ impl Net for IbNet {
         if kind != PtrKind::Host {
             return Err(NetError::new(
                 NetErrorKind::Unsupported,
-                "the verbs backend registers host memory only (GPUDirect RDMA is not implemented)",
+                "the verbs backend registers host memory only: CUDA memory (GPUDirect RDMA) is not implemented yet",
             ));
         }
         let port = match comm {
