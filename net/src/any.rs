@@ -6,6 +6,7 @@
 use crate::ib::{
     IbConnecting, IbListenComm, IbMemHandle, IbNet, IbRecvComm, IbRequest, IbSendComm,
 };
+use crate::mesh::{MeshConnecting, MeshNet};
 use crate::socket::{
     SocketConnecting, SocketListenComm, SocketMemHandle, SocketNet, SocketRecvComm, SocketRequest,
     SocketSendComm,
@@ -21,6 +22,8 @@ pub enum AnyNet {
     Socket(SocketNet),
     /// Verbs (InfiniBand, RoCE).
     Ib(IbNet),
+    /// Verbs over a multi-subnet mesh (its comms are the verbs backend's).
+    Mesh(MeshNet),
 }
 
 macro_rules! either {
@@ -48,10 +51,16 @@ either!(
     /// A receive comm of either backend.
     AnyRecvComm { SocketRecvComm, IbRecvComm }
 );
-either!(
-    /// A connect in progress on either backend.
-    AnyConnecting { SocketConnecting, IbConnecting }
-);
+/// A connect in progress on any backend.
+#[derive(Debug)]
+pub enum AnyConnecting {
+    /// Of the socket backend.
+    Socket(SocketConnecting),
+    /// Of the verbs backend.
+    Ib(IbConnecting),
+    /// Of the mesh backend.
+    Mesh(MeshConnecting),
+}
 either!(
     /// A registration of either backend.
     AnyMemHandle { SocketMemHandle, IbMemHandle }
@@ -64,7 +73,7 @@ either!(
 fn mixed(what: &str) -> NetError {
     NetError::new(
         NetErrorKind::InvalidArgument,
-        format!("{what} of one NET backend handed to another (socket vs verbs)"),
+        format!("{what} of one NET backend handed to another (socket vs verbs or mesh)"),
     )
 }
 
@@ -80,6 +89,7 @@ impl Net for AnyNet {
         match self {
             AnyNet::Socket(n) => n.name(),
             AnyNet::Ib(n) => n.name(),
+            AnyNet::Mesh(n) => n.name(),
         }
     }
 
@@ -87,6 +97,7 @@ impl Net for AnyNet {
         match self {
             AnyNet::Socket(n) => n.devices(),
             AnyNet::Ib(n) => n.devices(),
+            AnyNet::Mesh(n) => n.devices(),
         }
     }
 
@@ -94,6 +105,7 @@ impl Net for AnyNet {
         match self {
             AnyNet::Socket(n) => n.properties(dev),
             AnyNet::Ib(n) => n.properties(dev),
+            AnyNet::Mesh(n) => n.properties(dev),
         }
     }
 
@@ -104,6 +116,10 @@ impl Net for AnyNet {
                 (h, AnyListenComm::Socket(l))
             }
             AnyNet::Ib(n) => {
+                let (h, l) = n.listen(dev)?;
+                (h, AnyListenComm::Ib(l))
+            }
+            AnyNet::Mesh(n) => {
                 let (h, l) = n.listen(dev)?;
                 (h, AnyListenComm::Ib(l))
             }
@@ -137,6 +153,16 @@ impl Net for AnyNet {
                 *state = inner.map(AnyConnecting::Ib);
                 Ok(r?.map(AnySendComm::Ib))
             }
+            AnyNet::Mesh(n) => {
+                let mut inner = match state.take() {
+                    None => None,
+                    Some(AnyConnecting::Mesh(c)) => Some(c),
+                    Some(_) => return Err(mixed("a connect state")),
+                };
+                let r = n.connect(dev, handle, &mut inner);
+                *state = inner.map(AnyConnecting::Mesh);
+                Ok(r?.map(AnySendComm::Ib))
+            }
         }
     }
 
@@ -146,6 +172,7 @@ impl Net for AnyNet {
                 Ok(n.accept(l)?.map(AnyRecvComm::Socket))
             }
             (AnyNet::Ib(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
+            (AnyNet::Mesh(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
             _ => Err(mixed("a listen comm")),
         }
     }
@@ -171,7 +198,15 @@ impl Net for AnyNet {
                 // SAFETY: see above.
                 unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
             }
+            (AnyNet::Mesh(n), CommRef::Send(AnySendComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
             (AnyNet::Ib(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Mesh(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
                 // SAFETY: see above.
                 unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
             }
@@ -183,6 +218,7 @@ impl Net for AnyNet {
         match (self, mr) {
             (AnyNet::Socket(n), AnyMemHandle::Socket(m)) => n.dereg_mr(m),
             (AnyNet::Ib(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
+            (AnyNet::Mesh(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
             _ => Err(mixed("a registration")),
         }
     }
@@ -204,6 +240,10 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on.
                 Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
             }
+            (AnyNet::Mesh(n), AnySendComm::Ib(c), AnyMemHandle::Ib(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
+            }
             _ => Err(mixed("a send comm or registration")),
         }
     }
@@ -220,6 +260,11 @@ impl Net for AnyNet {
                 Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Socket))
             }
             (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
+            }
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
                 let inner = ib_bufs(bufs)?;
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
@@ -244,6 +289,11 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
             }
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
+            }
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -252,6 +302,7 @@ impl Net for AnyNet {
         match (self, request) {
             (AnyNet::Socket(n), AnyRequest::Socket(r)) => n.test(r),
             (AnyNet::Ib(n), AnyRequest::Ib(r)) => n.test(r),
+            (AnyNet::Mesh(n), AnyRequest::Ib(r)) => n.test(r),
             _ => Err(mixed("a request")),
         }
     }
@@ -260,6 +311,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnySendComm::Socket(c)) => n.close_send(c),
             (AnyNet::Ib(n), AnySendComm::Ib(c)) => n.close_send(c),
+            (AnyNet::Mesh(n), AnySendComm::Ib(c)) => n.close_send(c),
             _ => Err(mixed("a send comm")),
         }
     }
@@ -268,6 +320,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => n.close_recv(c),
             (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -276,6 +329,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnyListenComm::Socket(c)) => n.close_listen(c),
             (AnyNet::Ib(n), AnyListenComm::Ib(c)) => n.close_listen(c),
+            (AnyNet::Mesh(n), AnyListenComm::Ib(c)) => n.close_listen(c),
             _ => Err(mixed("a listen comm")),
         }
     }

@@ -3,6 +3,7 @@
 //!
 //! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
 //! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
+//! - [`mesh`]: verbs over a multi-subnet mesh: a multi-address handle, the NIC chosen by subnet.
 //! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
 //! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
@@ -37,6 +38,7 @@ pub mod any;
 pub mod env;
 pub mod error;
 pub mod ib;
+pub mod mesh;
 pub mod socket;
 
 pub use error::{NetError, NetErrorKind};

@@ -1,6 +1,7 @@
 //! Which `Net` backend the plugin drives, chosen once per process at the first `init`.
 //!
-//! `WEFT_NET_BACKEND` forces one: `ib` is `weft_net::ib::IbNet` (verbs: InfiniBand and RoCE,
+//! `WEFT_NET_BACKEND` forces one: `mesh` is `weft_net::mesh::MeshNet` (verbs over a
+//! multi-subnet mesh, one device, the NIC chosen per peer by subnet), `ib` is `weft_net::ib::IbNet` (verbs: InfiniBand and RoCE,
 //! configured by NCCL's `NCCL_IB_*` variables), `socket` is `weft_net::socket::SocketNet`
 //! (NCCL's socket variables: `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`,
 //! `NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`; the `WEFT_` names win when both are set).
@@ -8,6 +9,7 @@
 //! and an RDMA port is active, else sockets (the reason verbs was passed over is logged).
 
 use weft_net::ib::IbNet;
+use weft_net::mesh::MeshNet;
 use weft_net::socket::{SocketConfig, SocketNet};
 use weft_net::{NetError, NetErrorKind};
 
@@ -20,15 +22,18 @@ pub enum BackendKind {
     Auto,
     /// Verbs (`IbNet`).
     Ib,
+    /// Verbs over a multi-subnet mesh (`MeshNet`).
+    Mesh,
     /// TCP sockets (`SocketNet`).
     Socket,
 }
 
 impl BackendKind {
     /// Every kind this build has, with its `WEFT_NET_BACKEND` spelling.
-    pub const ALL: [(BackendKind, &'static str); 3] = [
+    pub const ALL: [(BackendKind, &'static str); 4] = [
         (BackendKind::Auto, "auto"),
         (BackendKind::Ib, "ib"),
+        (BackendKind::Mesh, "mesh"),
         (BackendKind::Socket, "socket"),
     ];
 
@@ -81,6 +86,11 @@ pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
             );
             Ok(Box::new(Adapter::new(net, describe)?))
         }
+        BackendKind::Mesh => {
+            let net = MeshNet::from_env()?;
+            let describe = format!("{net:?}");
+            Ok(Box::new(Adapter::new(net, describe)?))
+        }
         BackendKind::Socket => {
             let config = SocketConfig::from_env()?;
             let describe = format!(
@@ -123,6 +133,6 @@ mod tests {
         assert_eq!(e.kind(), NetErrorKind::InvalidArgument);
         let msg = e.to_string();
         assert!(msg.contains("WEFT_NET_BACKEND=carrier-pigeon"), "{msg}");
-        assert!(msg.contains("auto, ib, socket"), "{msg}");
+        assert!(msg.contains("auto, ib, mesh, socket"), "{msg}");
     }
 }

@@ -34,3 +34,16 @@ retry() {
     done
     return 1
 }
+
+# route_triangle: in the 3-VM triangle, lets TCP (the bootstrap) reach every address by
+# forwarding through the neighbour that holds it (a routed fallback; RDMA never uses it: the
+# mesh backend picks the directly connected subnet).
+route_triangle() {
+    [ "$WEFT_VM_COUNT" = 3 ] || return 0
+    echo 1 > /proc/sys/net/ipv4/ip_forward
+    case "$WEFT_VM_INDEX" in
+        0) ip route add 192.168.102.0/24 via 192.168.101.2 ;;
+        1) ip route add 192.168.100.0/24 via 192.168.101.1 ;;
+        2) ip route add 192.168.101.0/24 via 192.168.100.1 ;;
+    esac
+}

@@ -8,12 +8,10 @@ set -eu
 weft=${WEFT_VM_BIN:-target/debug}/weft
 transport=${WEFT_VM_PERF_TRANSPORT:-ib}
 n=$WEFT_VM_COUNT
-# The bootstrap runs over the a-b and a-c links (VM a's addresses); each VM's verbs devices
-# are its rxe devices, one per link.
-case "$WEFT_VM_INDEX" in
-    0) export NCCL_SOCKET_IFNAME=eth ;;
-    *) export NCCL_SOCKET_IFNAME==eth0 ;;
-esac
+# The bootstrap (TCP) runs from each VM's eth0, routed through a neighbour where the triangle
+# has no direct link; the data goes over RDMA on the direct links.
+route_triangle
+export NCCL_SOCKET_IFNAME==eth0 NCCL_MESH_DEBUG=1
 export WEFT_DEBUG=${WEFT_DEBUG:-WARN}
 id_file="$WEFT_VM_WORK/unique-id"
 if [ "$WEFT_VM_INDEX" = 0 ]; then

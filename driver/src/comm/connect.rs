@@ -35,6 +35,8 @@ pub enum TransportChoice {
     Net,
     /// NET over the verbs backend (InfiniBand / RoCE) for every connection.
     Ib,
+    /// NET over the mesh backend (verbs, the NIC chosen by subnet) for every connection.
+    Mesh,
 }
 
 impl TransportChoice {
@@ -44,6 +46,7 @@ impl TransportChoice {
             TransportChoice::Shm => "shm",
             TransportChoice::Net => "net",
             TransportChoice::Ib => "ib",
+            TransportChoice::Mesh => "mesh",
         }
     }
 
@@ -53,6 +56,7 @@ impl TransportChoice {
             "shm" => Some(TransportChoice::Shm),
             "net" | "socket" => Some(TransportChoice::Net),
             "ib" | "verbs" | "rdma" => Some(TransportChoice::Ib),
+            "mesh" => Some(TransportChoice::Mesh),
             _ => None,
         }
     }
@@ -63,6 +67,7 @@ impl TransportChoice {
             TransportChoice::Shm => 1,
             TransportChoice::Net => 2,
             TransportChoice::Ib => 3,
+            TransportChoice::Mesh => 4,
         }
     }
 }
@@ -142,7 +147,9 @@ impl Transports {
     pub fn choose(&self, me: &Peer, peer: &Peer) -> TransportKind {
         match self.choice {
             TransportChoice::Shm => TransportKind::Shm,
-            TransportChoice::Net | TransportChoice::Ib => TransportKind::Net,
+            TransportChoice::Net | TransportChoice::Ib | TransportChoice::Mesh => {
+                TransportKind::Net
+            }
             TransportChoice::Auto if self.shm.can_connect(&info(me), &info(peer)) => {
                 TransportKind::Shm
             }

@@ -51,6 +51,7 @@ use crate::conn::{
 use crate::exec::{ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, lock, p2p};
 use crate::net::any::AnyNet;
 use crate::net::ib::IbNet;
+use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{NetOptions, NetTransport};
 use crate::transport::shm::ShmTransport;
@@ -79,7 +80,7 @@ pub struct CommOptions {
     /// at most [`DEFAULT_MAX_CHANNELS`]), within `NCCL_MIN_NCHANNELS` /
     /// `NCCL_MAX_NCHANNELS`. `WEFT_NCHANNELS`; wins over those two.
     pub nchannels: Option<u32>,
-    /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net|ib`.
+    /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net|ib|mesh`.
     pub transport: TransportChoice,
     /// Deadline of every wait on a peer: bootstrap steps, connects, FIFO waits.
     /// `WEFT_TIMEOUT` (seconds).
@@ -179,7 +180,7 @@ impl CommOptions {
         }
         if let Some(v) = get("WEFT_TRANSPORT") {
             opts.transport = TransportChoice::parse(&v)
-                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm, net or ib"))?;
+                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm, net, ib or mesh"))?;
         }
         if let Some(v) = get("WEFT_TIMEOUT") {
             let secs: f64 = v
@@ -388,10 +389,12 @@ impl Comm {
             ..NetOptions::default()
         };
         let ifname = opts.socket_ifname.clone();
-        let verbs = opts.transport == TransportChoice::Ib;
+        let choice = opts.transport;
         let make_net = move || {
-            let net = if verbs {
+            let net = if choice == TransportChoice::Ib {
                 AnyNet::Ib(IbNet::from_env().map_err(|e| e.to_string())?)
+            } else if choice == TransportChoice::Mesh {
+                AnyNet::Mesh(MeshNet::from_env().map_err(|e| e.to_string())?)
             } else {
                 let mut config = SocketConfig::from_env().map_err(|e| e.to_string())?;
                 if ifname.is_some() {

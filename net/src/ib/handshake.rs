@@ -180,9 +180,10 @@ struct Accepting {
     stage: AcceptStage,
 }
 
-/// A verbs listen comm.
+/// A verbs listen comm. With one port it serves that port; with several (the mesh backend)
+/// each connection is served by the port holding the address it arrived on.
 pub struct IbListenComm {
-    port: Arc<Port>,
+    ports: Vec<Arc<Port>>,
     config: IbConfig,
     listener: TcpListener,
     handle: ListenHandle,
@@ -193,8 +194,8 @@ impl std::fmt::Debug for IbListenComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "IbListenComm({} on {})",
-            self.port.describe(),
+            "IbListenComm({} port(s) on {})",
+            self.ports.len(),
             self.handle.addr
         )
     }
@@ -222,11 +223,26 @@ pub(crate) fn listen(
     config: &IbConfig,
 ) -> Result<(NetHandle, IbListenComm), NetError> {
     let addr = listen_address(port)?;
+    let comm = listen_at(vec![port.clone()], addr, random_u64(), config)?;
+    let mut bytes = NetHandle::default();
+    comm.handle.emit(&mut bytes.0);
+    Ok((bytes, comm))
+}
+
+/// A listen comm on `addr` (port 0: the kernel picks) serving `ports`; connectors must send
+/// `nonce`.
+pub(crate) fn listen_at(
+    ports: Vec<Arc<Port>>,
+    addr: SocketAddr,
+    nonce: u64,
+    config: &IbConfig,
+) -> Result<IbListenComm, NetError> {
+    let names: Vec<String> = ports.iter().map(|p| p.describe()).collect();
     let listener = TcpListener::bind(addr).map_err(|e| {
         NetError::io(
             format!(
                 "bind the verbs handshake listener to {addr} ({})",
-                port.describe()
+                names.join(", ")
             ),
             &e,
         )
@@ -237,22 +253,40 @@ pub(crate) fn listen(
     let local = listener
         .local_addr()
         .map_err(|e| NetError::io("read the verbs handshake listener's address", &e))?;
-    let handle = ListenHandle {
-        addr: local,
-        nonce: random_u64(),
-    };
-    let mut bytes = NetHandle::default();
-    handle.emit(&mut bytes.0);
-    Ok((
-        bytes,
-        IbListenComm {
-            port: port.clone(),
-            config: config.clone(),
-            listener,
-            handle,
-            pending: Vec::new(),
-        },
-    ))
+    Ok(IbListenComm {
+        ports,
+        config: config.clone(),
+        listener,
+        handle: ListenHandle { addr: local, nonce },
+        pending: Vec::new(),
+    })
+}
+
+/// The port that serves a connection: the only one, or the one holding the local address
+/// the connection arrived on (the peer chose that address by subnet).
+fn choose_port(ports: &[Arc<Port>], stream: &TcpStream) -> Result<Arc<Port>, NetError> {
+    if let [port] = ports {
+        return Ok(port.clone());
+    }
+    let local = stream
+        .local_addr()
+        .map_err(|e| NetError::io("read an accepted socket's address", &e))?
+        .ip()
+        .to_canonical();
+    ports
+        .iter()
+        .find(|p| super::select::gid_address(&p.gid) == Some(local))
+        .cloned()
+        .ok_or_else(|| {
+            let have: Vec<String> = ports.iter().map(|p| p.describe()).collect();
+            NetError::new(
+                NetErrorKind::Protocol,
+                format!(
+                    "a connection arrived on {local}, which none of the RDMA ports holds ({})",
+                    have.join(", ")
+                ),
+            )
+        })
 }
 
 impl IbListenComm {
@@ -340,10 +374,11 @@ impl IbListenComm {
                     )
                     .peer(peer));
                 }
+                let port = choose_port(&self.ports, &a.stream)?;
                 let nqps = usize::from(hello.nqps);
-                let qps = create_qps(&self.port, &self.config, nqps)?;
-                let path = path_of(&self.port, &self.config, hello.mtu);
-                let answer = exchange_of(&self.port, hello.nonce, &qps);
+                let qps = create_qps(&port, &self.config, nqps)?;
+                let path = path_of(&port, &self.config, hello.mtu);
+                let answer = exchange_of(&port, hello.nonce, &qps);
                 let NewQps {
                     cq,
                     qps: init,
@@ -351,12 +386,9 @@ impl IbListenComm {
                 } = qps;
                 let rts = to_rts(init, &psns, &path, &hello)?;
                 let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-                let staging = DmaBuf::<FifoEntry>::new(
-                    &self.port,
-                    SLOTS * MAX_RECVS,
-                    IBV_ACCESS_LOCAL_WRITE,
-                )?;
-                let sizes = DmaBuf::<u32>::new(&self.port, SLOTS * MAX_RECVS, access)?;
+                let staging =
+                    DmaBuf::<FifoEntry>::new(&port, SLOTS * MAX_RECVS, IBV_ACCESS_LOCAL_WRITE)?;
+                let sizes = DmaBuf::<u32>::new(&port, SLOTS * MAX_RECVS, access)?;
                 write_small(&mut a.stream, &answer.emit())
                     .map_err(|e| NetError::io("send the verbs handshake answer", &e).peer(peer))?;
                 watch_peer(&a.stream);
@@ -364,7 +396,7 @@ impl IbListenComm {
                     .stream
                     .try_clone()
                     .map_err(|e| NetError::io("clone the handshake socket", &e))?;
-                let link = Link::new(self.port.clone(), rts, cq, stream, peer, hello.gid);
+                let link = Link::new(port, rts, cq, stream, peer, hello.gid);
                 a.stage = AcceptStage::Ready {
                     state: Box::new(RecvState::new(
                         link,
@@ -438,15 +470,28 @@ pub(crate) fn poll_connect(
     handle: &NetHandle,
     state: &mut Option<IbConnecting>,
 ) -> Result<Option<IbSendComm>, NetError> {
-    if state.is_none() {
-        let parsed = ListenHandle::parse(&handle.0).map_err(|why| {
+    let target = match state {
+        Some(c) => c.handle,
+        None => ListenHandle::parse(&handle.0).map_err(|why| {
             NetError::new(
                 NetErrorKind::InvalidArgument,
                 format!("verbs connect: {why}"),
             )
-        })?;
+        })?,
+    };
+    poll_connect_to(port, config, target, state)
+}
+
+/// Connects from `port` to the listener at `target`, without blocking.
+pub(crate) fn poll_connect_to(
+    port: &Arc<Port>,
+    config: &IbConfig,
+    target: ListenHandle,
+    state: &mut Option<IbConnecting>,
+) -> Result<Option<IbSendComm>, NetError> {
+    if state.is_none() {
         *state = Some(IbConnecting {
-            handle: parsed,
+            handle: target,
             started: Instant::now(),
             stage: ConnectStage::Tcp {
                 stream: None,

@@ -234,6 +234,11 @@ impl IbNet {
             .and_then(|p| select::gid_address(&p.gid))
     }
 
+    /// Every usable port, in device order.
+    pub(crate) fn ports(&self) -> &[Arc<Port>] {
+        &self.ports
+    }
+
     fn port(&self, dev: usize) -> Result<&Arc<Port>, NetError> {
         self.ports.get(dev).ok_or_else(|| {
             NetError::new(
