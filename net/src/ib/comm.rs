@@ -207,6 +207,21 @@ impl Link {
                 self.port.gid_index
             );
         }
+        if status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+            // A flush as the first error means the QP was moved to the error state from
+            // outside: usually the port went down (rxe flushes its QPs with the netdev).
+            if let Ok(attr) = self.port.pd.ctx.query_port(self.port.port) {
+                if attr.state != ibv_port_state::IBV_PORT_ACTIVE {
+                    msg = format!(
+                        "{msg}: port {} of {} is no longer ACTIVE (state {}): the link went \
+                         down (check the cable and `ip link` of its netdev)",
+                        self.port.port,
+                        self.port.name(),
+                        attr.state.0
+                    );
+                }
+            }
+        }
         let mut e =
             NetError::new(NetErrorKind::Io(std::io::ErrorKind::Other), msg).peer(self.peer_words());
         if let Some(hint) = status.hint() {

@@ -176,6 +176,8 @@ enum AcceptStage {
 struct Accepting {
     stream: TcpStream,
     peer: SocketAddr,
+    /// Sent a valid exchange with the right nonce: a peer, not a stray.
+    genuine: bool,
     since: Instant,
     stage: AcceptStage,
 }
@@ -305,6 +307,7 @@ impl IbListenComm {
                     self.pending.push(Accepting {
                         stream,
                         peer,
+                        genuine: false,
                         since: Instant::now(),
                         stage: AcceptStage::Hello {
                             buf: [0; EXCHANGE_LEN],
@@ -341,7 +344,7 @@ impl IbListenComm {
                     self.pending.swap_remove(i);
                 }
                 Ok(None) => i += 1,
-                Err(e) => {
+                Err(e) if !self.pending[i].genuine => {
                     // One bad connection (a stray client, a peer that died mid-handshake)
                     // does not end the listener.
                     log::warn!(
@@ -349,6 +352,12 @@ impl IbListenComm {
                         self.handle.addr
                     );
                     self.pending.swap_remove(i);
+                }
+                Err(e) => {
+                    // A real peer (its exchange was valid) whose connection this side could
+                    // not set up: that is this accept's error, not a stray to ignore.
+                    self.pending.swap_remove(i);
+                    return Err(e);
                 }
             }
         }
@@ -374,6 +383,7 @@ impl IbListenComm {
                     )
                     .peer(peer));
                 }
+                a.genuine = true;
                 let port = choose_port(&self.ports, &a.stream)?;
                 let nqps = usize::from(hello.nqps);
                 let qps = create_qps(&port, &self.config, nqps)?;
@@ -384,7 +394,8 @@ impl IbListenComm {
                     qps: init,
                     psns,
                 } = qps;
-                let rts = to_rts(init, &psns, &path, &hello)?;
+                let rts = to_rts(init, &psns, &path, &hello)
+                    .map_err(|e| e.peer(format!("{peer} at {}", describe_gid(&hello.gid))))?;
                 let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
                 let staging =
                     DmaBuf::<FifoEntry>::new(&port, SLOTS * MAX_RECVS, IBV_ACCESS_LOCAL_WRITE)?;
@@ -593,9 +604,23 @@ fn step_connect(
                 let Answering {
                     stream, buf, got, ..
                 } = a.as_mut();
-                if !read_some(stream, buf, got)
-                    .map_err(|e| NetError::io("read the verbs handshake answer", &e).peer(peer))?
-                {
+                if !read_some(stream, buf, got).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        NetError::new(
+                            NetErrorKind::PeerClosed,
+                            "the listener closed the verbs handshake instead of answering: it \
+                             could not set up its side (its log says why)",
+                        )
+                        .peer(peer)
+                        .hint(
+                            "the usual cause is a GID index that differs between the ends \
+                             (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must pick the same address \
+                             family on both)",
+                        )
+                    } else {
+                        NetError::io("read the verbs handshake answer", &e).peer(peer)
+                    }
+                })? {
                     return Ok(None);
                 }
                 let answer = Exchange::parse(buf)

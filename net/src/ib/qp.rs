@@ -136,8 +136,10 @@ impl<S> Qp<S> {
             )
             .cause(errno_error(rc))
             .hint(
-                "EINVAL here usually means a GID index without a GID (NCCL_IB_GID_INDEX), an \
-                 MTU above the port's, or a port that is not ACTIVE",
+                "EINVAL here usually means a GID index without a GID, or GIDs of different \
+                 address families at the two ends (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must \
+                 pick the same family on both), an MTU above the port's, or a port that is not \
+                 ACTIVE",
             ));
         }
         Ok(Qp {
