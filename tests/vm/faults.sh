@@ -8,7 +8,7 @@
 #               its transfers still work.
 #   no-subnet   (--vms 3) VM a advertises only its a-c address; VM b (subnets a-b, b-c) fails
 #               to connect at once, listing the addresses compared.
-# Build first: scripts/build-vm-tests.sh
+# Built by scripts/vm-tests.sh, which runs it.
 # scripts/rdma-vms.sh --vms 2 -- "FAULT=link-down sh tests/vm/faults.sh"
 set -eu
 . tests/vm/lib.sh

@@ -1,6 +1,6 @@
 # IbNet between VMs a and b over rxe0 (link a-b): every byte of 1 B to 16 MiB messages and of
 # grouped receives checked, over 1 and 3 QPs per connection (net/examples/ib_pair.rs).
-# Build first: cargo build -p weft-net --example ib_pair
+# Built by scripts/vm-tests.sh (or: cargo build -p weft-net --example ib_pair).
 # scripts/rdma-vms.sh --vms 2 -- sh tests/vm/ib-pair.sh
 set -eu
 bin=${WEFT_VM_BIN:-target/debug/examples}/ib_pair

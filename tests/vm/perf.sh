@@ -1,7 +1,7 @@
 # weft perf all-reduce with one rank per VM, every element checked, over the verbs backend
 # (--transport ib, one rxe device per link) or the mesh backend (WEFT_VM_PERF_TRANSPORT).
 # Rank 0 (VM a) serves the unique id (`weft unique-id`) through the work folder.
-# Build first: scripts/build-vm-tests.sh
+# Built by scripts/vm-tests.sh, which runs it.
 # scripts/rdma-vms.sh --vms 2 -- sh tests/vm/perf.sh          (or --vms 3: the triangle)
 set -eu
 . tests/vm/lib.sh

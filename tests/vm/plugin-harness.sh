@@ -1,6 +1,6 @@
 # The NCCL plugin harness (tests/plugin/harness.c) over the verbs backend in VM a, on rxe0:
 # one process (every check of the harness) and two processes (sender and receiver, the
-# receiver killed mid-transfer). Build first: scripts/build-vm-tests.sh
+# receiver killed mid-transfer). Built by scripts/vm-tests.sh, which runs it.
 # scripts/rdma-vms.sh --vms 2 -- sh tests/vm/plugin-harness.sh
 set -eu
 [ "$WEFT_VM_INDEX" = 0 ] || exit 0
