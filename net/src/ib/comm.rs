@@ -186,27 +186,15 @@ impl Link {
     /// The error for a failed work completion: what, where, and what to check.
     fn wc_error(&self, wc: &ibv_wc, what: &str) -> NetError {
         let status = wc.status;
-        let name = status.name().unwrap_or("unknown status");
-        let local = self.port.describe();
-        let mut msg = format!(
-            "{what} on {local} failed: {name} (status {}, {}, vendor error {:#x})",
-            status.0,
-            status.summary(),
-            wc.vendor_err
-        );
-        if status == ibv_wc_status::IBV_WC_RETRY_EXC_ERR
-            || status == ibv_wc_status::IBV_WC_RESP_TIMEOUT_ERR
-        {
-            msg = format!(
-                "{msg}: peer {} unreachable from device {} port {} on subnet {}; check the GID \
-                 index (NCCL_IB_GID_INDEX, now {}) and the link",
-                describe_gid(&self.peer_gid),
-                self.port.name(),
-                self.port.port,
-                local_subnet(&self.port),
-                self.port.gid_index
-            );
-        }
+        let place = WcPlace {
+            local: self.port.describe(),
+            device: self.port.name().to_string(),
+            port: self.port.port,
+            subnet: local_subnet(&self.port),
+            gid_index: self.port.gid_index,
+            peer: describe_gid(&self.peer_gid),
+        };
+        let mut msg = wc_message(what, status, wc.vendor_err, &place);
         if status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
             // A flush as the first error means the QP was moved to the error state from
             // outside: usually the port went down (rxe flushes its QPs with the netdev).
@@ -267,6 +255,40 @@ impl Link {
         };
         Err(self.fail(err.peer(self.peer_words())))
     }
+}
+
+/// Where a failed work completion happened, for [`wc_message`].
+struct WcPlace {
+    /// `rxe0 port 1 (GID index 1, 192.168.101.2/24 on eth0)`.
+    local: String,
+    device: String,
+    port: u8,
+    subnet: String,
+    gid_index: u32,
+    /// The peer's address (from its GID).
+    peer: String,
+}
+
+/// The words of a failed work completion: the operation, the place, rdma-core's status, and
+/// for the timeouts the reading that matters on a mesh (which peer is unreachable from where).
+fn wc_message(what: &str, status: ibv_wc_status, vendor_err: u32, at: &WcPlace) -> String {
+    let name = status.name().unwrap_or("unknown status");
+    let mut msg = format!(
+        "{what} on {} failed: {name} (status {}, {}, vendor error {vendor_err:#x})",
+        at.local,
+        status.0,
+        status.summary(),
+    );
+    if status == ibv_wc_status::IBV_WC_RETRY_EXC_ERR
+        || status == ibv_wc_status::IBV_WC_RESP_TIMEOUT_ERR
+    {
+        msg = format!(
+            "{msg}: peer {} unreachable from device {} port {} on subnet {}; check the GID \
+             index (NCCL_IB_GID_INDEX, now {}) and the link",
+            at.peer, at.device, at.port, at.subnet, at.gid_index
+        );
+    }
+    msg
 }
 
 /// The subnet of the port's address, `192.168.101.0/24`, for messages.
@@ -931,4 +953,50 @@ pub(crate) fn port_of_send(c: &IbSendComm) -> Arc<Port> {
 /// The port a receive comm runs on.
 pub(crate) fn port_of_recv(c: &IbRecvComm) -> Arc<Port> {
     lock(&c.0).link.port.clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place() -> WcPlace {
+        WcPlace {
+            local: "rxe0 port 1 (GID index 1, 192.168.101.2/24 on eth0)".into(),
+            device: "rxe0".into(),
+            port: 1,
+            subnet: "192.168.101.0/24".into(),
+            gid_index: 1,
+            peer: "192.168.101.1".into(),
+        }
+    }
+
+    #[test]
+    fn a_retry_timeout_says_which_peer_is_unreachable_from_where() {
+        let msg = wc_message(
+            "RDMA write of data",
+            ibv_wc_status::IBV_WC_RETRY_EXC_ERR,
+            0x81,
+            &place(),
+        );
+        assert_eq!(
+            msg,
+            "RDMA write of data on rxe0 port 1 (GID index 1, 192.168.101.2/24 on eth0) failed: \
+             IBV_WC_RETRY_EXC_ERR (status 12, transport retry counter exceeded, vendor error \
+             0x81): peer 192.168.101.1 unreachable from device rxe0 port 1 on subnet \
+             192.168.101.0/24; check the GID index (NCCL_IB_GID_INDEX, now 1) and the link"
+        );
+    }
+
+    #[test]
+    fn other_statuses_give_their_name_and_rdma_cores_words() {
+        let msg = wc_message("receive", ibv_wc_status::IBV_WC_REM_ACCESS_ERR, 0, &place());
+        assert!(
+            msg.ends_with(
+                "failed: IBV_WC_REM_ACCESS_ERR (status 10, remote access error, vendor error 0x0)"
+            ),
+            "{msg}"
+        );
+        let msg = wc_message("receive", ibv_wc_status(99), 0, &place());
+        assert!(msg.contains("unknown status (status 99, unknown"), "{msg}");
+    }
 }
