@@ -86,6 +86,11 @@ pick_kernel_pkg() {
 kernel_dir="$vmdir/kernel"
 if [ ! -f "$kernel_dir/.complete" ]; then
     pkg=$(pick_kernel_pkg)
+    if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
+        # A fresh machine may have no package lists yet.
+        timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq
+        pkg=$(pick_kernel_pkg)
+    fi
     [ -n "$pkg" ] || { say "no linux-image-*-amd64-unsigned package on offer (apt-get update?)"; exit 1; }
     say "fetching the VM kernel $pkg (apt-get download)"
     rm -rf "$kernel_dir" "$kernel_dir.partial"

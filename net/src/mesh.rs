@@ -24,7 +24,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use weft_core::net::{LocalNic, PeerAddr, select};
+use weft_core::net::{LocalNic, NoRouteReason, PeerAddr, select};
 use weft_core::wire::mesh_handle::{
     MAX_ENTRIES, MAX_SPEED_MBPS, MeshEntry, MeshHandle, SPEED_UNIT_MBPS,
 };
@@ -95,6 +95,12 @@ pub struct MeshConnecting {
     port: usize,
     target: ListenHandle,
     inner: Option<IbConnecting>,
+}
+
+fn no_route(no: weft_core::net::NoRoute, port: u16) -> NetError {
+    NetError::new(NetErrorKind::Unsupported, format!("mesh connect: {no}"))
+        .peer(format!("listener port {port}"))
+        .hint("no local RDMA NIC shares a subnet with the peer: check the cabling, the addresses and WEFT_MESH_IFNAME")
 }
 
 fn speed_unit(mbps: u32) -> u32 {
@@ -273,21 +279,38 @@ impl Net for MeshNet {
                     speed_mbps: e.speed_mbps,
                 })
                 .collect();
-            let route = select(&self.local_nics(), &peers).map_err(|no| {
-                NetError::new(NetErrorKind::Unsupported, format!("mesh connect: {no}"))
-                    .peer(format!("listener port {}", peer.port))
-                    .hint("no local RDMA NIC shares a subnet with the peer: check the cabling, the addresses and WEFT_MESH_IFNAME")
-            })?;
-            let port = usize::from(route.local.index);
+            let local = self.local_nics();
+            let (port, addr, over) = match select(&local, &peers) {
+                Ok(route) => (
+                    usize::from(route.local.index),
+                    route.peer.addr,
+                    route.subnet.to_string(),
+                ),
+                // The handle describes this host (two ranks of one host over the mesh): the
+                // address is local, so connecting to it cannot reach another host; the NIC
+                // holding it serves both ends.
+                Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
+                    let same = local.iter().find_map(|l| {
+                        peers
+                            .iter()
+                            .find(|p| p.addr == l.addr)
+                            .map(|p| (usize::from(l.index), p.addr))
+                    });
+                    match same {
+                        Some((port, addr)) => (port, addr, "this host".to_string()),
+                        None => return Err(no_route(no, peer.port)),
+                    }
+                }
+                Err(no) => return Err(no_route(no, peer.port)),
+            };
             let target = ListenHandle {
-                addr: SocketAddr::new(route.peer.addr, peer.port),
+                addr: SocketAddr::new(addr, peer.port),
                 nonce: 0,
             };
             let line = format!(
-                "NET/mesh: to {} from {} over {}",
+                "NET/mesh: to {} from {} over {over}",
                 target.addr,
                 self.ports[port].describe(),
-                route.subnet
             );
             if self.config.debug {
                 log::warn!("{line}");

@@ -18,7 +18,8 @@
  * environment (NCCL_SOCKET_NTHREADS, WEFT_SOCKET_NTHREADS, ...), loopback unless
  * NCCL_SOCKET_IFNAME is set.
  * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines.
- * HARNESS_BACKEND=ib (with WEFT_NET_BACKEND=ib) checks the verbs backend, whose sends are
+ * HARNESS_BACKEND=ib (with WEFT_NET_BACKEND=ib) checks the verbs backend (=mesh: the mesh
+ * backend over verbs, one device named "mesh"), whose sends are
  * posted only once the receiver has posted (NCCL's IB protocol) and whose size and tag
  * checks fail the isend itself, as NCCL's own IB transport does. */
 #define _GNU_SOURCE
@@ -49,7 +50,8 @@ static void* ctx;
 static char logbuf[256 * 1024];
 static size_t loglen;
 static int verbose;
-static int ib; /* HARNESS_BACKEND=ib */
+static int ib;   /* HARNESS_BACKEND=ib or mesh: the verbs protocol */
+static int mesh; /* HARNESS_BACKEND=mesh: one device named "mesh" */
 
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                    ...) {
@@ -225,7 +227,7 @@ static int t_init_and_properties(void) {
   CHECK_OK(n11->init(&ctx2, 0x5678, &config, logger, NULL));
   CHECK(ctx && ctx2 && ctx != ctx2, "init contexts %p %p", ctx, ctx2);
   CHECK_OK(n11->finalize(ctx2));
-  CHECK(log_has("NET/weft") && log_has(ib ? "IB backend" : "Socket backend"),
+  CHECK(log_has("NET/weft") && log_has(mesh ? "Mesh backend" : ib ? "IB backend" : "Socket backend"),
         "no init message in the log:\n%.400s", log_tail());
   /* The harness set NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=3. */
   if (!ib)
@@ -238,7 +240,7 @@ static int t_init_and_properties(void) {
   memset(&p, 0x5a, sizeof p);
   CHECK_OK(n11->getProperties(0, &p));
   /* Verbs: a Soft-RoCE device (rxe*, no PCI device, port 1). */
-  const char* name = ib ? "rxe" : "lo";
+  const char* name = mesh ? "mesh" : ib ? "rxe" : "lo";
   CHECK(p.name && strncmp(p.name, name, strlen(name)) == 0, "name %s", p.name ? p.name : "(null)");
   CHECK(p.pciPath == NULL, "%s has no PCI path, got %s", name, p.pciPath);
   CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", p.ptrSupport);
@@ -1237,7 +1239,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   verbose = getenv("HARNESS_VERBOSE") != NULL;
-  ib = getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "ib") == 0;
+  mesh = getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "mesh") == 0;
+  ib = mesh || (getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "ib") == 0);
   if (bench_mode) {
     /* The caller's environment (NCCL_SOCKET_NTHREADS, WEFT_* ...), loopback by default. */
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
@@ -1253,7 +1256,7 @@ int main(int argc, char** argv) {
   unsetenv("WEFT_SOCKET_IFNAME");
   unsetenv("WEFT_SOCKET_NTHREADS");
   unsetenv("WEFT_NSOCKS_PERTHREAD");
-  unsetenv("WEFT_NET_BACKEND");
+  if (!ib) unsetenv("WEFT_NET_BACKEND"); /* verbs and mesh runs choose theirs */
 
   if (two_process) {
     /* Fork before anything is loaded: no threads exist yet. */

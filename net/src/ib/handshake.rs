@@ -465,6 +465,8 @@ struct Answering {
 /// The state of a verbs `connect` between polls.
 pub struct IbConnecting {
     handle: ListenHandle,
+    /// The TCP connect completed (QPs are made on the next poll).
+    tcp_ready: bool,
     started: Instant,
     stage: ConnectStage,
 }
@@ -503,6 +505,7 @@ pub(crate) fn poll_connect_to(
     if state.is_none() {
         *state = Some(IbConnecting {
             handle: target,
+            tcp_ready: false,
             started: Instant::now(),
             stage: ConnectStage::Tcp {
                 stream: None,
@@ -563,6 +566,12 @@ fn step_connect(
                 };
                 match sys::connect_result(s) {
                     Ok(false) => return Ok(None),
+                    // Setting up QPs takes local work (tens of ms, more under emulation):
+                    // leave it to the next poll, so that no single call takes long.
+                    Ok(true) if !c.tcp_ready => {
+                        c.tcp_ready = true;
+                        return Ok(None);
+                    }
                     Ok(true) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                         // The peer may not listen yet: try again until the deadline.
