@@ -16,6 +16,7 @@ tests=(
     "ib-pair|2|400|sh tests/vm/ib-pair.sh"
     "plugin-ib|2|400|HARNESS_BACKEND=ib sh tests/vm/plugin-harness.sh"
     "plugin-mesh|2|400|HARNESS_BACKEND=mesh sh tests/vm/plugin-harness.sh"
+    "mesh-ring|3|500|sh tests/vm/mesh-ring.sh"
     "perf-ib|2|400|WEFT_VM_PERF_TRANSPORT=ib sh tests/vm/perf.sh"
     "perf-mesh|3|500|WEFT_VM_PERF_TRANSPORT=mesh sh tests/vm/perf.sh"
     "fault-link-down|2|300|FAULT=link-down sh tests/vm/faults.sh"

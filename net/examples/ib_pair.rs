@@ -6,6 +6,8 @@
 //! ```sh
 //! ib_pair recv DIR      # on one host: listens, writes DIR/handle-<n>, receives, checks
 //! ib_pair send DIR      # on the other: reads the handle, connects, sends
+//! ib_pair ring DIR I N  # host I of N, over the mesh backend: receives from host I-1 and
+//!                       # sends to host I+1 at once (every link of a ring, both backends' checks)
 //! ```
 //! Exit status 0 when every byte arrived as sent; the first error otherwise, with its
 //! message (which names the device, port, GID and peer).
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use weft_net::ib::{IbConfig, IbNet};
+use weft_net::mesh::MeshNet;
 use weft_net::{CommRef, Net, NetError, NetHandle, PtrKind, RecvBuffer};
 
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -81,7 +84,7 @@ fn handle_path(dir: &Path, n: usize) -> PathBuf {
     dir.join(format!("handle-{n}"))
 }
 
-fn receiver(net: &IbNet, dir: &Path, n: usize) -> Result<(), String> {
+fn receiver<N: Net>(net: &N, dir: &Path, n: usize) -> Result<(), String> {
     let (handle, mut listen) = net.listen(0).map_err(|e| e.to_string())?;
     let tmp = dir.join(format!("handle-{n}.tmp"));
     std::fs::write(&tmp, handle.as_bytes()).map_err(|e| e.to_string())?;
@@ -170,7 +173,7 @@ fn receiver(net: &IbNet, dir: &Path, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn sender(net: &IbNet, dir: &Path, n: usize) -> Result<(), String> {
+fn sender<N: Net>(net: &N, dir: &Path, n: usize) -> Result<(), String> {
     let path = handle_path(dir, n);
     let start = Instant::now();
     let bytes = loop {
@@ -281,6 +284,10 @@ fn main() {
         std::process::exit(2);
     };
     let dir = PathBuf::from(dir);
+    if role == "ring" {
+        ring(&dir, args.get(3), args.get(4));
+        return;
+    }
     // Connection 0 with the environment's settings, connection 1 over 3 QPs.
     let runs: [(usize, Option<usize>); 2] = [(0, None), (1, Some(3))];
     for (n, qps) in runs {
@@ -320,6 +327,49 @@ fn main() {
                 eprintln!("ib_pair {role} {n}: {e}");
                 std::process::exit(1);
             }
+        }
+    }
+}
+
+/// Host `me` of `n` on a ring over the mesh backend: a receiver thread for the link from host
+/// me-1 (handle `ring-<me>`) and a sender for the link to host me+1, at once.
+fn ring(dir: &Path, me: Option<&String>, n: Option<&String>) {
+    let (Some(me), Some(n)) = (
+        me.and_then(|s| s.parse::<usize>().ok()),
+        n.and_then(|s| s.parse::<usize>().ok()),
+    ) else {
+        eprintln!("usage: ib_pair ring DIR INDEX COUNT");
+        std::process::exit(2);
+    };
+    let net = match MeshNet::from_env() {
+        Ok(net) => net,
+        Err(e) => {
+            eprintln!("ib_pair ring {me}: {e}");
+            std::process::exit(1);
+        }
+    };
+    let started = Instant::now();
+    let next = (me + 1) % n;
+    let result = std::thread::scope(|s| {
+        let recv = s.spawn(|| receiver(&net, dir, 100 + me));
+        let send = sender(&net, dir, 100 + next);
+        let recv = recv
+            .join()
+            .unwrap_or_else(|_| Err("the receiver thread panicked".into()));
+        send.map_err(|e| format!("sending to host {next}: {e}"))
+            .and(recv.map_err(|e| format!("receiving from host {}: {e}", (me + n - 1) % n)))
+    });
+    match result {
+        Ok(()) => println!(
+            "ring {me}: ok, to host {next} and from host {}: {} messages of 1 B to 16 MiB and {} grouped receives each way, checked in {:.1} s",
+            (me + n - 1) % n,
+            SIZES.len(),
+            GROUPS.len(),
+            started.elapsed().as_secs_f64()
+        ),
+        Err(e) => {
+            eprintln!("ib_pair ring {me}: {e}");
+            std::process::exit(1);
         }
     }
 }
