@@ -1,5 +1,6 @@
-//! The data path of a verbs connection: the send and receive comms, their requests, and the
-//! completion queue that ends them (NCCL's protocol, see [`super::fifo`]).
+//! What both ends of a verbs connection share: the link (QPs, CQ, the handshake socket as a
+//! liveness signal), DMA buffers, completion polling and the words of completion errors. The
+//! ends themselves are [`super::send`] and [`super::recv`] (NCCL's protocol: [`super::fifo`]).
 //!
 //! Selective signalling: the sender's data writes are unsignaled except the last one per QP
 //! per request (it carries the immediate); completions on one QP arrive in order, so that one
@@ -16,22 +17,22 @@ use std::time::{Duration, Instant};
 use weft_sys::verbs::types::*;
 
 use super::device::Port;
-use super::fifo::{self, FifoEntry, ImmMeaning, MAX_RECVS, SLOTS};
+
 use super::qp::{Qp, Rts};
 use super::select::describe_gid;
 use super::verbs::{Cq, Mr};
-use crate::{Completion, NetError, NetErrorKind, RecvBuffer};
+use crate::{NetError, NetErrorKind};
 
 /// One receiver FIFO write in this many asks for a completion.
 pub(crate) const FIFO_SIGNAL_EVERY: u32 = 8;
 /// How often a waiting comm checks that its peer is alive (the handshake socket).
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
-const KIND_DATA: u64 = 1;
-const KIND_RECV: u64 = 2;
-const KIND_FIFO: u64 = 3;
+pub(crate) const KIND_DATA: u64 = 1;
+pub(crate) const KIND_RECV: u64 = 2;
+pub(crate) const KIND_FIFO: u64 = 3;
 
-fn wr_id(kind: u64, seq: u32) -> u64 {
+pub(crate) fn wr_id(kind: u64, seq: u32) -> u64 {
     (kind << 32) | u64::from(seq)
 }
 
@@ -160,7 +161,7 @@ impl Link {
     }
 
     /// Records `err` as the comm's failure and destroys the QPs; returns it.
-    fn fail(&mut self, err: NetError) -> NetError {
+    pub(crate) fn fail(&mut self, err: NetError) -> NetError {
         if self.failed.is_none() {
             log::warn!("{err}");
             self.failed = Some(err.clone());
@@ -171,12 +172,12 @@ impl Link {
 
     /// Destroys the QPs (no DMA after this) and shuts the handshake socket, so that the peer
     /// sees the close even while requests of this comm are still held.
-    fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.qps.clear();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
-    fn check(&self) -> Result<(), NetError> {
+    pub(crate) fn check(&self) -> Result<(), NetError> {
         match &self.failed {
             Some(e) => Err(e.clone()),
             None => Ok(()),
@@ -220,7 +221,7 @@ impl Link {
 
     /// Checks, at most every [`LIVENESS_EVERY`], that the peer's handshake socket is open: a
     /// peer that closed or died (keepalive) fails the comm instead of leaving it waiting.
-    fn check_peer(&mut self) -> Result<(), NetError> {
+    pub(crate) fn check_peer(&mut self) -> Result<(), NetError> {
         if self.last_liveness.elapsed() < LIVENESS_EVERY {
             return Ok(());
         }
@@ -302,12 +303,12 @@ fn local_subnet(port: &Port) -> String {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Drains the CQ into the send or receive state.
-fn poll_cq(link: &mut Link, mut on: impl FnMut(&ibv_wc)) -> Result<(), NetError> {
+pub(crate) fn poll_cq(link: &mut Link, mut on: impl FnMut(&ibv_wc)) -> Result<(), NetError> {
     let mut wcs = [ibv_wc::zeroed(); 16];
     loop {
         let n = link.cq.poll(&mut wcs)?;
@@ -330,630 +331,10 @@ fn poll_cq(link: &mut Link, mut on: impl FnMut(&ibv_wc)) -> Result<(), NetError>
     }
 }
 
-// ---- send side ----------------------------------------------------------------------
-
-#[derive(Clone, Copy, Default)]
-struct MatchedSend {
-    data: u64,
-    size: usize,
-    lkey: u32,
-}
-
-#[derive(Default)]
-struct SendSlot {
-    seq: u32,
-    /// Completions still expected (one per QP) once posted.
-    outstanding: usize,
-    posted: bool,
-    nreqs: usize,
-    taken: [bool; MAX_RECVS],
-    sends: [MatchedSend; MAX_RECVS],
-    /// Requests of this group not yet reported done.
-    unreaped: usize,
-}
-
-pub(crate) struct SendState {
-    link: Link,
-    fifo: DmaBuf<FifoEntry>,
-    sizes: DmaBuf<u32>,
-    /// The group the next `isend` belongs to.
-    seq: u32,
-    slots: Vec<SendSlot>,
-    closed: bool,
-}
-
-/// The sending end of a verbs connection.
-pub struct IbSendComm(pub(crate) Arc<Mutex<SendState>>);
-
-impl std::fmt::Debug for IbSendComm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = lock(&self.0);
-        write!(
-            f,
-            "IbSendComm({} -> {})",
-            s.link.port.describe(),
-            s.link.peer
-        )
-    }
-}
-
-impl SendState {
-    pub fn new(link: Link, fifo: DmaBuf<FifoEntry>, sizes: DmaBuf<u32>) -> Self {
-        SendState {
-            link,
-            fifo,
-            sizes,
-            seq: 1,
-            slots: (0..SLOTS).map(|_| SendSlot::default()).collect(),
-            closed: false,
-        }
-    }
-
-    fn progress(&mut self) -> Result<(), NetError> {
-        self.link.check()?;
-        let slots = &mut self.slots;
-        poll_cq(&mut self.link, |wc| {
-            if wc.wr_id >> 32 == KIND_DATA {
-                let seq = wc.wr_id as u32;
-                let slot = &mut slots[fifo::slot_of(seq)];
-                if slot.seq == seq && slot.outstanding > 0 {
-                    slot.outstanding -= 1;
-                }
-            }
-        })
-    }
-
-    /// `isend`: matches against the receiver's FIFO entries; posts the group once complete.
-    pub fn isend(
-        &mut self,
-        data: *const u8,
-        size: usize,
-        tag: u32,
-        lkey: u32,
-    ) -> Result<Option<(u32, usize)>, NetError> {
-        if self.closed {
-            return Err(NetError::new(
-                NetErrorKind::Closed,
-                "isend on a closed verbs send comm",
-            ));
-        }
-        self.progress()?;
-        if size > fifo::MAX_MESSAGE {
-            return Err(NetError::new(
-                NetErrorKind::InvalidArgument,
-                format!(
-                    "isend of {size} bytes: the verbs backend carries at most {} bytes per message",
-                    fifo::MAX_MESSAGE
-                ),
-            ));
-        }
-        let seq = self.seq;
-        let index = fifo::slot_of(seq);
-        let base = index * MAX_RECVS;
-        let first = self.fifo.read(base);
-        if first.seq != seq {
-            // The receiver has not posted this group yet.
-            self.link.check_peer()?;
-            return Ok(None);
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        let slot = &mut self.slots[index];
-        if slot.seq != seq {
-            if slot.unreaped > 0 || slot.outstanding > 0 {
-                // The group 32 requests back still has requests the caller has not tested.
-                return Ok(None);
-            }
-            let nreqs = first.nreqs as usize;
-            if nreqs == 0 || nreqs > MAX_RECVS {
-                let e = NetError::new(
-                    NetErrorKind::Protocol,
-                    format!("FIFO entry {seq} announces {nreqs} receives (1..={MAX_RECVS})"),
-                );
-                return Err(self.link.fail(e.peer(self.link.peer)));
-            }
-            *slot = SendSlot {
-                seq,
-                nreqs,
-                ..SendSlot::default()
-            };
-        }
-        let nreqs = slot.nreqs;
-        let entries: Vec<FifoEntry> = (0..nreqs).map(|i| self.fifo.read(base + i)).collect();
-        let Some(i) = fifo::match_tag(&entries, &slot.taken[..nreqs], tag) else {
-            let tags: Vec<u32> = entries.iter().map(|e| e.tag).collect();
-            let e = NetError::new(
-                NetErrorKind::TagMismatch { tag },
-                format!(
-                    "send with tag {tag} does not match the receive group's tags {tags:?} (request {seq})"
-                ),
-            );
-            self.refuse(index, &entries[0], fifo::IMM_REFUSED_TAG, tag);
-            return Err(self.link.fail(e.peer(self.link.peer)));
-        };
-        if size > entries[i].size as usize {
-            let e = NetError::new(
-                NetErrorKind::Truncated {
-                    send_size: size,
-                    recv_size: entries[i].size as usize,
-                },
-                format!(
-                    "send of {size} bytes into a receive buffer of {} bytes (tag {tag}, request {seq})",
-                    entries[i].size
-                ),
-            );
-            self.refuse(index, &entries[i], fifo::IMM_REFUSED_SIZE, size as u32);
-            return Err(self.link.fail(e.peer(self.link.peer)));
-        }
-        slot.taken[i] = true;
-        slot.sends[i] = MatchedSend {
-            data: data as u64,
-            size,
-            lkey,
-        };
-        slot.unreaped += 1;
-        if slot.taken[..nreqs].iter().all(|&t| t) {
-            self.post_group(index, &entries)?;
-            self.seq = self.seq.wrapping_add(1).max(1);
-        }
-        Ok(Some((seq, i)))
-    }
-
-    /// Tells the receiver why this request was refused: `word` (the tag or the message
-    /// size) into its size record, then the refusal as an immediate, both on QP 0.
-    fn refuse(&mut self, index: usize, entry: &FifoEntry, imm: u32, word: u32) {
-        let Some(qp) = self.link.qps.first() else {
-            return;
-        };
-        self.sizes.write(index * MAX_RECVS, word);
-        let mut sge = ibv_sge {
-            addr: self.sizes.addr(index * MAX_RECVS),
-            length: 4,
-            lkey: self.sizes.mr.lkey,
-        };
-        let mut last = ibv_send_wr::zeroed();
-        last.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-        last.imm_data = imm.to_be();
-        last.send_flags = IBV_SEND_SIGNALED;
-        last.wr_id = wr_id(KIND_DATA, 0);
-        let mut first = ibv_send_wr::zeroed();
-        first.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        first.sg_list = &mut sge;
-        first.num_sge = 1;
-        first.wr.rdma = ibv_send_wr_rdma {
-            remote_addr: entry.sizes_addr,
-            rkey: entry.sizes_rkey,
-        };
-        first.next = &mut last;
-        // SAFETY: the size record is ours and stays registered; the zero-length write
-        // reads nothing; the remote record is the receiver's, registered for writes.
-        if let Err(e) = unsafe { qp.post_send(&mut first) } {
-            log::warn!("telling the receiver about a refused request failed: {e}");
-        }
-    }
-
-    fn post_group(&mut self, index: usize, entries: &[FifoEntry]) -> Result<(), NetError> {
-        let slot = &self.slots[index];
-        let seq = slot.seq;
-        let nreqs = slot.nreqs;
-        let nqps = self.link.qps.len();
-        let imm = if nreqs == 1 {
-            slot.sends[0].size as u32
-        } else {
-            fifo::IMM_SIZES
-        };
-        if nreqs > 1 {
-            for i in 0..nreqs {
-                self.sizes
-                    .write(index * MAX_RECVS + i, slot.sends[i].size as u32);
-            }
-        }
-        let slot = &self.slots[index];
-        for (q, qp) in self.link.qps.iter().enumerate() {
-            let mut sges: Vec<ibv_sge> = Vec::with_capacity(nreqs + 1);
-            let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(nreqs + 2);
-            let max_inline = self.link.max_inline;
-            let mut push =
-                |sges: &mut Vec<ibv_sge>, sge: Option<ibv_sge>, remote: u64, rkey: u32| {
-                    let mut wr = ibv_send_wr::zeroed();
-                    wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    wr.wr.rdma = ibv_send_wr_rdma {
-                        remote_addr: remote,
-                        rkey,
-                    };
-                    if let Some(sge) = sge {
-                        if sge.length <= max_inline {
-                            wr.send_flags |= IBV_SEND_INLINE;
-                        }
-                        sges.push(sge);
-                        wr.num_sge = 1;
-                    }
-                    wrs.push(wr);
-                };
-            if q == 0 && nreqs > 1 {
-                push(
-                    &mut sges,
-                    Some(ibv_sge {
-                        addr: self.sizes.addr(index * MAX_RECVS),
-                        length: (4 * nreqs) as u32,
-                        lkey: self.sizes.mr.lkey,
-                    }),
-                    entries[0].sizes_addr,
-                    entries[0].sizes_rkey,
-                );
-            }
-            let mut data_writes = 0;
-            for (send, entry) in slot.sends[..nreqs].iter().zip(entries) {
-                let (off, len) = fifo::split(send.size, q, nqps);
-                if len > 0 {
-                    push(
-                        &mut sges,
-                        Some(ibv_sge {
-                            addr: send.data + off as u64,
-                            length: len as u32,
-                            lkey: send.lkey,
-                        }),
-                        entry.addr + off as u64,
-                        entry.rkey,
-                    );
-                    data_writes += 1;
-                }
-            }
-            // The last write of this QP carries the immediate and the one completion; it
-            // cannot be the size write (the receiver must see the sizes before the immediate,
-            // which holds because they precede it on QP 0), so without data on this QP a
-            // zero-length write carries it.
-            if data_writes == 0 {
-                push(&mut sges, None, entries[0].addr, entries[0].rkey);
-            }
-            let last = wrs.len() - 1;
-            wrs[last].opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-            wrs[last].imm_data = imm.to_be();
-            wrs[last].send_flags |= IBV_SEND_SIGNALED;
-            wrs[last].wr_id = wr_id(KIND_DATA, seq);
-            let mut s = 0;
-            for wr in &mut wrs {
-                if wr.num_sge == 1 {
-                    wr.sg_list = &mut sges[s];
-                    s += 1;
-                }
-            }
-            for k in 0..last {
-                let next: *mut ibv_send_wr = &mut wrs[k + 1];
-                wrs[k].next = next;
-            }
-            // SAFETY: every SGE is the caller's registered buffer (isend's contract keeps it
-            // until the request completes), the size record (ours, alive with the comm) or
-            // inline; remote addresses and rkeys come from the receiver's FIFO entries.
-            if let Err(e) = unsafe { qp.post_send(&mut wrs[0]) } {
-                return Err(self.link.fail(e));
-            }
-        }
-        let slot = &mut self.slots[index];
-        slot.posted = true;
-        slot.outstanding = nqps;
-        Ok(())
-    }
-
-    /// `test` of a send request (group `seq`, entry `i`).
-    pub fn test(&mut self, seq: u32, i: usize) -> Result<Option<Completion>, NetError> {
-        if self.closed {
-            return Err(NetError::new(
-                NetErrorKind::Closed,
-                "test of a send on a closed verbs comm",
-            ));
-        }
-        self.progress()?;
-        let slot = &mut self.slots[fifo::slot_of(seq)];
-        if slot.seq != seq || slot.unreaped == 0 {
-            return Err(NetError::new(
-                NetErrorKind::InvalidArgument,
-                format!("test of send request {seq} that already completed"),
-            ));
-        }
-        if slot.posted && slot.outstanding == 0 {
-            slot.unreaped -= 1;
-            return Ok(Some(Completion::new(&[slot.sends[i].size])));
-        }
-        self.link.check_peer()?;
-        Ok(None)
-    }
-
-    pub fn close(&mut self) {
-        self.closed = true;
-        self.link.close();
-    }
-}
-
-// ---- receive side -------------------------------------------------------------------
-
-#[derive(Default)]
-struct RecvSlot {
-    seq: u32,
-    active: bool,
-    outstanding: usize,
-    imm: Option<u32>,
-    n: usize,
-    caps: [usize; MAX_RECVS],
-}
-
-pub(crate) struct RecvState {
-    link: Link,
-    /// What this side writes into the sender's FIFO (the source of those writes).
-    staging: DmaBuf<FifoEntry>,
-    /// Where the sender writes grouped sizes.
-    sizes: DmaBuf<u32>,
-    remote_fifo: (u64, u32),
-    seq: u32,
-    fifo_writes: u32,
-    slots: Vec<RecvSlot>,
-    closed: bool,
-}
-
-/// The receiving end of a verbs connection.
-pub struct IbRecvComm(pub(crate) Arc<Mutex<RecvState>>);
-
-impl std::fmt::Debug for IbRecvComm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = lock(&self.0);
-        write!(
-            f,
-            "IbRecvComm({} <- {})",
-            s.link.port.describe(),
-            s.link.peer
-        )
-    }
-}
-
-impl RecvState {
-    pub fn new(
-        link: Link,
-        staging: DmaBuf<FifoEntry>,
-        sizes: DmaBuf<u32>,
-        remote_fifo: (u64, u32),
-    ) -> Self {
-        RecvState {
-            link,
-            staging,
-            sizes,
-            remote_fifo,
-            seq: 1,
-            fifo_writes: 0,
-            slots: (0..SLOTS).map(|_| RecvSlot::default()).collect(),
-            closed: false,
-        }
-    }
-
-    fn progress(&mut self) -> Result<(), NetError> {
-        self.link.check()?;
-        let slots = &mut self.slots;
-        poll_cq(&mut self.link, |wc| {
-            if wc.wr_id >> 32 == KIND_RECV {
-                let seq = wc.wr_id as u32;
-                let slot = &mut slots[fifo::slot_of(seq)];
-                if slot.seq == seq && slot.outstanding > 0 {
-                    slot.outstanding -= 1;
-                    if wc.wc_flags & IBV_WC_WITH_IMM != 0 {
-                        let imm = u32::from_be(wc.imm_data);
-                        // A refusal (only ever on QP 0) wins over the other QPs' sizes.
-                        if !matches!(
-                            slot.imm.map(fifo::decode_imm),
-                            Some(ImmMeaning::RefusedTag | ImmMeaning::RefusedSize)
-                        ) {
-                            slot.imm = Some(imm);
-                        }
-                        // The other QPs carry nothing for a refused request.
-                        if matches!(
-                            fifo::decode_imm(imm),
-                            ImmMeaning::RefusedTag | ImmMeaning::RefusedSize
-                        ) {
-                            slot.outstanding = 0;
-                        }
-                    }
-                }
-            }
-        })
-    }
-
-    /// `irecv`: posts one receive per QP, then writes the entries into the sender's FIFO.
-    pub fn irecv(&mut self, bufs: &[(u64, usize, u32, u32)]) -> Result<Option<u32>, NetError> {
-        if self.closed {
-            return Err(NetError::new(
-                NetErrorKind::Closed,
-                "irecv on a closed verbs receive comm",
-            ));
-        }
-        self.progress()?;
-        let n = bufs.len();
-        if n == 0 || n > MAX_RECVS {
-            return Err(NetError::new(
-                NetErrorKind::InvalidArgument,
-                format!("irecv of {n} buffers (1..={MAX_RECVS})"),
-            ));
-        }
-        let seq = self.seq;
-        let index = fifo::slot_of(seq);
-        if self.slots[index].active {
-            return Ok(None);
-        }
-        let mut caps = [0usize; MAX_RECVS];
-        for (i, &(addr, size, tag, rkey)) in bufs.iter().enumerate() {
-            let size = size.min(fifo::MAX_MESSAGE);
-            caps[i] = size;
-            self.staging.write(
-                index * MAX_RECVS + i,
-                FifoEntry {
-                    addr,
-                    sizes_addr: self.sizes.addr(index * MAX_RECVS),
-                    rkey,
-                    sizes_rkey: self.sizes.mr.rkey,
-                    size: size as u32,
-                    tag,
-                    nreqs: n as u32,
-                    seq,
-                },
-            );
-        }
-        for qp in &self.link.qps {
-            let mut wr = ibv_recv_wr::zeroed();
-            wr.wr_id = wr_id(KIND_RECV, seq);
-            // SAFETY: no scatter list: a write-with-immediate consumes it without data.
-            if let Err(e) = unsafe { qp.post_recv(&mut wr) } {
-                return Err(self.link.fail(e));
-            }
-        }
-        let len = (n * size_of::<FifoEntry>()) as u32;
-        let mut sge = ibv_sge {
-            addr: self.staging.addr(index * MAX_RECVS),
-            length: len,
-            lkey: self.staging.mr.lkey,
-        };
-        let mut wr = ibv_send_wr::zeroed();
-        wr.wr_id = wr_id(KIND_FIFO, seq);
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.wr.rdma = ibv_send_wr_rdma {
-            remote_addr: self.remote_fifo.0 + (index * fifo::SLOT_BYTES) as u64,
-            rkey: self.remote_fifo.1,
-        };
-        if len <= self.link.max_inline {
-            wr.send_flags |= IBV_SEND_INLINE;
-        }
-        self.fifo_writes = self.fifo_writes.wrapping_add(1);
-        if self.fifo_writes.is_multiple_of(FIFO_SIGNAL_EVERY) {
-            wr.send_flags |= IBV_SEND_SIGNALED;
-        }
-        let Some(qp) = self.link.qps.first() else {
-            return Err(self
-                .link
-                .check()
-                .err()
-                .unwrap_or_else(|| NetError::new(NetErrorKind::Closed, "no QP")));
-        };
-        // SAFETY: the staging slot is ours and is not rewritten before this request
-        // completes (which needs the sender to have read it); the remote FIFO is the
-        // sender's, registered for remote writes.
-        if let Err(e) = unsafe { qp.post_send(&mut wr) } {
-            return Err(self.link.fail(e));
-        }
-        self.slots[index] = RecvSlot {
-            seq,
-            active: true,
-            outstanding: self.link.qps.len(),
-            imm: None,
-            n,
-            caps,
-        };
-        self.seq = self.seq.wrapping_add(1).max(1);
-        Ok(Some(seq))
-    }
-
-    /// `test` of a receive request.
-    pub fn test(&mut self, seq: u32) -> Result<Option<Completion>, NetError> {
-        if self.closed {
-            return Err(NetError::new(
-                NetErrorKind::Closed,
-                "test of a receive on a closed verbs comm",
-            ));
-        }
-        self.progress()?;
-        let index = fifo::slot_of(seq);
-        let slot = &self.slots[index];
-        if slot.seq != seq || !slot.active {
-            return Err(NetError::new(
-                NetErrorKind::InvalidArgument,
-                format!("test of receive request {seq} that already completed"),
-            ));
-        }
-        if slot.outstanding > 0 {
-            self.link.check_peer()?;
-            return Ok(None);
-        }
-        let n = slot.n;
-        let mut sizes = [0usize; MAX_RECVS];
-        let refused = match slot.imm.map(fifo::decode_imm) {
-            Some(ImmMeaning::RefusedTag) => {
-                let tag = self.sizes.read(index * MAX_RECVS);
-                let tags: Vec<u32> = (0..n)
-                    .map(|i| self.staging.read(index * MAX_RECVS + i).tag)
-                    .collect();
-                Some(NetError::new(
-                    NetErrorKind::TagMismatch { tag },
-                    format!(
-                        "the sender's message has tag {tag}, not one of this receive's tags {tags:?} (request {seq})"
-                    ),
-                ))
-            }
-            Some(ImmMeaning::RefusedSize) => {
-                let size = self.sizes.read(index * MAX_RECVS) as usize;
-                let cap = slot.caps[..n].iter().copied().max().unwrap_or(0);
-                Some(NetError::new(
-                    NetErrorKind::Truncated {
-                        send_size: size,
-                        recv_size: cap,
-                    },
-                    format!(
-                        "the sender's message of {size} bytes does not fit this receive's buffers of {:?} bytes (request {seq})",
-                        &slot.caps[..n]
-                    ),
-                ))
-            }
-            Some(_) => None,
-            None => Some(NetError::new(
-                NetErrorKind::Protocol,
-                format!("receive request {seq} completed without an immediate"),
-            )),
-        };
-        if let Some(e) = refused {
-            return Err(self.link.fail(e.peer(self.link.peer)));
-        }
-        match fifo::decode_imm(slot.imm.unwrap_or(0)) {
-            ImmMeaning::RefusedTag | ImmMeaning::RefusedSize => {}
-            ImmMeaning::Size(s) => sizes[0] = s,
-            ImmMeaning::SizesInRecord => {
-                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-                for (i, size) in sizes.iter_mut().enumerate().take(n) {
-                    *size = self.sizes.read(index * MAX_RECVS + i) as usize;
-                }
-            }
-        }
-        if let Some(i) = (0..n).find(|&i| sizes[i] > slot.caps[i]) {
-            let e = NetError::new(
-                NetErrorKind::Truncated {
-                    send_size: sizes[i],
-                    recv_size: slot.caps[i],
-                },
-                format!(
-                    "the sender wrote {} bytes into a {}-byte receive buffer",
-                    sizes[i], slot.caps[i]
-                ),
-            );
-            return Err(self.link.fail(e.peer(self.link.peer)));
-        }
-        self.slots[index].active = false;
-        Ok(Some(Completion::new(&sizes[..n])))
-    }
-
-    pub fn close(&mut self) {
-        self.closed = true;
-        self.link.close();
-    }
-}
-
-/// A receive buffer as the FIFO entry needs it: (address, capacity, tag, rkey).
-pub(crate) fn entry_of(b: &RecvBuffer<'_, super::IbMemHandle>) -> (u64, usize, u32, u32) {
-    (b.data as u64, b.size, b.tag, b.mr.mr.rkey)
-}
-
-/// The port a send comm runs on (registrations are made in its PD).
-pub(crate) fn port_of_send(c: &IbSendComm) -> Arc<Port> {
-    lock(&c.0).link.port.clone()
-}
-
-/// The port a receive comm runs on.
-pub(crate) fn port_of_recv(c: &IbRecvComm) -> Arc<Port> {
-    lock(&c.0).link.port.clone()
-}
+pub use super::recv::IbRecvComm;
+pub(crate) use super::recv::{RecvState, entry_of, port_of_recv};
+pub use super::send::IbSendComm;
+pub(crate) use super::send::{SendState, port_of_send};
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,8 @@
 //! - [`mr_cache`]: shared, reference-counted registrations.
 //! - [`fifo`]: the protocol's plain data (FIFO entries, immediates, QP split).
 //! - [`wire`]: the listen handle and the QP exchange; [`handshake`]: connect and accept.
-//! - [`comm`]: the data path (isend, irecv, test) and completion errors.
+//! - [`comm`]: what both ends share (link, CQ polling, completion errors); [`send`] and
+//!   [`recv`]: the two ends of the data path.
 //!
 //! | variable | meaning | default |
 //! | --- | --- | --- |
@@ -30,7 +31,9 @@ pub mod fifo;
 pub mod handshake;
 pub mod mr_cache;
 pub mod qp;
+pub mod recv;
 pub mod select;
+pub mod send;
 pub mod verbs;
 pub mod wire;
 
