@@ -5,7 +5,7 @@
 //! - [`conn`]: host FIFO connections (step/credit protocol over shared memory), ends and waits.
 //! - [`transport`]: the `Transport` trait (NCCL's `ncclTransport`), the SHM and NET transports.
 //! - [`proxy`]: the thread that moves NET connections' FIFO slots over the network.
-//! - [`net`]: the `Net` trait (the shape of NCCL's `ncclNet_v8_t`) and its backends.
+//! - [`net`]: the `Net` trait and its backends: the weft-net crate, re-exported.
 //! - [`comm`]: the communicator: init (bootstrap, peers, rings, connections) and collectives.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.
@@ -24,7 +24,7 @@ pub mod comm;
 /// cbindgen:ignore
 pub mod conn;
 /// cbindgen:ignore
-pub mod env;
+pub use weft_net::env;
 /// cbindgen:ignore
 pub mod exec;
 /// cbindgen:ignore
@@ -32,7 +32,7 @@ pub mod gpu;
 /// cbindgen:ignore
 pub mod launcher;
 /// cbindgen:ignore
-pub mod net;
+pub use weft_net as net;
 /// cbindgen:ignore
 pub mod proxy;
 /// cbindgen:ignore

@@ -23,7 +23,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Mutex, PoisonError};
 
-use weft::net::{
+use weft_net::{
     CommRef, Completion, NET_HANDLE_MAXSIZE, NET_MAX_RECVS, Net, NetError, NetErrorKind, NetHandle,
     NetProperties, PtrKind, RecvBuffer,
 };
@@ -577,7 +577,7 @@ impl<N: Net> PluginNet for Adapter<N> {
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
-    use weft::net::socket::{SocketConfig, SocketNet};
+    use weft_net::socket::{SocketConfig, SocketNet};
 
     fn adapter() -> Adapter<SocketNet> {
         let net = SocketNet::new(SocketConfig {

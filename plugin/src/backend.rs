@@ -1,32 +1,46 @@
 //! Which `Net` backend the plugin drives, chosen once per process at the first `init`.
 //!
-//! `WEFT_NET_BACKEND` selects it: `socket` (the default) is `weft::net::socket::SocketNet`,
-//! configured by NCCL's socket variables (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`,
+//! `WEFT_NET_BACKEND` forces one: `mesh` is `weft_net::mesh::MeshNet` (verbs over a
+//! multi-subnet mesh, one device, the NIC chosen per peer by subnet), `ib` is `weft_net::ib::IbNet` (verbs: InfiniBand and RoCE,
+//! configured by NCCL's `NCCL_IB_*` variables), `socket` is `weft_net::socket::SocketNet`
+//! (NCCL's socket variables: `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`,
 //! `NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`; the `WEFT_` names win when both are set).
-//! A further backend (the mesh backend: multi-address handles and subnet-aware NIC choice)
-//! becomes one more [`BackendKind`] and one more arm in [`open`]; the adapter and the C entry
-//! points do not change.
+//! Unset, the best available is used, as NCCL does with its own: verbs when libibverbs loads
+//! and an RDMA port is active, else sockets (the reason verbs was passed over is logged).
 
-use weft::net::socket::{SocketConfig, SocketNet};
-use weft::net::{NetError, NetErrorKind};
+use weft_net::ib::IbNet;
+use weft_net::mesh::MeshNet;
+use weft_net::socket::{SocketConfig, SocketNet};
+use weft_net::{NetError, NetErrorKind};
 
 use crate::adapter::{Adapter, PluginNet};
 
 /// A backend the plugin can drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
+    /// Verbs when usable, else sockets.
+    Auto,
+    /// Verbs (`IbNet`).
+    Ib,
+    /// Verbs over a multi-subnet mesh (`MeshNet`).
+    Mesh,
     /// TCP sockets (`SocketNet`).
     Socket,
 }
 
 impl BackendKind {
     /// Every kind this build has, with its `WEFT_NET_BACKEND` spelling.
-    pub const ALL: [(BackendKind, &'static str); 1] = [(BackendKind::Socket, "socket")];
+    pub const ALL: [(BackendKind, &'static str); 4] = [
+        (BackendKind::Auto, "auto"),
+        (BackendKind::Ib, "ib"),
+        (BackendKind::Mesh, "mesh"),
+        (BackendKind::Socket, "socket"),
+    ];
 
-    /// Reads `WEFT_NET_BACKEND` through `lookup`; unset or empty means sockets.
+    /// Reads `WEFT_NET_BACKEND` through `lookup`; unset or empty means the best available.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, NetError> {
         let Some(value) = lookup("WEFT_NET_BACKEND").filter(|v| !v.trim().is_empty()) else {
-            return Ok(BackendKind::Socket);
+            return Ok(BackendKind::Auto);
         };
         let wanted = value.trim().to_ascii_lowercase();
         BackendKind::ALL
@@ -42,7 +56,7 @@ impl BackendKind {
                         known.join(", ")
                     ),
                 )
-                .hint("unset WEFT_NET_BACKEND to use sockets")
+                .hint("unset WEFT_NET_BACKEND to use the best available")
             })
     }
 }
@@ -50,6 +64,33 @@ impl BackendKind {
 /// Opens the backend `kind`, configured from the environment.
 pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
     match kind {
+        BackendKind::Auto => match open(BackendKind::Ib) {
+            Ok(net) => Ok(net),
+            Err(e) => {
+                log::info!("NET/weft: verbs not used ({e}); using sockets");
+                open(BackendKind::Socket)
+            }
+        },
+        BackendKind::Ib => {
+            let net = IbNet::from_env()?;
+            let c = net.config();
+            let describe = format!(
+                "{} QP(s) per connection (NCCL_IB_QPS_PER_CONNECTION), GID {:?}, timeout {} \
+                 retry {}, inline up to {} bytes, connect timeout {} s",
+                c.qps_per_connection,
+                c.gid,
+                c.timeout,
+                c.retry_cnt,
+                c.max_inline,
+                c.connect_timeout.as_secs()
+            );
+            Ok(Box::new(Adapter::new(net, describe)?))
+        }
+        BackendKind::Mesh => {
+            let net = MeshNet::from_env()?;
+            let describe = format!("{net:?}");
+            Ok(Box::new(Adapter::new(net, describe)?))
+        }
         BackendKind::Socket => {
             let config = SocketConfig::from_env()?;
             let describe = format!(
@@ -74,10 +115,7 @@ mod tests {
     #[test]
     fn backend_from_environment() {
         let unset = |_: &str| None;
-        assert_eq!(
-            BackendKind::from_lookup(&unset).unwrap(),
-            BackendKind::Socket
-        );
+        assert_eq!(BackendKind::from_lookup(&unset).unwrap(), BackendKind::Auto);
         let set = |v: &'static str| move |n: &str| (n == "WEFT_NET_BACKEND").then(|| v.to_string());
         assert_eq!(
             BackendKind::from_lookup(&set(" Socket ")).unwrap(),
@@ -85,12 +123,16 @@ mod tests {
         );
         assert_eq!(
             BackendKind::from_lookup(&set("")).unwrap(),
-            BackendKind::Socket
+            BackendKind::Auto
+        );
+        assert_eq!(
+            BackendKind::from_lookup(&set("IB")).unwrap(),
+            BackendKind::Ib
         );
         let e = BackendKind::from_lookup(&set("carrier-pigeon")).unwrap_err();
         assert_eq!(e.kind(), NetErrorKind::InvalidArgument);
         let msg = e.to_string();
         assert!(msg.contains("WEFT_NET_BACKEND=carrier-pigeon"), "{msg}");
-        assert!(msg.contains("socket"), "{msg}");
+        assert!(msg.contains("auto, ib, mesh, socket"), "{msg}");
     }
 }

@@ -8,7 +8,7 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use weft::net::{NetError, NetErrorKind};
+use weft_net::{NetError, NetErrorKind};
 
 use crate::abi::{
     NCCL_INTERNAL_ERROR, NCCL_INVALID_USAGE, NCCL_REMOTE_ERROR, NCCL_SUCCESS, NCCL_SYSTEM_ERROR,
@@ -22,7 +22,7 @@ macro_rules! boundary {
     ($entry:literal, $body:expr) => {
         $crate::boundary::run(
             $entry,
-            || -> ::std::result::Result<(), ::weft::net::NetError> { $body },
+            || -> ::std::result::Result<(), ::weft_net::NetError> { $body },
         )
     };
 }

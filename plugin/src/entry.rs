@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_int, c_void};
 use std::ptr::{NonNull, null_mut};
 use std::sync::{Once, OnceLock};
 
-use weft::net::{Completion, NET_HANDLE_MAXSIZE, NET_MAX_RECVS, NetError, NetErrorKind, PtrKind};
+use weft_net::{Completion, NET_HANDLE_MAXSIZE, NET_MAX_RECVS, NetError, NetErrorKind, PtrKind};
 
 use crate::abi::{
     CommConfig, DebugLogger, MAX_COLLNET_SIZE, MAX_NET_SIZE, NCCL_NET_DEVICE_HOST,

@@ -1,4 +1,4 @@
-//! `libnccl-net-weft.so`: an NCCL net plugin over weft's [`weft::net::Net`] backends.
+//! `libnccl-net-weft.so`: an NCCL net plugin over weft's [`weft_net::Net`] backends.
 //!
 //! Stock NCCL loads it with `NCCL_NET_PLUGIN=weft` (it then opens `libnccl-net-weft.so` from
 //! the library path) or `NCCL_NET_PLUGIN=/full/path/libnccl-net-weft.so`, and uses it when

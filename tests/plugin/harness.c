@@ -17,7 +17,11 @@
  * connection (defaults: 2 connections, 2048 MiB, 512 KiB messages); it uses the caller's
  * environment (NCCL_SOCKET_NTHREADS, WEFT_SOCKET_NTHREADS, ...), loopback unless
  * NCCL_SOCKET_IFNAME is set.
- * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines. */
+ * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines.
+ * HARNESS_BACKEND=ib (with WEFT_NET_BACKEND=ib) checks the verbs backend (=mesh: the mesh
+ * backend over verbs, one device named "mesh"), whose sends are
+ * posted only once the receiver has posted (NCCL's IB protocol) and whose size and tag
+ * checks fail the isend itself, as NCCL's own IB transport does. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <poll.h>
@@ -46,6 +50,8 @@ static void* ctx;
 static char logbuf[256 * 1024];
 static size_t loglen;
 static int verbose;
+static int ib;   /* HARNESS_BACKEND=ib or mesh: the verbs protocol */
+static int mesh; /* HARNESS_BACKEND=mesh: one device named "mesh" */
 
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                    ...) {
@@ -174,6 +180,9 @@ static int transfer(void* send, void* recv, size_t size, size_t cap, int tag, in
   CHECK(reqs[1] != NULL && reqs[1] != (void*)NCCL_NET_OPTIONAL_RECV_COMPLETION,
         "irecv gave no request");
   CHECK_OK(n11->isend(send, src, size, tag, smr, NULL, &reqs[0]));
+  /* Verbs: the receiver's FIFO entry is an RDMA write that may still be on its way. */
+  for (double start = now(); ib && !reqs[0] && now() - start < DEADLINE_S;)
+    CHECK_OK(n11->isend(send, src, size, tag, smr, NULL, &reqs[0]));
   CHECK(reqs[0] != NULL, "isend gave no request with nothing in flight");
   int ss[1] = {-1}, rs[1] = {-1};
   int* sizes[2] = {ss, rs};
@@ -218,20 +227,24 @@ static int t_init_and_properties(void) {
   CHECK_OK(n11->init(&ctx2, 0x5678, &config, logger, NULL));
   CHECK(ctx && ctx2 && ctx != ctx2, "init contexts %p %p", ctx, ctx2);
   CHECK_OK(n11->finalize(ctx2));
-  CHECK(log_has("NET/weft") && log_has("Socket backend"), "no init message in the log:\n%.400s",
-        log_tail());
+  CHECK(log_has("NET/weft") && log_has(mesh ? "Mesh backend" : ib ? "IB backend" : "Socket backend"),
+        "no init message in the log:\n%.400s", log_tail());
   /* The harness set NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=3. */
-  CHECK(log_has("2 threads x 3 sockets"), "NCCL's socket variables not honoured:\n%.400s", log_tail());
+  if (!ib)
+    CHECK(log_has("2 threads x 3 sockets"), "NCCL's socket variables not honoured:\n%.400s",
+          log_tail());
   int ndev = 0;
   CHECK_OK(n11->devices(&ndev));
-  CHECK(ndev == 1, "%d devices with NCCL_SOCKET_IFNAME=lo", ndev);
+  CHECK(ndev == 1, "%d devices with NCCL_SOCKET_IFNAME=lo (or NCCL_IB_HCA)", ndev);
   ncclNetProperties_v11_t p;
   memset(&p, 0x5a, sizeof p);
   CHECK_OK(n11->getProperties(0, &p));
-  CHECK(p.name && strcmp(p.name, "lo") == 0, "name %s", p.name ? p.name : "(null)");
-  CHECK(p.pciPath == NULL, "lo has no PCI path, got %s", p.pciPath);
+  /* Verbs: a Soft-RoCE device (rxe*, no PCI device, port 1). */
+  const char* name = mesh ? "mesh" : ib ? "rxe" : "lo";
+  CHECK(p.name && strncmp(p.name, name, strlen(name)) == 0, "name %s", p.name ? p.name : "(null)");
+  CHECK(p.pciPath == NULL, "%s has no PCI path, got %s", name, p.pciPath);
   CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", p.ptrSupport);
-  CHECK(p.speed > 0 && p.maxComms > 0 && p.maxRecvs == MAX_RECVS_WEFT && p.port == 0,
+  CHECK(p.speed > 0 && p.maxComms > 0 && p.maxRecvs == MAX_RECVS_WEFT && p.port == (ib ? 1 : 0),
         "speed %d maxComms %d maxRecvs %d port %d", p.speed, p.maxComms, p.maxRecvs, p.port);
   CHECK(p.latency >= 0.0f && p.forceFlush == 0 && p.netDeviceType == 0 &&
             p.netDeviceVersion == 0,
@@ -254,10 +267,10 @@ static int t_init_and_properties(void) {
   CHECK_OK(n8->getProperties(0, &p8));
   CHECK_OK(n9->getProperties(0, &p9));
   CHECK_OK(n10->getProperties(0, &p10));
-  CHECK(strcmp(p8.name, "lo") == 0 && p8.ptrSupport == NCCL_PTR_HOST && p8.speed == p.speed &&
+  CHECK(strcmp(p8.name, p.name) == 0 && p8.ptrSupport == NCCL_PTR_HOST && p8.speed == p.speed &&
             p8.maxRecvs == p.maxRecvs && p8.maxComms == p.maxComms,
         "v8 properties differ");
-  CHECK(strcmp(p9.name, "lo") == 0 && p9.maxP2pBytes == p.maxP2pBytes &&
+  CHECK(strcmp(p9.name, p.name) == 0 && p9.maxP2pBytes == p.maxP2pBytes &&
             p9.vProps.ndevs == 1 && p10.speed == p.speed && p10.maxRecvs == p.maxRecvs,
         "v9/v10 properties differ");
   return 0;
@@ -399,13 +412,16 @@ static int t_request_limit(void) {
   CHECK_OK(n11->regMr(recv, dst, (size_t)N * LEN, NCCL_PTR_HOST, &rmr));
   void* reqs[2 * N];
   /* No receive posted yet: the sends cannot complete, so 32 are in flight and the 33rd
-   * cannot be posted (NULL request, success). */
-  for (int i = 0; i < N; i++) {
+   * cannot be posted (NULL request, success). The verbs backend posts a send only once its
+   * receive is posted, so there the receives go first. */
+  for (int i = 0; i < N && !ib; i++) {
     CHECK_OK(n11->isend(send, src + (size_t)i * LEN, LEN - (size_t)i, i, smr, NULL, &reqs[i]));
     CHECK(reqs[i] != NULL, "isend %d of %d not posted", i, N);
   }
-  CHECK_OK(n11->isend(send, src, 10, N, smr, NULL, &extra));
-  CHECK(extra == NULL, "isend number %d was posted: the limit is %d", N + 1, N);
+  if (!ib) {
+    CHECK_OK(n11->isend(send, src, 10, N, smr, NULL, &extra));
+    CHECK(extra == NULL, "isend number %d was posted: the limit is %d", N + 1, N);
+  }
   for (int i = 0; i < N; i++) {
     void* d = dst + (size_t)i * LEN;
     size_t cap = LEN;
@@ -418,6 +434,14 @@ static int t_request_limit(void) {
   int tag = N;
   CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &rmr, NULL, &extra));
   CHECK(extra == NULL, "irecv number %d was posted: the limit is %d", N + 1, N);
+  for (int i = 0; i < N && ib; i++) {
+    CHECK_OK(n11->isend(send, src + (size_t)i * LEN, LEN - (size_t)i, i, smr, NULL, &reqs[i]));
+    CHECK(reqs[i] != NULL, "isend %d of %d not posted", i, N);
+  }
+  if (ib) {
+    CHECK_OK(n11->isend(send, src, 10, N, smr, NULL, &extra));
+    CHECK(extra == NULL, "isend number %d was posted: the limit is %d", N + 1, N);
+  }
   int sz[2 * N][1];
   int* sizes[2 * N];
   for (int i = 0; i < 2 * N; i++) sizes[i] = sz[i];
@@ -456,12 +480,24 @@ static int t_mismatch(int tag_mismatch) {
   log_clear();
   CHECK_OK(n11->irecv(recv, tag_mismatch ? 2 : 1, data, caps, tags, rmrs, NULL, &reqs[1]));
   size_t len = tag_mismatch ? 10 : sizeof src;
-  CHECK_OK(n11->isend(send, src, len, tag_mismatch ? 9 : 1, smr, NULL, &reqs[0]));
-  CHECK(reqs[0] && reqs[1], "not posted");
   ncclResult_t rc[2];
   int s0[2], s1[2];
   int* sizes[2] = {s0, s1};
-  if (wait_all(reqs, 2, sizes, rc)) return 1;
+  if (ib) {
+    /* The sender sees the receiver's buffers before it writes: its isend fails. */
+    double start = now();
+    do {
+      reqs[0] = NULL;
+      rc[0] = n11->isend(send, src, len, tag_mismatch ? 9 : 1, smr, NULL, &reqs[0]);
+    } while (rc[0] == ncclSuccess && reqs[0] == NULL && now() - start < DEADLINE_S);
+    CHECK(rc[0] != ncclSuccess, "a mismatched isend succeeded");
+    CHECK(reqs[1], "not posted");
+    if (wait_all(&reqs[1], 1, &sizes[1], &rc[1])) return 1;
+  } else {
+    CHECK_OK(n11->isend(send, src, len, tag_mismatch ? 9 : 1, smr, NULL, &reqs[0]));
+    CHECK(reqs[0] && reqs[1], "not posted");
+    if (wait_all(reqs, 2, sizes, rc)) return 1;
+  }
   CHECK(rc[0] == ncclInvalidUsage && rc[1] == ncclInvalidUsage,
         "mismatch must fail both ends with ncclInvalidUsage: send %d recv %d", rc[0], rc[1]);
   if (tag_mismatch)
@@ -905,6 +941,18 @@ static int parent_expect(const char* stage) {
   return 0;
 }
 
+/* isend, retried while the request is not posted: the verbs backend posts a send only once
+ * the receiver's buffer arrived in its FIFO. Socket sends post at once. */
+static ncclResult_t isend_posted(void* comm, void* data, size_t size, int tag, void* mr,
+                                 void** req) {
+  double start = now();
+  for (;;) {
+    *req = NULL;
+    ncclResult_t rc = n11->isend(comm, data, size, tag, mr, NULL, req);
+    if (rc != ncclSuccess || *req != NULL || now() - start > DEADLINE_S) return rc;
+  }
+}
+
 static int t2_handshake(void) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   ncclNetCommConfig_t config = {-1};
@@ -928,7 +976,7 @@ static int t2_sizes(void) {
     pattern(src, len, len);
     void *mr, *req = NULL;
     CHECK_OK(n11->regMr(two_send, src, len, NCCL_PTR_HOST, &mr));
-    CHECK_OK(n11->isend(two_send, src, len, (int)k, mr, NULL, &req));
+    CHECK_OK(isend_posted(two_send, src, len, (int)k, mr, &req));
     int size = -1;
     int* sizes[1] = {&size};
     ncclResult_t rc[1];
@@ -951,7 +999,7 @@ static int t2_group(void) {
     src[k] = malloc(group_lens[i]);
     pattern(src[k], group_lens[i], (uint64_t)group_tags[i]);
     CHECK_OK(n11->regMr(two_send, src[k], group_lens[i], NCCL_PTR_HOST, &mrs[k]));
-    CHECK_OK(n11->isend(two_send, src[k], group_lens[i], group_tags[i], mrs[k], NULL, &reqs[k]));
+    CHECK_OK(isend_posted(two_send, src[k], group_lens[i], group_tags[i], mrs[k], &reqs[k]));
     CHECK(reqs[k], "isend %d not posted", k);
   }
   ncclResult_t rc[4];
@@ -973,7 +1021,7 @@ static int t2_peer_killed(void) {
   char line[64];
   CHECK(read_deadline(from_child, line, sizeof line, 1) == 0 && strcmp(line, "posted") == 0,
         "the receiving process did not post its last receive");
-  CHECK_OK(n11->isend(two_send, src, KILL_BYTES, 99, mr, NULL, &req));
+  CHECK_OK(isend_posted(two_send, src, KILL_BYTES, 99, mr, &req));
   CHECK(req != NULL, "isend of 256 MiB not posted");
   int done = 0;
   ncclResult_t rc = n11->test(req, &done, NULL);
@@ -1191,6 +1239,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   verbose = getenv("HARNESS_VERBOSE") != NULL;
+  mesh = getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "mesh") == 0;
+  ib = mesh || (getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "ib") == 0);
   if (bench_mode) {
     /* The caller's environment (NCCL_SOCKET_NTHREADS, WEFT_* ...), loopback by default. */
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
@@ -1206,7 +1256,7 @@ int main(int argc, char** argv) {
   unsetenv("WEFT_SOCKET_IFNAME");
   unsetenv("WEFT_SOCKET_NTHREADS");
   unsetenv("WEFT_NSOCKS_PERTHREAD");
-  unsetenv("WEFT_NET_BACKEND");
+  if (!ib) unsetenv("WEFT_NET_BACKEND"); /* verbs and mesh runs choose theirs */
 
   if (two_process) {
     /* Fork before anything is loaded: no threads exist yet. */

@@ -15,7 +15,7 @@
 
 use crate::bootstrap::Bootstrap;
 use crate::conn::{FifoRecvEnd, FifoSendEnd};
-use crate::net::socket::SocketNet;
+use crate::net::any::AnyNet;
 use crate::transport::net::{NetRecvSetup, NetSendSetup, NetTransport};
 use crate::transport::shm::{ShmRecvSetup, ShmSendSetup, ShmTransport};
 use crate::transport::{ConnSpec, PeerInfo, Transport};
@@ -33,6 +33,10 @@ pub enum TransportChoice {
     Shm,
     /// NET (sockets) for every connection, also within a host.
     Net,
+    /// NET over the verbs backend (InfiniBand / RoCE) for every connection.
+    Ib,
+    /// NET over the mesh backend (verbs, the NIC chosen by subnet) for every connection.
+    Mesh,
 }
 
 impl TransportChoice {
@@ -41,6 +45,8 @@ impl TransportChoice {
             TransportChoice::Auto => "auto",
             TransportChoice::Shm => "shm",
             TransportChoice::Net => "net",
+            TransportChoice::Ib => "ib",
+            TransportChoice::Mesh => "mesh",
         }
     }
 
@@ -49,6 +55,8 @@ impl TransportChoice {
             "auto" | "" => Some(TransportChoice::Auto),
             "shm" => Some(TransportChoice::Shm),
             "net" | "socket" => Some(TransportChoice::Net),
+            "ib" | "verbs" | "rdma" => Some(TransportChoice::Ib),
+            "mesh" => Some(TransportChoice::Mesh),
             _ => None,
         }
     }
@@ -58,6 +66,8 @@ impl TransportChoice {
             TransportChoice::Auto => 0,
             TransportChoice::Shm => 1,
             TransportChoice::Net => 2,
+            TransportChoice::Ib => 3,
+            TransportChoice::Mesh => 4,
         }
     }
 }
@@ -95,7 +105,7 @@ pub enum SendSetup {
 #[derive(Debug)]
 pub enum RecvSetup {
     Shm(ShmRecvSetup),
-    Net(NetRecvSetup<SocketNet>),
+    Net(NetRecvSetup<AnyNet>),
 }
 
 /// The transports of one communicator. NET (and its proxy thread) starts only when some
@@ -103,12 +113,12 @@ pub enum RecvSetup {
 pub struct Transports {
     pub choice: TransportChoice,
     shm: ShmTransport,
-    net: Option<NetTransport<SocketNet>>,
+    net: Option<NetTransport<AnyNet>>,
     make_net: Box<NetFactory>,
 }
 
 /// Creates the NET transport on first use.
-pub type NetFactory = dyn Fn() -> Result<NetTransport<SocketNet>, String> + Send;
+pub type NetFactory = dyn Fn() -> Result<NetTransport<AnyNet>, String> + Send;
 
 impl std::fmt::Debug for Transports {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,7 +147,9 @@ impl Transports {
     pub fn choose(&self, me: &Peer, peer: &Peer) -> TransportKind {
         match self.choice {
             TransportChoice::Shm => TransportKind::Shm,
-            TransportChoice::Net => TransportKind::Net,
+            TransportChoice::Net | TransportChoice::Ib | TransportChoice::Mesh => {
+                TransportKind::Net
+            }
             TransportChoice::Auto if self.shm.can_connect(&info(me), &info(peer)) => {
                 TransportKind::Shm
             }
@@ -162,7 +174,7 @@ impl Transports {
         Ok(())
     }
 
-    fn net(&mut self) -> Result<&NetTransport<SocketNet>, String> {
+    fn net(&mut self) -> Result<&NetTransport<AnyNet>, String> {
         if self.net.is_none() {
             self.net = Some((self.make_net)()?);
         }

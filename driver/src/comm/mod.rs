@@ -49,6 +49,9 @@ use crate::conn::{
     process_alive,
 };
 use crate::exec::{ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, lock, p2p};
+use crate::net::any::AnyNet;
+use crate::net::ib::IbNet;
+use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{NetOptions, NetTransport};
 use crate::transport::shm::ShmTransport;
@@ -77,7 +80,7 @@ pub struct CommOptions {
     /// at most [`DEFAULT_MAX_CHANNELS`]), within `NCCL_MIN_NCHANNELS` /
     /// `NCCL_MAX_NCHANNELS`. `WEFT_NCHANNELS`; wins over those two.
     pub nchannels: Option<u32>,
-    /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net`.
+    /// Which transport connections use. `WEFT_TRANSPORT=auto|shm|net|ib|mesh`.
     pub transport: TransportChoice,
     /// Deadline of every wait on a peer: bootstrap steps, connects, FIFO waits.
     /// `WEFT_TIMEOUT` (seconds).
@@ -177,7 +180,7 @@ impl CommOptions {
         }
         if let Some(v) = get("WEFT_TRANSPORT") {
             opts.transport = TransportChoice::parse(&v)
-                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm or net"))?;
+                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm, net, ib or mesh"))?;
         }
         if let Some(v) = get("WEFT_TIMEOUT") {
             let secs: f64 = v
@@ -386,12 +389,19 @@ impl Comm {
             ..NetOptions::default()
         };
         let ifname = opts.socket_ifname.clone();
+        let choice = opts.transport;
         let make_net = move || {
-            let mut config = SocketConfig::from_env().map_err(|e| e.to_string())?;
-            if ifname.is_some() {
-                config.ifname = ifname.clone();
-            }
-            let net = SocketNet::new(config).map_err(|e| e.to_string())?;
+            let net = if choice == TransportChoice::Ib {
+                AnyNet::Ib(IbNet::from_env().map_err(|e| e.to_string())?)
+            } else if choice == TransportChoice::Mesh {
+                AnyNet::Mesh(MeshNet::from_env().map_err(|e| e.to_string())?)
+            } else {
+                let mut config = SocketConfig::from_env().map_err(|e| e.to_string())?;
+                if ifname.is_some() {
+                    config.ifname = ifname.clone();
+                }
+                AnyNet::Socket(SocketNet::new(config).map_err(|e| e.to_string())?)
+            };
             NetTransport::new(Arc::new(net), net_options.clone()).map_err(|e| e.to_string())
         };
         let shm = ShmTransport::new(layout, waiter.policy, abort.clone());

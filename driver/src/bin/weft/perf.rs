@@ -49,7 +49,8 @@ usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv
                        before timing); -c 0 checks nothing (#wrong shows -1)
   --channels N         channels (rings) to build (default WEFT_NCHANNELS, else one per
                        CPU per local rank, at most 4)
-  --transport T        auto, shm or net (default auto)
+  --transport T        auto, shm, net (sockets), ib (verbs: InfiniBand, RoCE) or mesh
+                       (verbs, the NIC chosen by subnet) (default auto)
   --timeout SECONDS    deadline of every wait on a peer (default 30)
   --threads            with --device cuda: run every rank as a thread of this process
                        (one process driving all its GPUs, as nccl-tests' -g N)
@@ -238,7 +239,11 @@ fn parse_args(argv: &[String]) -> Result<PerfArgs, String> {
             .ok()
             .filter(|c| (1..=64).contains(c))
     })?;
-    let transport = a.parsed(&["--transport"], "auto, shm or net", TransportChoice::parse)?;
+    let transport = a.parsed(
+        &["--transport"],
+        "auto, shm, net, ib or mesh",
+        TransportChoice::parse,
+    )?;
     let timeout = a.parsed(&["--timeout"], "seconds", |s| {
         s.trim()
             .parse::<f64>()

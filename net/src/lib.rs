@@ -1,4 +1,12 @@
-//! The `Net` trait and its backends.
+//! weft-net: the `Net` trait and its backends, apart from the rest of weft so that the NCCL
+//! net plugin links the network code alone (it depends on weft-core and weft-sys only).
+//!
+//! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
+//! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
+//! - [`mesh`]: verbs over a multi-subnet mesh: a multi-address handle, the NIC chosen by subnet.
+//! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
+//! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
+//! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
 //! [`Net`] is NCCL's `ncclNet_v8_t` as a Rust trait: a table of devices, a listen / connect /
 //! accept handshake driven by polling, memory registration, and asynchronous sends and
@@ -26,7 +34,11 @@
 //! buffer stays valid (and, for receives, unaliased) until `test` reports the request done
 //! or its comm is closed.
 
+pub mod any;
+pub mod env;
 pub mod error;
+pub mod ib;
+pub mod mesh;
 pub mod socket;
 
 pub use error::{NetError, NetErrorKind};

@@ -23,7 +23,7 @@ mod comm;
 mod data_threads;
 mod handshake;
 pub mod interface;
-mod sys;
+pub(crate) mod sys;
 mod trace;
 
 use std::net::SocketAddr;
@@ -103,7 +103,7 @@ pub fn default_spin(cores: usize) -> Duration {
     }
 }
 
-fn env_number(
+pub(crate) fn env_number(
     env: Lookup<'_>,
     names: &[&str],
     min: u64,

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use weft::net::socket::{SocketConfig, SocketMemHandle, SocketNet, SocketRecvComm, SocketSendComm};
-use weft::net::{
+use weft_core::wire::ParseError;
+use weft_net::socket::{SocketConfig, SocketMemHandle, SocketNet, SocketRecvComm, SocketSendComm};
+use weft_net::{
     CommRef, Completion, NET_MAX_REQUESTS, Net, NetErrorKind, NetHandle, PtrKind, RecvBuffer,
 };
-use weft_core::wire::ParseError;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -86,7 +86,7 @@ fn mr(net: &SocketNet, send: &SocketSendComm, buf: &mut [u8]) -> SocketMemHandle
 fn wait_all(
     net: &SocketNet,
     reqs: &mut [<SocketNet as Net>::Request],
-) -> Vec<Result<Completion, weft::net::NetError>> {
+) -> Vec<Result<Completion, weft_net::NetError>> {
     let mut out: Vec<Option<Result<Completion, _>>> = (0..reqs.len()).map(|_| None).collect();
     let start = Instant::now();
     while out.iter().any(Option::is_none) {
@@ -114,8 +114,8 @@ fn transfer(
     cap: usize,
     tag: u32,
 ) -> (
-    Result<Completion, weft::net::NetError>,
-    Result<Completion, weft::net::NetError>,
+    Result<Completion, weft_net::NetError>,
+    Result<Completion, weft_net::NetError>,
     Vec<u8>,
 ) {
     let mut rbuf = vec![0xa5u8; cap];
@@ -153,7 +153,7 @@ fn handle_is_40_bytes_in_128_and_names_loopback() {
     let p = net.properties(0).unwrap();
     assert_eq!(p.name, "lo");
     assert_eq!(p.max_recvs, 8);
-    assert!(p.ptr_support.contains(weft::net::PtrSupport::HOST));
+    assert!(p.ptr_support.contains(weft_net::PtrSupport::HOST));
     let (h, _l) = net.listen(0).unwrap();
     assert_eq!(&h.0[0..4], b"WFSK");
     assert_eq!(h.0[6], 4, "IPv4");
@@ -629,7 +629,7 @@ fn net_with_timeout(timeout: Duration) -> SocketNet {
 }
 
 /// Polls connect alone until it fails; the whole attempt must end within `limit`.
-fn connect_error(net: &SocketNet, handle: &NetHandle, limit: Duration) -> weft::net::NetError {
+fn connect_error(net: &SocketNet, handle: &NetHandle, limit: Duration) -> weft_net::NetError {
     let mut state = None;
     let start = Instant::now();
     loop {
@@ -676,7 +676,7 @@ fn connect_times_out_when_nobody_accepts() {
 fn ipv6_loopback_when_available() {
     let Ok(net) = SocketNet::new(SocketConfig {
         ifname: Some("=lo".into()),
-        family: Some(weft::net::socket::interface::Family::V6),
+        family: Some(weft_net::socket::interface::Family::V6),
         ..SocketConfig::default()
     }) else {
         // No ::1 on this host (IPv6 disabled): nothing to check.

@@ -162,7 +162,12 @@ const KEEPALIVE_INTERVAL_S: libc::c_int = 5;
 const KEEPALIVE_PROBES: libc::c_int = 6;
 const USER_TIMEOUT_MS: libc::c_uint = 60_000;
 
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub(crate) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` is a live c_int and we pass its exact size.
     let rc = unsafe {
         libc::setsockopt(

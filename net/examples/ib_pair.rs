@@ -1,0 +1,375 @@
+//! Two processes on two hosts drive the verbs backend as NCCL's proxy would, and check every
+//! byte: messages of 1 B to 16 MiB (odd sizes too), several in flight, grouped receives with
+//! tags matched out of order, over 1 and 3 QPs per connection. Run by `tests/vm/ib-pair.sh`
+//! in two Soft-RoCE VMs (scripts/rdma-vms.sh); the handle travels through a shared folder.
+//!
+//! ```sh
+//! ib_pair recv DIR      # on one host: listens, writes DIR/handle-<n>, receives, checks
+//! ib_pair send DIR      # on the other: reads the handle, connects, sends
+//! ib_pair ring DIR I N  # host I of N, over the mesh backend: receives from host I-1 and
+//!                       # sends to host I+1 at once (every link of a ring, both backends' checks)
+//! ```
+//! Exit status 0 when every byte arrived as sent; the first error otherwise, with its
+//! message (which names the device, port, GID and peer).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weft_net::ib::{IbConfig, IbNet};
+use weft_net::mesh::MeshNet;
+use weft_net::{CommRef, Net, NetError, NetHandle, PtrKind, RecvBuffer};
+
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// The sizes every connection carries, in this order.
+const SIZES: &[usize] = &[
+    1,
+    7,
+    128,
+    129,
+    1000,
+    4096,
+    65_537,
+    262_144,
+    1_048_579,
+    4 << 20,
+    16 << 20,
+];
+/// Grouped receives: (tags of the receive group, order in which the sender sends them).
+const GROUPS: &[(&[u32], &[usize])] = &[
+    (&[5, 9, 2], &[2, 0, 1]),
+    (&[1, 2, 3, 4, 5, 6, 7, 8], &[7, 6, 5, 4, 3, 2, 1, 0]),
+];
+
+fn fill(seed: u64, buf: &mut [u8]) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let bytes = x.to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+}
+
+fn check(seed: u64, got: &[u8], what: &str) -> Result<(), String> {
+    let mut want = vec![0u8; got.len()];
+    fill(seed, &mut want);
+    match got.iter().zip(&want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what}: byte {i} of {} is {:#04x}, expected {:#04x}",
+            got.len(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+fn until<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, NetError>) -> Result<T, String> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) if start.elapsed() > DEADLINE => {
+                return Err(format!("{what}: not done within {} s", DEADLINE.as_secs()));
+            }
+            Ok(None) => std::thread::yield_now(),
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+}
+
+fn handle_path(dir: &Path, n: usize) -> PathBuf {
+    dir.join(format!("handle-{n}"))
+}
+
+fn receiver<N: Net>(net: &N, dir: &Path, n: usize) -> Result<(), String> {
+    let (handle, mut listen) = net.listen(0).map_err(|e| e.to_string())?;
+    let tmp = dir.join(format!("handle-{n}.tmp"));
+    std::fs::write(&tmp, handle.as_bytes()).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, handle_path(dir, n)).map_err(|e| e.to_string())?;
+    let mut comm = until("accept", || net.accept(&mut listen))?;
+    let max = *SIZES.iter().max().unwrap_or(&1);
+    // Eight buffers in flight, like NCCL's slots.
+    let mut bufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; max]).collect();
+    let mut mrs = Vec::new();
+    for b in &mut bufs {
+        // SAFETY: the buffer outlives its registration (deregistered below).
+        let mr =
+            unsafe { net.reg_mr(CommRef::Recv(&comm), b.as_mut_ptr(), b.len(), PtrKind::Host) };
+        mrs.push(mr.map_err(|e| e.to_string())?);
+    }
+    // Single receives, up to 8 in flight, each buffer poisoned before its receive.
+    let mut inflight = std::collections::VecDeque::new();
+    for (m, &size) in SIZES.iter().enumerate() {
+        let slot = m % bufs.len();
+        bufs[slot].fill(0xa5);
+        let rb = [RecvBuffer {
+            data: bufs[slot].as_mut_ptr(),
+            size: max,
+            tag: m as u32,
+            mr: &mrs[slot],
+        }];
+        // SAFETY: the buffer is not touched until the request completes.
+        let req = until("irecv", || unsafe { net.irecv(&mut comm, &rb) })?;
+        inflight.push_back((m, slot, size, req));
+        if inflight.len() == bufs.len() || m + 1 == SIZES.len() {
+            while let Some((m, slot, size, mut req)) = inflight.pop_front() {
+                let done = until(&format!("receive {m} ({size} bytes)"), || {
+                    net.test(&mut req)
+                })?;
+                if done.sizes() != [size] {
+                    return Err(format!(
+                        "receive {m}: sizes {:?}, expected [{size}]",
+                        done.sizes()
+                    ));
+                }
+                check(m as u64, &bufs[slot][..size], &format!("message {m}"))?;
+                if bufs[slot][size..].iter().any(|&b| b != 0xa5) {
+                    return Err(format!("message {m}: bytes written past its {size} bytes"));
+                }
+            }
+        }
+    }
+    // Grouped receives with tags.
+    for (g, (tags, _)) in GROUPS.iter().enumerate() {
+        let group: Vec<RecvBuffer<'_, _>> = tags
+            .iter()
+            .enumerate()
+            .map(|(i, &tag)| {
+                bufs[i].fill(0xa5);
+                RecvBuffer {
+                    data: bufs[i].as_mut_ptr(),
+                    size: max,
+                    tag,
+                    mr: &mrs[i],
+                }
+            })
+            .collect();
+        // SAFETY: as above.
+        let mut req = until("grouped irecv", || unsafe { net.irecv(&mut comm, &group) })?;
+        let done = until(&format!("group {g}"), || net.test(&mut req))?;
+        for (i, &tag) in tags.iter().enumerate() {
+            let size = 1000 * tag as usize + 13;
+            if done.sizes()[i] != size {
+                return Err(format!(
+                    "group {g} tag {tag}: size {}, expected {size}",
+                    done.sizes()[i]
+                ));
+            }
+            check(
+                1000 + u64::from(tag),
+                &bufs[i][..size],
+                &format!("group {g} tag {tag}"),
+            )?;
+        }
+    }
+    for mr in mrs {
+        net.dereg_mr(mr).map_err(|e| e.to_string())?;
+    }
+    net.close_recv(comm).map_err(|e| e.to_string())?;
+    net.close_listen(listen).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn sender<N: Net>(net: &N, dir: &Path, n: usize) -> Result<(), String> {
+    let path = handle_path(dir, n);
+    let start = Instant::now();
+    let bytes = loop {
+        if let Ok(b) = std::fs::read(&path) {
+            break b;
+        }
+        if start.elapsed() > DEADLINE {
+            return Err(format!(
+                "no handle at {} within {} s",
+                path.display(),
+                DEADLINE.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut handle = NetHandle::default();
+    handle.0.copy_from_slice(&bytes);
+    let mut state = None;
+    let mut comm = until("connect", || net.connect(0, &handle, &mut state))?;
+    let msgs: Vec<Vec<u8>> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(m, &size)| {
+            let mut v = vec![0u8; size];
+            fill(m as u64, &mut v);
+            v
+        })
+        .collect();
+    let mut mrs = Vec::new();
+    for m in &msgs {
+        // SAFETY: the message outlives its registration.
+        let mr = unsafe {
+            net.reg_mr(
+                CommRef::Send(&comm),
+                m.as_ptr().cast_mut(),
+                m.len(),
+                PtrKind::Host,
+            )
+        };
+        mrs.push(mr.map_err(|e| e.to_string())?);
+    }
+    let mut reqs = Vec::new();
+    for (m, msg) in msgs.iter().enumerate() {
+        // SAFETY: the message is not modified until the request completes.
+        let req = until("isend", || unsafe {
+            net.isend(&mut comm, msg.as_ptr(), msg.len(), m as u32, &mrs[m])
+        })?;
+        reqs.push((m, req));
+        if reqs.len() == 8 || m + 1 == msgs.len() {
+            for (m, mut req) in reqs.drain(..) {
+                let done = until(&format!("send {m}"), || net.test(&mut req))?;
+                if done.sizes() != [msgs[m].len()] {
+                    return Err(format!("send {m}: sizes {:?}", done.sizes()));
+                }
+            }
+        }
+    }
+    for (tags, order) in GROUPS {
+        let parts: Vec<(u32, Vec<u8>)> = order
+            .iter()
+            .map(|&i| {
+                let tag = tags[i];
+                let mut v = vec![0u8; 1000 * tag as usize + 13];
+                fill(1000 + u64::from(tag), &mut v);
+                (tag, v)
+            })
+            .collect();
+        let mut part_mrs = Vec::new();
+        for (_, v) in &parts {
+            // SAFETY: the part outlives its registration.
+            let mr = unsafe {
+                net.reg_mr(
+                    CommRef::Send(&comm),
+                    v.as_ptr().cast_mut(),
+                    v.len(),
+                    PtrKind::Host,
+                )
+            };
+            part_mrs.push(mr.map_err(|e| e.to_string())?);
+        }
+        let mut reqs = Vec::new();
+        for ((tag, v), mr) in parts.iter().zip(&part_mrs) {
+            // SAFETY: as above.
+            reqs.push(until("grouped isend", || unsafe {
+                net.isend(&mut comm, v.as_ptr(), v.len(), *tag, mr)
+            })?);
+        }
+        for mut req in reqs {
+            until("grouped send", || net.test(&mut req))?;
+        }
+        for mr in part_mrs {
+            net.dereg_mr(mr).map_err(|e| e.to_string())?;
+        }
+    }
+    for mr in mrs {
+        net.dereg_mr(mr).map_err(|e| e.to_string())?;
+    }
+    // Give the receiver time to test its last request before the socket closes.
+    std::thread::sleep(Duration::from_millis(500));
+    net.close_send(comm).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(role), Some(dir)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: ib_pair send|recv DIR");
+        std::process::exit(2);
+    };
+    let dir = PathBuf::from(dir);
+    if role == "ring" {
+        ring(&dir, args.get(3), args.get(4));
+        return;
+    }
+    // Connection 0 with the environment's settings, connection 1 over 3 QPs.
+    let runs: [(usize, Option<usize>); 2] = [(0, None), (1, Some(3))];
+    for (n, qps) in runs {
+        let mut config = match IbConfig::from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ib_pair: {e}");
+                std::process::exit(1);
+            }
+        };
+        if let Some(q) = qps {
+            config.qps_per_connection = q;
+        }
+        let started = Instant::now();
+        let result = IbNet::new(config.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|net| {
+                println!(
+                    "{role} {n}: {} ({} QPs)",
+                    net.describe(0).unwrap_or_default(),
+                    config.qps_per_connection
+                );
+                if role == "send" {
+                    sender(&net, &dir, n)
+                } else {
+                    receiver(&net, &dir, n)
+                }
+            });
+        match result {
+            Ok(()) => println!(
+                "{role} {n}: ok, {} messages of 1 B to 16 MiB and {} grouped receives checked in {:.1} s",
+                SIZES.len(),
+                GROUPS.len(),
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => {
+                eprintln!("ib_pair {role} {n}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// Host `me` of `n` on a ring over the mesh backend: a receiver thread for the link from host
+/// me-1 (handle `ring-<me>`) and a sender for the link to host me+1, at once.
+fn ring(dir: &Path, me: Option<&String>, n: Option<&String>) {
+    let (Some(me), Some(n)) = (
+        me.and_then(|s| s.parse::<usize>().ok()),
+        n.and_then(|s| s.parse::<usize>().ok()),
+    ) else {
+        eprintln!("usage: ib_pair ring DIR INDEX COUNT");
+        std::process::exit(2);
+    };
+    let net = match MeshNet::from_env() {
+        Ok(net) => net,
+        Err(e) => {
+            eprintln!("ib_pair ring {me}: {e}");
+            std::process::exit(1);
+        }
+    };
+    let started = Instant::now();
+    let next = (me + 1) % n;
+    let result = std::thread::scope(|s| {
+        let recv = s.spawn(|| receiver(&net, dir, 100 + me));
+        let send = sender(&net, dir, 100 + next);
+        let recv = recv
+            .join()
+            .unwrap_or_else(|_| Err("the receiver thread panicked".into()));
+        send.map_err(|e| format!("sending to host {next}: {e}"))
+            .and(recv.map_err(|e| format!("receiving from host {}: {e}", (me + n - 1) % n)))
+    });
+    match result {
+        Ok(()) => println!(
+            "ring {me}: ok, to host {next} and from host {}: {} messages of 1 B to 16 MiB and {} grouped receives each way, checked in {:.1} s",
+            (me + n - 1) % n,
+            SIZES.len(),
+            GROUPS.len(),
+            started.elapsed().as_secs_f64()
+        ),
+        Err(e) => {
+            eprintln!("ib_pair ring {me}: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! [`AnyNet`]: one `Net` type over whichever backend this process chose at run time, so
+//! that the communicator and the NET transport (generic over one `Net`) need not know the
+//! choice. Each associated type is an enum of the backends' own; a comm of one backend
+//! handed to another is an `InvalidArgument` error, never a panic.
+
+use crate::ib::{
+    IbConnecting, IbListenComm, IbMemHandle, IbNet, IbRecvComm, IbRequest, IbSendComm,
+};
+use crate::mesh::{MeshConnecting, MeshNet};
+use crate::socket::{
+    SocketConnecting, SocketListenComm, SocketMemHandle, SocketNet, SocketRecvComm, SocketRequest,
+    SocketSendComm,
+};
+use crate::{
+    CommRef, Completion, Net, NetError, NetErrorKind, NetHandle, NetProperties, PtrKind, RecvBuffer,
+};
+
+/// A backend chosen at run time.
+#[derive(Debug)]
+pub enum AnyNet {
+    /// TCP sockets.
+    Socket(SocketNet),
+    /// Verbs (InfiniBand, RoCE).
+    Ib(IbNet),
+    /// Verbs over a multi-subnet mesh (its comms are the verbs backend's).
+    Mesh(MeshNet),
+}
+
+macro_rules! either {
+    ($(#[$doc:meta])* $name:ident { $socket:ty, $ib:ty }) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub enum $name {
+            /// Of the socket backend.
+            Socket($socket),
+            /// Of the verbs backend.
+            Ib($ib),
+        }
+    };
+}
+
+either!(
+    /// A listen comm of either backend.
+    AnyListenComm { SocketListenComm, IbListenComm }
+);
+either!(
+    /// A send comm of either backend.
+    AnySendComm { SocketSendComm, IbSendComm }
+);
+either!(
+    /// A receive comm of either backend.
+    AnyRecvComm { SocketRecvComm, IbRecvComm }
+);
+/// A connect in progress on any backend.
+#[derive(Debug)]
+pub enum AnyConnecting {
+    /// Of the socket backend.
+    Socket(SocketConnecting),
+    /// Of the verbs backend.
+    Ib(IbConnecting),
+    /// Of the mesh backend.
+    Mesh(MeshConnecting),
+}
+either!(
+    /// A registration of either backend.
+    AnyMemHandle { SocketMemHandle, IbMemHandle }
+);
+either!(
+    /// A request of either backend.
+    AnyRequest { SocketRequest, IbRequest }
+);
+
+fn mixed(what: &str) -> NetError {
+    NetError::new(
+        NetErrorKind::InvalidArgument,
+        format!("{what} of one NET backend handed to another (socket vs verbs or mesh)"),
+    )
+}
+
+impl Net for AnyNet {
+    type ListenComm = AnyListenComm;
+    type SendComm = AnySendComm;
+    type RecvComm = AnyRecvComm;
+    type Connecting = AnyConnecting;
+    type MemHandle = AnyMemHandle;
+    type Request = AnyRequest;
+
+    fn name(&self) -> &str {
+        match self {
+            AnyNet::Socket(n) => n.name(),
+            AnyNet::Ib(n) => n.name(),
+            AnyNet::Mesh(n) => n.name(),
+        }
+    }
+
+    fn devices(&self) -> usize {
+        match self {
+            AnyNet::Socket(n) => n.devices(),
+            AnyNet::Ib(n) => n.devices(),
+            AnyNet::Mesh(n) => n.devices(),
+        }
+    }
+
+    fn properties(&self, dev: usize) -> Result<NetProperties, NetError> {
+        match self {
+            AnyNet::Socket(n) => n.properties(dev),
+            AnyNet::Ib(n) => n.properties(dev),
+            AnyNet::Mesh(n) => n.properties(dev),
+        }
+    }
+
+    fn listen(&self, dev: usize) -> Result<(NetHandle, AnyListenComm), NetError> {
+        Ok(match self {
+            AnyNet::Socket(n) => {
+                let (h, l) = n.listen(dev)?;
+                (h, AnyListenComm::Socket(l))
+            }
+            AnyNet::Ib(n) => {
+                let (h, l) = n.listen(dev)?;
+                (h, AnyListenComm::Ib(l))
+            }
+            AnyNet::Mesh(n) => {
+                let (h, l) = n.listen(dev)?;
+                (h, AnyListenComm::Ib(l))
+            }
+        })
+    }
+
+    fn connect(
+        &self,
+        dev: usize,
+        handle: &NetHandle,
+        state: &mut Option<AnyConnecting>,
+    ) -> Result<Option<AnySendComm>, NetError> {
+        match self {
+            AnyNet::Socket(n) => {
+                let mut inner = match state.take() {
+                    None => None,
+                    Some(AnyConnecting::Socket(c)) => Some(c),
+                    Some(_) => return Err(mixed("a connect state")),
+                };
+                let r = n.connect(dev, handle, &mut inner);
+                *state = inner.map(AnyConnecting::Socket);
+                Ok(r?.map(AnySendComm::Socket))
+            }
+            AnyNet::Ib(n) => {
+                let mut inner = match state.take() {
+                    None => None,
+                    Some(AnyConnecting::Ib(c)) => Some(c),
+                    Some(_) => return Err(mixed("a connect state")),
+                };
+                let r = n.connect(dev, handle, &mut inner);
+                *state = inner.map(AnyConnecting::Ib);
+                Ok(r?.map(AnySendComm::Ib))
+            }
+            AnyNet::Mesh(n) => {
+                let mut inner = match state.take() {
+                    None => None,
+                    Some(AnyConnecting::Mesh(c)) => Some(c),
+                    Some(_) => return Err(mixed("a connect state")),
+                };
+                let r = n.connect(dev, handle, &mut inner);
+                *state = inner.map(AnyConnecting::Mesh);
+                Ok(r?.map(AnySendComm::Ib))
+            }
+        }
+    }
+
+    fn accept(&self, listen: &mut AnyListenComm) -> Result<Option<AnyRecvComm>, NetError> {
+        match (self, listen) {
+            (AnyNet::Socket(n), AnyListenComm::Socket(l)) => {
+                Ok(n.accept(l)?.map(AnyRecvComm::Socket))
+            }
+            (AnyNet::Ib(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
+            (AnyNet::Mesh(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
+            _ => Err(mixed("a listen comm")),
+        }
+    }
+
+    unsafe fn reg_mr(
+        &self,
+        comm: CommRef<'_, AnySendComm, AnyRecvComm>,
+        data: *mut u8,
+        size: usize,
+        kind: PtrKind,
+    ) -> Result<AnyMemHandle, NetError> {
+        // SAFETY (all arms): the caller's contract for `data` is passed on unchanged.
+        match (self, comm) {
+            (AnyNet::Socket(n), CommRef::Send(AnySendComm::Socket(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Socket)
+            }
+            (AnyNet::Socket(n), CommRef::Recv(AnyRecvComm::Socket(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Socket)
+            }
+            (AnyNet::Ib(n), CommRef::Send(AnySendComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Mesh(n), CommRef::Send(AnySendComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Ib(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Mesh(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
+            }
+            _ => Err(mixed("a comm")),
+        }
+    }
+
+    fn dereg_mr(&self, mr: AnyMemHandle) -> Result<(), NetError> {
+        match (self, mr) {
+            (AnyNet::Socket(n), AnyMemHandle::Socket(m)) => n.dereg_mr(m),
+            (AnyNet::Ib(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
+            (AnyNet::Mesh(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
+            _ => Err(mixed("a registration")),
+        }
+    }
+
+    unsafe fn isend(
+        &self,
+        comm: &mut AnySendComm,
+        data: *const u8,
+        size: usize,
+        tag: u32,
+        mr: &AnyMemHandle,
+    ) -> Result<Option<AnyRequest>, NetError> {
+        match (self, comm, mr) {
+            (AnyNet::Socket(n), AnySendComm::Socket(c), AnyMemHandle::Socket(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Socket))
+            }
+            (AnyNet::Ib(n), AnySendComm::Ib(c), AnyMemHandle::Ib(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
+            }
+            (AnyNet::Mesh(n), AnySendComm::Ib(c), AnyMemHandle::Ib(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
+            }
+            _ => Err(mixed("a send comm or registration")),
+        }
+    }
+
+    unsafe fn irecv(
+        &self,
+        comm: &mut AnyRecvComm,
+        bufs: &[RecvBuffer<'_, AnyMemHandle>],
+    ) -> Result<Option<AnyRequest>, NetError> {
+        match (self, comm) {
+            (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => {
+                let inner = socket_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Socket))
+            }
+            (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
+            }
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
+            }
+            _ => Err(mixed("a receive comm")),
+        }
+    }
+
+    unsafe fn iflush(
+        &self,
+        comm: &mut AnyRecvComm,
+        bufs: &[RecvBuffer<'_, AnyMemHandle>],
+    ) -> Result<Option<AnyRequest>, NetError> {
+        match (self, comm) {
+            (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => {
+                let inner = socket_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Socket))
+            }
+            (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
+            }
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
+                let inner = ib_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
+            }
+            _ => Err(mixed("a receive comm")),
+        }
+    }
+
+    fn test(&self, request: &mut AnyRequest) -> Result<Option<Completion>, NetError> {
+        match (self, request) {
+            (AnyNet::Socket(n), AnyRequest::Socket(r)) => n.test(r),
+            (AnyNet::Ib(n), AnyRequest::Ib(r)) => n.test(r),
+            (AnyNet::Mesh(n), AnyRequest::Ib(r)) => n.test(r),
+            _ => Err(mixed("a request")),
+        }
+    }
+
+    fn close_send(&self, comm: AnySendComm) -> Result<(), NetError> {
+        match (self, comm) {
+            (AnyNet::Socket(n), AnySendComm::Socket(c)) => n.close_send(c),
+            (AnyNet::Ib(n), AnySendComm::Ib(c)) => n.close_send(c),
+            (AnyNet::Mesh(n), AnySendComm::Ib(c)) => n.close_send(c),
+            _ => Err(mixed("a send comm")),
+        }
+    }
+
+    fn close_recv(&self, comm: AnyRecvComm) -> Result<(), NetError> {
+        match (self, comm) {
+            (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => n.close_recv(c),
+            (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
+            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
+            _ => Err(mixed("a receive comm")),
+        }
+    }
+
+    fn close_listen(&self, comm: AnyListenComm) -> Result<(), NetError> {
+        match (self, comm) {
+            (AnyNet::Socket(n), AnyListenComm::Socket(c)) => n.close_listen(c),
+            (AnyNet::Ib(n), AnyListenComm::Ib(c)) => n.close_listen(c),
+            (AnyNet::Mesh(n), AnyListenComm::Ib(c)) => n.close_listen(c),
+            _ => Err(mixed("a listen comm")),
+        }
+    }
+}
+
+fn socket_bufs<'a>(
+    bufs: &[RecvBuffer<'a, AnyMemHandle>],
+) -> Result<Vec<RecvBuffer<'a, SocketMemHandle>>, NetError> {
+    bufs.iter()
+        .map(|b| match b.mr {
+            AnyMemHandle::Socket(m) => Ok(RecvBuffer {
+                data: b.data,
+                size: b.size,
+                tag: b.tag,
+                mr: m,
+            }),
+            AnyMemHandle::Ib(_) => Err(mixed("a registration")),
+        })
+        .collect()
+}
+
+fn ib_bufs<'a>(
+    bufs: &[RecvBuffer<'a, AnyMemHandle>],
+) -> Result<Vec<RecvBuffer<'a, IbMemHandle>>, NetError> {
+    bufs.iter()
+        .map(|b| match b.mr {
+            AnyMemHandle::Ib(m) => Ok(RecvBuffer {
+                data: b.data,
+                size: b.size,
+                tag: b.tag,
+                mr: m,
+            }),
+            AnyMemHandle::Socket(_) => Err(mixed("a registration")),
+        })
+        .collect()
+}

@@ -1,0 +1,440 @@
+//! `IbNet`: the `Net` backend over libibverbs (InfiniBand and RoCE), NCCL's `net_ib.cc`
+//! counterpart. libibverbs is loaded at run time (weft-sys); a machine without it or without
+//! an active port gets an error that says so, never a crash.
+//!
+//! - [`select`]: `NCCL_IB_HCA`, GID choice, port speed (pure).
+//! - [`device`]: the usable ports, each with its PD and registration cache.
+//! - [`verbs`]: owning types over verbs objects; [`qp`]: RC QPs with typed states.
+//! - [`mr_cache`]: shared, reference-counted registrations.
+//! - [`fifo`]: the protocol's plain data (FIFO entries, immediates, QP split).
+//! - [`wire`]: the listen handle and the QP exchange; [`handshake`]: connect and accept.
+//! - [`comm`]: what both ends share (link, CQ polling, completion errors); [`send`] and
+//!   [`recv`]: the two ends of the data path.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `NCCL_IB_HCA` | devices and ports to use (`mlx5_0:1,mlx5_1`, `^mlx5_2`, `=rxe0`) | all |
+//! | `NCCL_IB_GID_INDEX` | the GID index on every port | the RoCE v2 GID of an address of `NCCL_IB_ADDR_FAMILY` |
+//! | `NCCL_IB_ADDR_FAMILY` | `AF_INET` / `AF_INET6` | `AF_INET` |
+//! | `NCCL_IB_QPS_PER_CONNECTION` | QPs each message is split over (1..=8) | 1 |
+//! | `NCCL_IB_TIMEOUT` | ACK timeout exponent (4.096 us x 2^n) | 20 |
+//! | `NCCL_IB_RETRY_CNT` | transport retries (0..=7) | 7 |
+//! | `NCCL_IB_TC`, `NCCL_IB_SL` | traffic class, service level | 0 |
+//! | `WEFT_IB_INLINE` | the most bytes written inline (0 = never) | 128 |
+//! | `WEFT_IB_CONNECT_TIMEOUT` | seconds a connect may take | 120 |
+//!
+//! The `WEFT_IB_*` spelling of every `NCCL_IB_*` name is read first.
+
+pub mod comm;
+pub mod device;
+pub mod fifo;
+pub mod handshake;
+pub mod mr_cache;
+pub mod qp;
+pub mod recv;
+pub mod select;
+pub mod send;
+pub mod verbs;
+pub mod wire;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use comm::{IbRecvComm, IbSendComm};
+pub use handshake::{IbConnecting, IbListenComm};
+
+use self::device::Port;
+use self::select::{GidWanted, HcaFilter};
+use crate::socket::env_number;
+use crate::{
+    CommRef, Completion, Net, NetError, NetErrorKind, NetHandle, NetProperties, PtrKind,
+    PtrSupport, RecvBuffer,
+};
+
+/// The verbs backend's settings (see the module table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IbConfig {
+    /// `NCCL_IB_HCA`.
+    pub hca: HcaFilter,
+    /// `NCCL_IB_GID_INDEX`, when set.
+    pub gid_index: Option<u32>,
+    /// How the GID is chosen (from the two above).
+    pub gid: GidWanted,
+    /// `NCCL_IB_QPS_PER_CONNECTION`.
+    pub qps_per_connection: usize,
+    /// `NCCL_IB_TIMEOUT`.
+    pub timeout: u8,
+    /// `NCCL_IB_RETRY_CNT`.
+    pub retry_cnt: u8,
+    /// `NCCL_IB_TC`.
+    pub traffic_class: u8,
+    /// `NCCL_IB_SL`.
+    pub service_level: u8,
+    /// `WEFT_IB_INLINE`.
+    pub max_inline: u32,
+    /// `WEFT_IB_CONNECT_TIMEOUT`.
+    pub connect_timeout: Duration,
+}
+
+fn names(suffix: &str) -> [String; 2] {
+    [format!("WEFT_IB_{suffix}"), format!("NCCL_IB_{suffix}")]
+}
+
+impl IbConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<IbConfig, NetError> {
+        IbConfig::from_lookup(&crate::env::process)
+    }
+
+    /// Reads the settings through `env`; a malformed value is an error naming it.
+    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<IbConfig, NetError> {
+        let num = |suffix: &str, min: u64, max: u64| -> Result<Option<u64>, NetError> {
+            let n = names(suffix);
+            env_number(env, &[n[0].as_str(), n[1].as_str()], min, max)
+        };
+        let hca = names("HCA");
+        let hca = crate::env::first_value(env, &[hca[0].as_str(), hca[1].as_str()])
+            .map(|s| HcaFilter::parse(&s))
+            .unwrap_or_default();
+        let gid_index = num("GID_INDEX", 0, 255)?.map(|v| v as u32);
+        let family = names("ADDR_FAMILY");
+        let gid = match gid_index {
+            Some(i) => GidWanted::Index(i),
+            None => match crate::env::first_set(env, &[family[0].as_str(), family[1].as_str()]) {
+                None => GidWanted::V4,
+                Some((name, v)) => match crate::socket::interface::Family::parse(&v) {
+                    Some(crate::socket::interface::Family::V4) => GidWanted::V4,
+                    Some(crate::socket::interface::Family::V6) => GidWanted::V6,
+                    None => {
+                        return Err(NetError::new(
+                            NetErrorKind::InvalidArgument,
+                            format!("{name}={v}: expected AF_INET or AF_INET6"),
+                        ));
+                    }
+                },
+            },
+        };
+        let timeout_s = env_number(env, &["WEFT_IB_CONNECT_TIMEOUT"], 1, 86_400)?.unwrap_or(120);
+        Ok(IbConfig {
+            hca,
+            gid_index,
+            gid,
+            qps_per_connection: num("QPS_PER_CONNECTION", 1, wire::MAX_QPS as u64)?.unwrap_or(1)
+                as usize,
+            timeout: num("TIMEOUT", 1, 31)?.unwrap_or(20) as u8,
+            retry_cnt: num("RETRY_CNT", 0, 7)?.unwrap_or(7) as u8,
+            traffic_class: num("TC", 0, 255)?.unwrap_or(0) as u8,
+            service_level: num("SL", 0, 15)?.unwrap_or(0) as u8,
+            max_inline: env_number(env, &["WEFT_IB_INLINE"], 0, 1024)?.unwrap_or(128) as u32,
+            connect_timeout: Duration::from_secs(timeout_s),
+        })
+    }
+}
+
+/// The verbs `Net` backend: one device per usable port.
+pub struct IbNet {
+    ports: Vec<Arc<Port>>,
+    config: IbConfig,
+}
+
+impl std::fmt::Debug for IbNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ports: Vec<String> = self.ports.iter().map(|p| p.describe()).collect();
+        f.debug_struct("IbNet").field("ports", &ports).finish()
+    }
+}
+
+/// A registration: a reference to a cached region.
+pub struct IbMemHandle {
+    pub(crate) mr: Arc<verbs::Mr>,
+    port: Arc<Port>,
+}
+
+impl std::fmt::Debug for IbMemHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IbMemHandle(lkey {:#x}, rkey {:#x})",
+            self.mr.lkey, self.mr.rkey
+        )
+    }
+}
+
+/// An in-flight verbs request.
+pub struct IbRequest(RequestKind);
+
+enum RequestKind {
+    Send(Arc<Mutex<comm::SendState>>, u32, usize),
+    Recv(Arc<Mutex<comm::RecvState>>, u32),
+    Done,
+}
+
+impl std::fmt::Debug for IbRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            RequestKind::Send(_, seq, i) => write!(f, "IbRequest(send {seq}.{i})"),
+            RequestKind::Recv(_, seq) => write!(f, "IbRequest(recv {seq})"),
+            RequestKind::Done => write!(f, "IbRequest(done)"),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl IbNet {
+    /// Opens every usable port with the environment's settings.
+    pub fn from_env() -> Result<IbNet, NetError> {
+        IbNet::new(IbConfig::from_env()?)
+    }
+
+    /// Opens every usable port.
+    pub fn new(config: IbConfig) -> Result<IbNet, NetError> {
+        IbNet::with_gid(config, None)
+    }
+
+    /// Opens every usable port, choosing each port's GID by `wanted` when given.
+    pub fn with_gid(config: IbConfig, wanted: Option<GidWanted>) -> Result<IbNet, NetError> {
+        let verbs = weft_sys::Verbs::shared().map_err(|e| {
+            NetError::new(
+                NetErrorKind::Unsupported,
+                "the verbs backend needs libibverbs",
+            )
+            .cause(e)
+        })?;
+        let (ports, skipped) = device::open_ports(verbs, &config, wanted)?;
+        if ports.is_empty() {
+            let why = if skipped.is_empty() {
+                "no RDMA device on this machine".to_string()
+            } else {
+                skipped.join("; ")
+            };
+            return Err(NetError::new(NetErrorKind::Unsupported, "no usable RDMA port")
+                .cause(why)
+                .hint("check ibv_devinfo (a port must be PORT_ACTIVE), NCCL_IB_HCA and NCCL_IB_GID_INDEX"));
+        }
+        for p in &ports {
+            log::info!("NET/IB: using {}", p.describe());
+        }
+        Ok(IbNet { ports, config })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &IbConfig {
+        &self.config
+    }
+
+    /// `rxe0 port 1 (GID index 1, 192.168.101.1/24 on eth0)` for device `dev`.
+    pub fn describe(&self, dev: usize) -> Option<String> {
+        self.ports.get(dev).map(|p| p.describe())
+    }
+
+    /// The IP address of device `dev`'s GID (RoCE), if it has one.
+    pub fn address(&self, dev: usize) -> Option<std::net::IpAddr> {
+        self.ports
+            .get(dev)
+            .and_then(|p| select::gid_address(&p.gid))
+    }
+
+    /// Every usable port, in device order.
+    pub(crate) fn ports(&self) -> &[Arc<Port>] {
+        &self.ports
+    }
+
+    fn port(&self, dev: usize) -> Result<&Arc<Port>, NetError> {
+        self.ports.get(dev).ok_or_else(|| {
+            NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!(
+                    "verbs device {dev} does not exist ({} devices)",
+                    self.ports.len()
+                ),
+            )
+        })
+    }
+}
+
+impl Net for IbNet {
+    type ListenComm = IbListenComm;
+    type SendComm = IbSendComm;
+    type RecvComm = IbRecvComm;
+    type Connecting = IbConnecting;
+    type MemHandle = IbMemHandle;
+    type Request = IbRequest;
+
+    fn name(&self) -> &str {
+        "IB"
+    }
+
+    fn devices(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn properties(&self, dev: usize) -> Result<NetProperties, NetError> {
+        let p = self.port(dev)?;
+        Ok(NetProperties {
+            name: p.name().to_string(),
+            pci_path: p.pci_path.clone(),
+            guid: p.guid,
+            // GPUDirect registration (dma-buf / peer memory) is not implemented yet.
+            ptr_support: PtrSupport::HOST,
+            reg_is_global: true,
+            speed_mbps: p.speed_mbps,
+            port: u32::from(p.port),
+            latency_us: 0.0,
+            max_comms: 65_536,
+            max_recvs: fifo::MAX_RECVS as u32,
+        })
+    }
+
+    fn listen(&self, dev: usize) -> Result<(NetHandle, IbListenComm), NetError> {
+        handshake::listen(self.port(dev)?, &self.config)
+    }
+
+    fn connect(
+        &self,
+        dev: usize,
+        handle: &NetHandle,
+        state: &mut Option<IbConnecting>,
+    ) -> Result<Option<IbSendComm>, NetError> {
+        handshake::poll_connect(self.port(dev)?, &self.config, handle, state)
+    }
+
+    fn accept(&self, listen: &mut IbListenComm) -> Result<Option<IbRecvComm>, NetError> {
+        listen.poll_accept()
+    }
+
+    unsafe fn reg_mr(
+        &self,
+        comm: CommRef<'_, IbSendComm, IbRecvComm>,
+        data: *mut u8,
+        size: usize,
+        kind: PtrKind,
+    ) -> Result<IbMemHandle, NetError> {
+        if kind != PtrKind::Host {
+            return Err(NetError::new(
+                NetErrorKind::Unsupported,
+                "the verbs backend registers host memory only: CUDA memory (GPUDirect RDMA) is not implemented yet",
+            ));
+        }
+        let port = match comm {
+            CommRef::Send(c) => comm::port_of_send(c),
+            CommRef::Recv(c) => comm::port_of_recv(c),
+        };
+        let mr = port.register(data as usize, size)?;
+        Ok(IbMemHandle { mr, port })
+    }
+
+    fn dereg_mr(&self, mr: IbMemHandle) -> Result<(), NetError> {
+        mr.port.cache.put(&mr.mr);
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &self,
+        comm: &mut IbSendComm,
+        data: *const u8,
+        size: usize,
+        tag: u32,
+        mr: &IbMemHandle,
+    ) -> Result<Option<IbRequest>, NetError> {
+        let posted = lock(&comm.0).isend(data, size, tag, mr.mr.lkey)?;
+        Ok(posted.map(|(seq, i)| IbRequest(RequestKind::Send(comm.0.clone(), seq, i))))
+    }
+
+    unsafe fn irecv(
+        &self,
+        comm: &mut IbRecvComm,
+        bufs: &[RecvBuffer<'_, IbMemHandle>],
+    ) -> Result<Option<IbRequest>, NetError> {
+        let entries: Vec<_> = bufs.iter().map(comm::entry_of).collect();
+        let posted = lock(&comm.0).irecv(&entries)?;
+        Ok(posted.map(|seq| IbRequest(RequestKind::Recv(comm.0.clone(), seq))))
+    }
+
+    unsafe fn iflush(
+        &self,
+        _comm: &mut IbRecvComm,
+        _bufs: &[RecvBuffer<'_, IbMemHandle>],
+    ) -> Result<Option<IbRequest>, NetError> {
+        // Host memory only (see reg_mr): received data is visible once `test` says so.
+        Ok(None)
+    }
+
+    fn test(&self, request: &mut IbRequest) -> Result<Option<Completion>, NetError> {
+        let done = match &request.0 {
+            RequestKind::Send(state, seq, i) => lock(state).test(*seq, *i),
+            RequestKind::Recv(state, seq) => lock(state).test(*seq),
+            RequestKind::Done => {
+                return Err(NetError::new(
+                    NetErrorKind::InvalidArgument,
+                    "test of a verbs request that already completed",
+                ));
+            }
+        };
+        if !matches!(done, Ok(None)) {
+            request.0 = RequestKind::Done;
+        }
+        done
+    }
+
+    fn close_send(&self, comm: IbSendComm) -> Result<(), NetError> {
+        lock(&comm.0).close();
+        Ok(())
+    }
+
+    fn close_recv(&self, comm: IbRecvComm) -> Result<(), NetError> {
+        lock(&comm.0).close();
+        Ok(())
+    }
+
+    fn close_listen(&self, _comm: IbListenComm) -> Result<(), NetError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_come_from_nccl_and_weft_names() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = IbConfig::from_lookup(&env(&[])).unwrap();
+        assert_eq!(
+            (c.gid, c.qps_per_connection, c.timeout, c.retry_cnt),
+            (GidWanted::V4, 1, 20, 7)
+        );
+        let c = IbConfig::from_lookup(&env(&[
+            ("NCCL_IB_GID_INDEX", "3"),
+            ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+            ("WEFT_IB_TIMEOUT", "14"),
+            ("NCCL_IB_TIMEOUT", "22"),
+            ("NCCL_IB_HCA", "=rxe0"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.gid, c.gid_index, c.qps_per_connection, c.timeout),
+            (GidWanted::Index(3), Some(3), 4, 14)
+        );
+        assert!(c.hca.allows("rxe0", 1) && !c.hca.allows("rxe1", 1));
+        let c = IbConfig::from_lookup(&env(&[("NCCL_IB_ADDR_FAMILY", "AF_INET6")])).unwrap();
+        assert_eq!(c.gid, GidWanted::V6);
+        let e = IbConfig::from_lookup(&env(&[("NCCL_IB_QPS_PER_CONNECTION", "9")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("NCCL_IB_QPS_PER_CONNECTION=9: expected a number from 1 to 8"),
+            "{e}"
+        );
+        let e = IbConfig::from_lookup(&env(&[("NCCL_IB_ADDR_FAMILY", "AF_UNIX")])).unwrap_err();
+        assert!(e.to_string().contains("NCCL_IB_ADDR_FAMILY=AF_UNIX"), "{e}");
+    }
+}

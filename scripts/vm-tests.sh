@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Every Soft-RoCE VM test (docs/rdma-vms.md): builds what the VMs run (debug), then boots VMs
+# with scripts/rdma-vms.sh once per test and prints a table. Exit status 1 if any failed.
+#
+#   scripts/vm-tests.sh              # all
+#   scripts/vm-tests.sh ib-pair perf-mesh   # some, by name (see the list below)
+#
+# On the 2-core build machine the whole set takes about 6 minutes (TCG, 1 vCPU per VM).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target_dir="${CARGO_TARGET_DIR:-target}"
+
+# name | VMs | deadline (s) | command run in every VM
+tests=(
+    "pingpong|2|300|sh tests/vm/pingpong.sh"
+    "ib-pair|2|400|sh tests/vm/ib-pair.sh"
+    "plugin-ib|2|400|HARNESS_BACKEND=ib sh tests/vm/plugin-harness.sh"
+    "plugin-mesh|2|400|HARNESS_BACKEND=mesh sh tests/vm/plugin-harness.sh"
+    "mesh-ring|3|500|sh tests/vm/mesh-ring.sh"
+    "perf-ib|2|400|WEFT_VM_PERF_TRANSPORT=ib sh tests/vm/perf.sh"
+    "perf-mesh|3|500|WEFT_VM_PERF_TRANSPORT=mesh sh tests/vm/perf.sh"
+    "fault-link-down|2|300|FAULT=link-down sh tests/vm/faults.sh"
+    "fault-vm-killed|2|300|FAULT=vm-killed sh tests/vm/faults.sh"
+    "fault-wrong-gid|2|300|FAULT=wrong-gid sh tests/vm/faults.sh"
+    "fault-stray|2|300|FAULT=stray sh tests/vm/faults.sh"
+    "fault-no-subnet|3|300|FAULT=no-subnet sh tests/vm/faults.sh"
+)
+
+echo "== building what the VMs run"
+cargo build -p weft-net --example ib_pair --example ib_faults
+cargo build -p weft-driver --bin weft
+cargo build -p weft-nccl-net
+cp -f "$target_dir/debug/libnccl_net_weft.so" "$target_dir/debug/libnccl-net-weft.so"
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O1 -o "$target_dir/debug/weft-plugin-harness" \
+    tests/plugin/harness.c -ldl
+
+run_root="$target_dir/vm/tests-$(date -u +%Y%m%dT%H%M%S)"
+results=()
+failed=0
+for t in "${tests[@]}"; do
+    IFS='|' read -r name vms deadline command <<< "$t"
+    if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+    echo "== $name ($vms VMs)"
+    start=$(date +%s)
+    status=FAILED
+    for attempt in 1 2; do
+        rc=0
+        scripts/rdma-vms.sh --vms "$vms" --deadline "$deadline" --work "$run_root/$name-$attempt" \
+            -- "$command" || rc=$?
+        if [ "$rc" = 0 ]; then
+            status=ok
+            [ "$attempt" = 2 ] && status="ok (2nd run: the 1st hit a guest kernel crash)"
+            break
+        fi
+        # Run again only when a guest kernel crashed (exit 3, rdma-vms.sh says which VM).
+        [ "$rc" = 3 ] || break
+        echo "== $name: a guest kernel crashed; running it again"
+    done
+    [ "$status" = FAILED ] && failed=1
+    results+=("$(printf '%-18s %4d s  %s' "$name" $(($(date +%s) - start)) "$status")")
+done
+echo
+echo "== VM tests (logs in $run_root)"
+printf '%s\n' "${results[@]}"
+exit "$failed"
