@@ -63,6 +63,9 @@
 // `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
 #define WEFT_WAIT_SEND 1
 
+// `weft_kernel_fault.wait`: waiting for the peer to start the collective (direct writes).
+#define WEFT_WAIT_PEER_START 2
+
 // Most entries in a mesh handle.
 #define WEFT_MESH_MAX_ENTRIES 9
 
@@ -261,7 +264,7 @@ typedef struct weft_coll_work {
   uint32_t slice_steps;
   // FIFO steps per chunk (a multiple of `slice_steps`).
   uint32_t chunk_steps;
-  // 1: ranks joined by a [`super::CONN_DIRECT_WRITE`] connection send final results
+  // 1: ranks joined by a `CONN_DIRECT_WRITE` connection send final results
   // straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
   // the FIFO. The same on every rank, or the two ends would disagree on where data lands.
   uint32_t direct;
@@ -285,7 +288,8 @@ typedef struct weft_conn_info {
   uint64_t tail;
   // Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
   uint64_t sizes_fifo;
-  // Address of the connection's [`PtrExchange`], in the sender's memory (0: none).
+  // Address of the connection's `PtrExchange` (C `weft_ptr_exchange`), in the sender's
+  // memory (0: none).
   uint64_t ptr_exchange;
   // The next step this side will post (sender) or wait for (receiver).
   uint64_t step;
@@ -369,7 +373,7 @@ typedef struct weft_route {
   uint32_t speed_mbps;
 } weft_route;
 
-// Where the receiver of a [`CONN_DIRECT_WRITE`] connection publishes its output buffer:
+// Where the receiver of a `CONN_DIRECT_WRITE` connection publishes its output buffer:
 // it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
 typedef struct weft_ptr_exchange {
   // The receiver's `direct_ops` after this collective's increment.
@@ -462,9 +466,10 @@ typedef struct weft_kernel_fault {
   uint32_t channel;
   // The peer it was waiting on.
   int32_t peer;
-  // [`WAIT_RECV`] (data from `peer`) or [`WAIT_SEND`] (credit from `peer`).
+  // [`WAIT_RECV`] (data from `peer`), [`WAIT_SEND`] (credit from `peer`) or
+  // [`WAIT_PEER_START`] (`peer` to start the collective and publish its output buffer).
   uint32_t wait;
-  // The FIFO step it was waiting for.
+  // The FIFO step (or, for [`WAIT_PEER_START`], the collective count) it was waiting for.
   uint64_t step;
   // How long it had waited, in nanoseconds.
   uint64_t waited_ns;
@@ -555,7 +560,8 @@ weft_status weft_redop_from_name(const char *name, uint32_t *op);
 // Checks a work item as a kernel would before trusting it: known collective, data type,
 // operator, algorithm and protocol numbers; a channel range inside `WEFT_MAX_CHANNELS`; a
 // root below `nranks` for Broadcast and Reduce; a chunk that is a non-zero multiple of the
-// element size; chunk steps a multiple of slice steps; `reserved` zero; a byte count that
+// element size; chunk steps a multiple of slice steps; `direct` 0, or 1 for all-reduce,
+// all-gather and broadcast; a byte count that
 // fits 64 bits. `WEFT_ERR_BAD_FIELD` names the first field at fault.
 //
 // # Safety

@@ -307,7 +307,11 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
 // What one block runs for one primitive of `len` elements: every slice takes one FIFO slot
 // of each connection it uses. Returns false when the block must stop.
 // `peer_out`: the next rank's output once its pointer has been read (direct sends), else
-// null.
+// null. Direct writes rest on one invariant of the ring programs (core's property test
+// final_sends_land_at_the_receivers_output_offset checks both directions): a step that sends
+// final data meets, on the next rank, a Recv or RecvCopySend at the same output offset, and
+// every such receive meets such a send. So a receiver cannot finish a collective, and
+// overwrite its published pointer with the next one, before its sender has read it.
 template <int OP>
 __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channel, Fifo& send,
                          Fifo& recv, const Step& st, const T* input, T* output, bool reduces,
@@ -339,7 +343,7 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
       // The receiver's output address, once per collective: it publishes it when its kernel
       // starts, so nothing lands in its buffer before the collective began there.
       if (ok && direct_send && *peer_out == nullptr) {
-        ok = wait_for(b, &send.exchange->ops, send.ops, send.peer, WEFT_WAIT_SEND, channel);
+        ok = wait_for(b, &send.exchange->ops, send.ops, send.peer, WEFT_WAIT_PEER_START, channel);
         if (ok) *peer_out = (T*)*(volatile u64*)&send.exchange->ptr;
       }
       *stop = ok ? 0 : 1;

@@ -208,9 +208,10 @@ pub struct KernelFault {
     pub channel: u32,
     /// The peer it was waiting on.
     pub peer: i32,
-    /// [`WAIT_RECV`] (data from `peer`) or [`WAIT_SEND`] (credit from `peer`).
+    /// [`WAIT_RECV`] (data from `peer`), [`WAIT_SEND`] (credit from `peer`) or
+    /// [`WAIT_PEER_START`] (`peer` to start the collective and publish its output buffer).
     pub wait: u32,
-    /// The FIFO step it was waiting for.
+    /// The FIFO step (or, for [`WAIT_PEER_START`], the collective count) it was waiting for.
     pub step: u64,
     /// How long it had waited, in nanoseconds.
     pub waited_ns: u64,
@@ -237,6 +238,9 @@ pub const FAULT_ABORTED: u32 = 2;
 pub const WAIT_RECV: u32 = 0;
 /// [`KernelFault::wait`]: waiting for the peer to free a slot (the sender side).
 pub const WAIT_SEND: u32 = 1;
+/// [`KernelFault::wait`]: waiting for the peer to start the collective and publish its output
+/// buffer (direct writes, `CONN_DIRECT_WRITE`).
+pub const WAIT_PEER_START: u32 = 2;
 
 #[cfg(test)]
 mod test {

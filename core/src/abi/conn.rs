@@ -15,8 +15,8 @@ use crate::wire::ParseError;
 pub const CONN_DIRECT_READ: u32 = 1 << 0;
 /// The sender writes final results straight into the receiver's user buffer (P2P write,
 /// NCCL's direct send): both ends are in one process, so a device pointer is valid on
-/// both. The receiver publishes its output pointer at `ptr_exchange` (a [`PtrExchange`] in
-/// the sender's memory) once per collective that allows it.
+/// both. The receiver publishes its output pointer at `ptr_exchange` (a `PtrExchange`, C
+/// `weft_ptr_exchange`, in the sender's memory) once per collective that allows it.
 pub const CONN_DIRECT_WRITE: u32 = 1 << 1;
 /// The connection goes through an NVLS (NVLink SHARP) multicast buffer.
 pub const CONN_NVLS: u32 = 1 << 2;
@@ -56,7 +56,8 @@ pub struct ConnInfo {
     pub tail: u64,
     /// Address of `steps` `u32` sizes, one per slot, for a proxy-driven connection (0: none).
     pub sizes_fifo: u64,
-    /// Address of the connection's [`PtrExchange`], in the sender's memory (0: none).
+    /// Address of the connection's `PtrExchange` (C `weft_ptr_exchange`), in the sender's
+    /// memory (0: none).
     pub ptr_exchange: u64,
     /// The next step this side will post (sender) or wait for (receiver).
     pub step: u64,
@@ -70,7 +71,7 @@ pub struct ConnInfo {
     pub direct_ops: u64,
 }
 
-/// Where the receiver of a [`CONN_DIRECT_WRITE`] connection publishes its output buffer:
+/// Where the receiver of a `CONN_DIRECT_WRITE` connection publishes its output buffer:
 /// it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
 #[repr(C)]
 #[derive(
@@ -134,6 +135,13 @@ impl ConnInfo {
             return Err(ParseError::BadField {
                 field: "conn flags",
                 value: u64::from(unknown),
+            });
+        }
+        // A direct connection's kernel dereferences the exchange; host memory is never one.
+        if self.has(CONN_DIRECT_WRITE) && (self.ptr_exchange == 0 || self.has(CONN_HOST_MEMORY)) {
+            return Err(ParseError::BadField {
+                field: "conn ptr_exchange",
+                value: self.ptr_exchange,
             });
         }
         if self.steps != STEPS {
@@ -298,6 +306,26 @@ mod test {
             ("conn steps", 7)
         );
         assert_eq!(bad(ConnInfo { head: 0, ..valid() }), ("conn head", 0));
+        let direct = ConnInfo {
+            flags: CONN_DIRECT_WRITE,
+            ptr_exchange: 0x7f00_0000_0080,
+            ..valid()
+        };
+        assert!(direct.validate().is_ok());
+        assert_eq!(
+            bad(ConnInfo {
+                ptr_exchange: 0,
+                ..direct
+            }),
+            ("conn ptr_exchange", 0)
+        );
+        assert_eq!(
+            bad(ConnInfo {
+                flags: CONN_DIRECT_WRITE | CONN_HOST_MEMORY,
+                ..direct
+            }),
+            ("conn ptr_exchange", 0x7f00_0000_0080)
+        );
         assert_eq!(bad(ConnInfo { tail: 0, ..valid() }), ("conn tail", 0));
         assert_eq!(
             bad(ConnInfo {

@@ -22,7 +22,7 @@ pub mod work;
 
 pub use channel::{
     ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelFault,
-    RingInfo, TreeInfo, WAIT_RECV, WAIT_SEND,
+    RingInfo, TreeInfo, WAIT_PEER_START, WAIT_RECV, WAIT_SEND,
 };
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,

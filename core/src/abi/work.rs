@@ -46,7 +46,7 @@ pub struct CollWork {
     pub slice_steps: u32,
     /// FIFO steps per chunk (a multiple of `slice_steps`).
     pub chunk_steps: u32,
-    /// 1: ranks joined by a [`super::CONN_DIRECT_WRITE`] connection send final results
+    /// 1: ranks joined by a `CONN_DIRECT_WRITE` connection send final results
     /// straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
     /// the FIFO. The same on every rank, or the two ends would disagree on where data lands.
     pub direct: u32,

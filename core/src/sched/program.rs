@@ -515,8 +515,8 @@ mod test {
         /// What direct writes rely on: for all-reduce, all-gather and broadcast, the k-th
         /// send of a rank that also writes its output (the data is final) meets, on the next
         /// rank, a k-th receive that writes its output without reducing, at the same output
-        /// offset and length. So the sender can store the data straight into the
-        /// receiver's output, and the receiver skips its copy.
+        /// offset and length, and every such receive meets such a send. So the sender can
+        /// store the data straight into the receiver's output, and the receiver skips its copy.
         #[test]
         fn final_sends_land_at_the_receivers_output_offset(
             kind in 0u8..3,
@@ -548,6 +548,15 @@ mod test {
                     let recvs: Vec<&RingStep> = theirs.iter().filter(|s| s.prim.receives()).collect();
                     proptest::prop_assert_eq!(sends.len(), recvs.len());
                     for (s, r) in sends.iter().zip(&recvs) {
+                        // And the converse, which the kernel's direct receive and its
+                        // overwrite of the pointer exchange rely on: a receive that stores
+                        // data as it comes always meets a final send.
+                        if matches!(r.prim, Primitive::Recv | Primitive::RecvCopySend) {
+                            proptest::prop_assert!(
+                                s.prim.writes_output(),
+                                "{:?} meets {:?}", s.prim, r.prim
+                            );
+                        }
                         if !s.prim.writes_output() {
                             continue;
                         }

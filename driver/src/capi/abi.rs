@@ -47,6 +47,8 @@ pub const WEFT_FAULT_ABORTED: u32 = 2;
 pub const WEFT_WAIT_RECV: u32 = 0;
 /// `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
 pub const WEFT_WAIT_SEND: u32 = 1;
+/// `weft_kernel_fault.wait`: waiting for the peer to start the collective (direct writes).
+pub const WEFT_WAIT_PEER_START: u32 = 2;
 
 const _: () = {
     use weft_core::abi as core_abi;
@@ -67,6 +69,7 @@ const _: () = {
     assert!(WEFT_FAULT_ABORTED == core_abi::FAULT_ABORTED);
     assert!(WEFT_WAIT_RECV == core_abi::WAIT_RECV);
     assert!(WEFT_WAIT_SEND == core_abi::WAIT_SEND);
+    assert!(WEFT_WAIT_PEER_START == core_abi::WAIT_PEER_START);
     assert!(
         core_abi::CONN_KNOWN_FLAGS
             == WEFT_CONN_DIRECT_READ
@@ -284,7 +287,8 @@ pub unsafe extern "C" fn weft_redop_from_name(name: *const c_char, op: *mut u32)
 /// Checks a work item as a kernel would before trusting it: known collective, data type,
 /// operator, algorithm and protocol numbers; a channel range inside `WEFT_MAX_CHANNELS`; a
 /// root below `nranks` for Broadcast and Reduce; a chunk that is a non-zero multiple of the
-/// element size; chunk steps a multiple of slice steps; `reserved` zero; a byte count that
+/// element size; chunk steps a multiple of slice steps; `direct` 0, or 1 for all-reduce,
+/// all-gather and broadcast; a byte count that
 /// fits 64 bits. `WEFT_ERR_BAD_FIELD` names the first field at fault.
 ///
 /// # Safety

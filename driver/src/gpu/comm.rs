@@ -23,7 +23,7 @@ use weft_core::abi::{
     Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
     DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs,
     KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS,
-    TreeInfo, WAIT_RECV,
+    TreeInfo, WAIT_PEER_START, WAIT_RECV,
 };
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
@@ -779,10 +779,10 @@ impl GpuComm {
         if f.code == FAULT_ABORTED && self.failed.is_some() {
             return GpuError::Aborted(self.failed.clone().unwrap_or_default());
         }
-        let waiting_for = if f.wait == WAIT_RECV {
-            "data from"
-        } else {
-            "a free FIFO slot from"
+        let waiting_for = match f.wait {
+            WAIT_RECV => "data from",
+            WAIT_PEER_START => "the start of this collective (its output buffer's address) on",
+            _ => "a free FIFO slot from",
         };
         match f.code {
             FAULT_TIMEOUT => GpuError::PeerTimeout {
@@ -820,7 +820,10 @@ impl GpuComm {
     ///
     /// `send` and `recv` must be device memory of this rank's GPU (or accessible from it),
     /// valid for the collective's input and output lengths until the stream reaches this
-    /// call's end; every rank must enqueue the same collectives in the same order; and the
+    /// call's end. Between ranks of one process (direct writes), the previous rank's GPU
+    /// stores into `recv` too: it must be memory that peer access covers (`cuMemAlloc`);
+    /// for pool (`cudaMallocAsync`) or VMM memory without access granted to the peer GPUs,
+    /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); every rank must enqueue the same collectives in the same order; and the
     /// calls of one communicator must not run concurrently: enqueue them on one stream, or
     /// order their streams with events (they share the connections' FIFOs and counters).
     // NCCL's calls take these same arguments (ncclAllReduce has seven and the comm).
