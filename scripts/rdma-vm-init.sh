@@ -27,8 +27,23 @@ while read -r m; do
 done < /lib/modules/order
 
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /newroot || fail "mounting the host root over 9p failed"
+# The VM's /tmp and /run are its own tmpfs. A checkout under the host's /tmp (CI may make one
+# there) would vanish beneath it: the host's /tmp stays reachable at /mnt, and the folders of
+# the repository and the work folder are bound back in place.
+mount -o bind /newroot/tmp /newroot/mnt || fail "keeping the host's /tmp at /mnt failed"
+for d in tmp run; do mount -t tmpfs tmpfs "/newroot/$d"; done
+for p in "$repo" "$work"; do
+    case "$p" in
+    /tmp/*)
+        top=${p#/tmp/}
+        top=${top%%/*}
+        [ -d "/newroot/tmp/$top" ] && continue
+        mkdir -p "/newroot/tmp/$top"
+        mount -o bind "/newroot/mnt/$top" "/newroot/tmp/$top" || fail "binding /tmp/$top back failed"
+        ;;
+    esac
+done
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 work "/newroot$work" || fail "mounting the work folder over 9p failed"
-for d in tmp run dev/shm; do mount -t tmpfs tmpfs "/newroot/$d"; done
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys
 mount -t devtmpfs devtmpfs /newroot/dev
