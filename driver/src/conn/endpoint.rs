@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use weft_core::fifo::ll::{LlReceiver, LlSender};
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice, StepReceiver, StepSender};
 
 use super::error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
@@ -37,14 +38,14 @@ pub struct Waiter {
 
 /// What both ends share: the memory, who they are, how they wait.
 #[derive(Debug)]
-struct Side {
-    region: FifoRegion,
-    conn: ConnId,
-    waiter: Waiter,
+pub(super) struct Side {
+    pub(super) region: FifoRegion,
+    pub(super) conn: ConnId,
+    pub(super) waiter: Waiter,
 }
 
 impl Side {
-    fn protocol(&self, err: FifoError) -> ConnError {
+    pub(super) fn protocol(&self, err: FifoError) -> ConnError {
         ConnError::Protocol {
             conn: self.conn,
             err,
@@ -96,7 +97,7 @@ impl Side {
     /// passes. `counters` gives (our step, peer's counter) for the timeout message. A failure
     /// of ours (timeout, local abort, dead peer, protocol error) also raises this end's abort
     /// bit, so the peer stops waiting on us promptly.
-    fn wait<T>(
+    pub(super) fn wait<T>(
         &self,
         waiting_for: WaitFor,
         mut poll: impl FnMut() -> Result<Option<T>, ConnError>,
@@ -189,9 +190,17 @@ impl Side {
 /// The sending end: wait for credit, fill a slice, post it.
 #[derive(Debug)]
 pub struct FifoSendEnd {
-    side: Side,
+    pub(super) side: Side,
     steps: StepSender,
     pending: Option<Slice>,
+    /// The receiver's head as last loaded: reloaded (a cache miss, since the receiver has
+    /// just written it) only when it does not grant the next slice, as NCCL's
+    /// `connStepCache`. A stale head grants less, never more: credits only grow.
+    head_cache: u64,
+    /// The LL protocol's state (`conn::ll`), when the connection has an LL buffer.
+    pub(super) ll: Option<LlSender>,
+    /// The same cache for the LL head (NCCL's `sendConnHeadCache`).
+    pub(super) ll_head_cache: u64,
 }
 
 /// A slice granted to the sender: write into [`SendSlot::buf`], then [`SendSlot::post`] the
@@ -207,6 +216,7 @@ impl FifoSendEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
         region.record_owner(Direction::Send);
+        let ll = region.ll_geometry().map(|g| LlSender::new(g, 0));
         FifoSendEnd {
             side: Side {
                 region,
@@ -215,6 +225,9 @@ impl FifoSendEnd {
             },
             steps: StepSender::load(geometry, 0),
             pending: None,
+            head_cache: 0,
+            ll,
+            ll_head_cache: 0,
         }
     }
 
@@ -255,13 +268,18 @@ impl FifoSendEnd {
         side: &Side,
         steps: &mut StepSender,
         pending: &mut Option<Slice>,
+        head_cache: &mut u64,
     ) -> Result<Option<Slice>, ConnError> {
         if let Some(slice) = *pending {
             return Ok(Some(slice));
         }
-        // Acquire: pairs with the receiver's Release store of head (module documentation).
-        let head = side.region.header().head.0.load(Ordering::Acquire);
-        let granted = steps.acquire(head).map_err(|e| side.protocol(e))?;
+        let mut granted = steps.acquire(*head_cache).map_err(|e| side.protocol(e))?;
+        if granted.is_none() {
+            // Acquire: pairs with the receiver's Release store of head (module
+            // documentation); the cached value was loaded the same way.
+            *head_cache = side.region.header().head.0.load(Ordering::Acquire);
+            granted = steps.acquire(*head_cache).map_err(|e| side.protocol(e))?;
+        }
         *pending = granted;
         Ok(granted)
     }
@@ -269,7 +287,12 @@ impl FifoSendEnd {
     /// The next slice if the receiver has freed it, without waiting (for a proxy thread that
     /// polls many connections).
     pub fn try_acquire(&mut self) -> Result<Option<SendSlot<'_>>, ConnError> {
-        match Self::poll_credit(&self.side, &mut self.steps, &mut self.pending)? {
+        match Self::poll_credit(
+            &self.side,
+            &mut self.steps,
+            &mut self.pending,
+            &mut self.head_cache,
+        )? {
             Some(slice) => Ok(Some(SendSlot { end: self, slice })),
             None => Ok(None),
         }
@@ -277,11 +300,16 @@ impl FifoSendEnd {
 
     /// Waits for the next slice (see [`Waiter`] for how the wait ends).
     pub fn acquire(&mut self) -> Result<SendSlot<'_>, ConnError> {
-        let (side, steps, pending) = (&self.side, &mut self.steps, &mut self.pending);
+        let (side, steps, pending, cache) = (
+            &self.side,
+            &mut self.steps,
+            &mut self.pending,
+            &mut self.head_cache,
+        );
         let next = steps.next_step();
         let slice = side.wait(
             WaitFor::Credit,
-            || Self::poll_credit(side, steps, pending),
+            || Self::poll_credit(side, steps, pending, cache),
             || (next, side.region.header().head.0.load(Ordering::Relaxed)),
         )?;
         Ok(SendSlot { end: self, slice })
@@ -386,9 +414,11 @@ impl SendSlot<'_> {
 /// The receiving end: wait for a posted slice, read it, free it.
 #[derive(Debug)]
 pub struct FifoRecvEnd {
-    side: Side,
+    pub(super) side: Side,
     steps: StepReceiver,
     pending: Option<Slice>,
+    /// The LL protocol's state (`conn::ll`), when the connection has an LL buffer.
+    pub(super) ll: Option<LlReceiver>,
 }
 
 /// A posted slice granted to the receiver: read [`RecvSlot::data`], then
@@ -404,6 +434,7 @@ impl FifoRecvEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
         region.record_owner(Direction::Recv);
+        let ll = region.ll_geometry().map(|g| LlReceiver::new(g, 0));
         FifoRecvEnd {
             side: Side {
                 region,
@@ -412,6 +443,7 @@ impl FifoRecvEnd {
             },
             steps: StepReceiver::load(geometry, 0),
             pending: None,
+            ll,
         }
     }
 

@@ -1,8 +1,9 @@
 //! One connection's memory with a validated layout: what both ends are built on.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use weft_core::fifo::ll::LlGeometry;
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice};
 
 use super::endpoint::{FifoRecvEnd, FifoSendEnd, Waiter};
@@ -53,7 +54,11 @@ impl FifoRegion {
         ident
             .step_bytes
             .store(as_u64(layout.step_bytes()), Ordering::Relaxed);
+        ident
+            .ll_lines
+            .store(as_u64(layout.ll_lines()), Ordering::Relaxed);
         header.head.0.store(0, Ordering::Relaxed);
+        header.ll_head.0.store(0, Ordering::Relaxed);
         header.tail.0.store(0, Ordering::Relaxed);
         for size in &header.sizes.0 {
             size.store(SIZE_UNUSED, Ordering::Relaxed);
@@ -63,6 +68,11 @@ impl FifoRegion {
         header.state.0.receiver_pid.store(0, Ordering::Relaxed);
         header.state.0.sender_pidns.store(0, Ordering::Relaxed);
         header.state.0.receiver_pidns.store(0, Ordering::Relaxed);
+        // LL lines start with flag 0: "written at step -1", never fresh before cleaning
+        // (weft_core::fifo::ll). Fresh memory is zero already; this makes it not matter.
+        for word in region.ll_words() {
+            word.store(0, Ordering::Relaxed);
+        }
         // Release: a peer that reads the magic with Acquire sees the whole header above.
         ident.magic.store(FIFO_MAGIC, Ordering::Release);
         Ok(region)
@@ -96,11 +106,16 @@ impl FifoRegion {
         }
         let slots = ident.slots.load(Ordering::Relaxed);
         let step_bytes = ident.step_bytes.load(Ordering::Relaxed);
+        let ll_lines = ident.ll_lines.load(Ordering::Relaxed);
         let layout = usize::try_from(slots)
             .ok()
             .zip(usize::try_from(step_bytes).ok())
             .and_then(|(s, b)| FifoLayout::new(s, b).ok())
             .ok_or(bad("slots/step_bytes", slots, step_bytes))?;
+        let layout = usize::try_from(ll_lines)
+            .ok()
+            .and_then(|l| layout.with_ll_lines(l).ok())
+            .ok_or(bad("ll_lines", ll_lines, 0))?;
         if layout.total_bytes() > mem.len() {
             return Err(bad("memory length", total, as_u64(layout.total_bytes())));
         }
@@ -221,6 +236,32 @@ impl FifoRegion {
     pub(crate) fn slice_bytes(&self, geometry: &FifoGeometry) -> usize {
         let steps = usize::try_from(geometry.step_per_slice()).unwrap_or(usize::MAX);
         steps.saturating_mul(self.layout.step_bytes())
+    }
+
+    /// The LL buffer's geometry, `None` when the connection has no LL buffer.
+    pub(crate) fn ll_geometry(&self) -> Option<LlGeometry> {
+        match self.layout.ll_lines() {
+            0 => None,
+            lines => LlGeometry::new(self.layout.slots(), lines).ok(),
+        }
+    }
+
+    /// Every line of the LL buffer, as the 8-byte words both ends store and load (empty
+    /// without an LL buffer).
+    pub(crate) fn ll_words(&self) -> &[AtomicU64] {
+        let (offset, bytes) = (self.layout.ll_offset(), self.layout.ll_bytes());
+        if bytes == 0 || offset.saturating_add(bytes) > self.mem.len() {
+            return &[];
+        }
+        let base = self.mem.base().as_ptr().wrapping_add(offset);
+        // SAFETY: `init`/`attach` checked that the memory holds the layout's total bytes,
+        // which end with this buffer (checked again above), alive while `self.mem` is; the
+        // buffer starts 64-aligned (a page plus a multiple of 64) so every `AtomicU64` is
+        // aligned; an `AtomicU64` has the size and layout of a `u64` and is valid for any
+        // bits, and the other process touches these bytes only through 8-byte atomics too.
+        unsafe {
+            std::slice::from_raw_parts(base.cast::<AtomicU64>(), bytes / size_of::<AtomicU64>())
+        }
     }
 
     /// Start and length of `slice`'s slots. Always inside the memory: the geometry's slots
