@@ -16,7 +16,7 @@
 //! These are the orderings NCCL gets from `volatile` plus `__threadfence_system()` on the GPU
 //! and `__atomic` builtins in its proxy; on x86 they compile to plain moves.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use weft_core::fifo::ll::{LlReceiver, LlSender};
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice, StepReceiver, StepSender};
@@ -24,7 +24,7 @@ use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice, StepReceiver,
 use super::error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 use super::layout::flags;
 use super::region::FifoRegion;
-use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive};
+use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive, this_cpu};
 
 /// How an end waits and when it gives up: the deadline policy, the communicator's abort
 /// flag, and the peer's pid for dead-peer detection (`None`: take it from the connection
@@ -79,6 +79,28 @@ impl Side {
         };
         let pid = pid.load(Ordering::Relaxed);
         (pid != 0 && pidns.load(Ordering::Relaxed) == pid_namespace()).then_some(pid)
+    }
+
+    /// This end's and the peer's CPU fields in the shared state.
+    fn cpus(&self) -> (&AtomicU32, &AtomicU32) {
+        let state = &self.region.header().state.0;
+        match self.conn.dir {
+            Direction::Send => (&state.sender_cpu, &state.receiver_cpu),
+            Direction::Recv => (&state.receiver_cpu, &state.sender_cpu),
+        }
+    }
+
+    /// Records the CPU this end waits on (only when it changed, to keep the line shared)
+    /// and says whether the peer was last seen waiting on the same one.
+    fn shares_cpu_with_peer(&self) -> bool {
+        let (mine, peer) = self.cpus();
+        let cpu = this_cpu();
+        // Relaxed: a hint for the wait policy; a stale value costs one needless yield or
+        // a few more spins, never correctness.
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
+        cpu != 0 && peer.load(Ordering::Relaxed) == cpu
     }
 
     /// Marks this end aborted in the shared word, so the peer's waits end too.
@@ -139,6 +161,12 @@ impl Side {
             // Closing is normal after the last post: only an error when nothing is left.
             if seen & peer_closed != 0 {
                 return Err(ConnError::PeerClosed { conn, waiting_for });
+            }
+            // Spinning while the peer waits for this very CPU only delays it: the scheduler
+            // put both ends on one CPU (it does, after they slept). Checked at the first
+            // miss and every 64 polls, a `sched_getcpu` each (vDSO, tens of nanoseconds).
+            if backoff.spinning() && backoff.polls() % 64 == 0 && self.shares_cpu_with_peer() {
+                backoff.stop_spinning();
             }
             match backoff.pause() {
                 Due::Nothing => {}

@@ -6,8 +6,8 @@
 //!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
 //!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
 //!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
-//!         512  state: closed/aborted bits, both pids and      (either side, rarely)
-//!                     pid namespaces
+//!         512  state: closed/aborted bits, both pids, pid     (either side, rarely)
+//!                     namespaces and CPUs
 //!         640  ll_head: LL steps the receiver has read        (receiver writes, sender reads)
 //!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
 //!   4096 + slots * step_bytes
@@ -107,6 +107,11 @@ pub(crate) struct State {
     /// (containers sharing /dev/shm may have different ones).
     pub(crate) sender_pidns: AtomicU64,
     pub(crate) receiver_pidns: AtomicU64,
+    /// The CPU each end last waited on, plus one (0: not known yet). Written only when it
+    /// changes, so the line stays shared; a waiter whose peer is on its own CPU stops
+    /// spinning (the peer cannot post while it spins) and yields.
+    pub(crate) sender_cpu: AtomicU32,
+    pub(crate) receiver_cpu: AtomicU32,
 }
 
 /// Where the receiver's pid namespace sits in the memory (for the stale-segment sweep, which

@@ -1,5 +1,6 @@
 //! One connection's memory with a validated layout: what both ends are built on.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -19,6 +20,10 @@ use super::wait::pid_namespace;
 #[derive(Debug, Clone)]
 pub struct FifoRegion {
     mem: Arc<dyn FifoMemory>,
+    /// `mem.base()` and `mem.len()`, read once: they never change (the trait's contract),
+    /// and every header or line access would otherwise make a dynamic call.
+    base: NonNull<u8>,
+    len: usize,
     layout: FifoLayout,
     /// Why a party in this process failed the connection (a NET proxy's network error), shared
     /// by the clones of this process only: the peer's waits report it instead of a bare abort.
@@ -42,6 +47,8 @@ impl FifoRegion {
     pub fn init(mem: Arc<dyn FifoMemory>, layout: FifoLayout) -> Result<Self, LayoutError> {
         Self::check_memory(&*mem, &layout)?;
         let region = FifoRegion {
+            base: mem.base(),
+            len: mem.len(),
             mem,
             layout,
             failure: Arc::default(),
@@ -68,6 +75,8 @@ impl FifoRegion {
         header.state.0.receiver_pid.store(0, Ordering::Relaxed);
         header.state.0.sender_pidns.store(0, Ordering::Relaxed);
         header.state.0.receiver_pidns.store(0, Ordering::Relaxed);
+        header.state.0.sender_cpu.store(0, Ordering::Relaxed);
+        header.state.0.receiver_cpu.store(0, Ordering::Relaxed);
         // LL lines start with flag 0: "written at step -1", never fresh before cleaning
         // (weft_core::fifo::ll). Fresh memory is zero already; this makes it not matter.
         for word in region.ll_words() {
@@ -120,6 +129,8 @@ impl FifoRegion {
             return Err(bad("memory length", total, as_u64(layout.total_bytes())));
         }
         Ok(FifoRegion {
+            base: mem.base(),
+            len: mem.len(),
             mem,
             layout,
             failure: Arc::default(),
@@ -207,7 +218,7 @@ impl FifoRegion {
         // layout's total bytes (more than DATA_OFFSET >= size_of::<FifoHeader>()); `self.mem`
         // keeps it alive for the returned borrow; all header fields are atomics, valid for
         // any bits and safe to share between threads and processes.
-        unsafe { self.mem.base().cast::<FifoHeader>().as_ref() }
+        unsafe { self.base.cast::<FifoHeader>().as_ref() }
     }
 
     /// One step per slice, one slice per chunk, over all of the layout's slots.
@@ -250,10 +261,10 @@ impl FifoRegion {
     /// without an LL buffer).
     pub(crate) fn ll_words(&self) -> &[AtomicU64] {
         let (offset, bytes) = (self.layout.ll_offset(), self.layout.ll_bytes());
-        if bytes == 0 || offset.saturating_add(bytes) > self.mem.len() {
+        if bytes == 0 || offset.saturating_add(bytes) > self.len {
             return &[];
         }
-        let base = self.mem.base().as_ptr().wrapping_add(offset);
+        let base = self.base.as_ptr().wrapping_add(offset);
         // SAFETY: `init`/`attach` checked that the memory holds the layout's total bytes,
         // which end with this buffer (checked again above), alive while `self.mem` is; the
         // buffer starts 64-aligned (a page plus a multiple of 64) so every `AtomicU64` is
@@ -276,17 +287,20 @@ impl FifoRegion {
             .and_then(|o| o.checked_add(DATA_OFFSET));
         let len = self.slice_bytes(geometry);
         match start {
-            Some(start)
-                if start
-                    .checked_add(len)
-                    .is_some_and(|end| end <= self.mem.len()) =>
-            {
-                (self.mem.base().as_ptr().wrapping_add(start), len)
+            Some(start) if start.checked_add(len).is_some_and(|end| end <= self.len) => {
+                (self.base.as_ptr().wrapping_add(start), len)
             }
-            _ => (self.mem.base().as_ptr().wrapping_add(DATA_OFFSET), 0),
+            _ => (self.base.as_ptr().wrapping_add(DATA_OFFSET), 0),
         }
     }
 }
+
+// SAFETY: `base` is `mem.base()`, which the `FifoMemory` contract makes valid from any
+// thread for as long as `mem` (held here) lives; `FifoMemory` is `Send + Sync`, and every
+// access through the pointer is to atomics or protocol-granted slots.
+unsafe impl Send for FifoRegion {}
+// SAFETY: as above: shared access only reads the address.
+unsafe impl Sync for FifoRegion {}
 
 fn as_u64(v: usize) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)

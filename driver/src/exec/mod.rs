@@ -145,6 +145,9 @@ pub struct Executor {
     /// traffic rule.
     all_channels: bool,
     tuning: Tuning,
+    /// The last call's shape and the choice made for it: a loop of identical calls (the
+    /// common case) skips the model.
+    last_choice: Option<(Collective, usize, DataType, Choice)>,
 }
 
 /// Locks a connection even if a panicking job poisoned the mutex: the FIFO state is
@@ -171,12 +174,14 @@ impl Executor {
             pool: WorkerPool::new(format!("weft-r{rank}")),
             all_channels: false,
             tuning: Tuning::default(),
+            last_choice: None,
         }
     }
 
     /// How calls choose their protocol (every rank must set the same).
     pub fn set_tuning(&mut self, tuning: Tuning) {
         self.tuning = tuning;
+        self.last_choice = None;
     }
 
     pub fn tuning(&self) -> &Tuning {
@@ -267,23 +272,46 @@ impl Executor {
         op: RedOp,
         buffers: RawBuffers,
     ) -> Result<(), ExecError> {
-        let choice = self.choose(collective, count, dtype)?;
-        let spec = self.spec(collective, count, dtype, choice.protocol)?;
-        let call = RingCall {
-            spec,
-            dtype,
-            reduction: ring::reduction(dtype, op, self.nranks)?,
-            slice_elems: self.slice_bytes(choice.protocol) / dtype.size_of_elem(),
-            protocol: choice.protocol,
-            buffers,
+        let choice = match self.last_choice {
+            Some((c, n, d, choice)) if (c, n, d) == (collective, count, dtype) => choice,
+            _ => {
+                let choice = self.choose(collective, count, dtype)?;
+                self.last_choice = Some((collective, count, dtype, choice));
+                choice
+            }
         };
         let rank = self.rank;
+        let reduction = ring::reduction(dtype, op, self.nranks)?;
         if choice.one_shot {
+            // One message of the whole buffer on channel 0: no chunks, no channel split.
+            let call = RingCall {
+                spec: ProgramSpec {
+                    collective,
+                    count,
+                    elem_size: dtype.size_of_elem(),
+                    chunk_elems: count.max(1),
+                    nchannels: 1,
+                },
+                dtype,
+                reduction,
+                slice_elems: count.max(1),
+                protocol: choice.protocol,
+                buffers,
+            };
             return self.run_here(0, |ring, conns| match conns {
                 Some(c) => one_shot::all_reduce(&call, ring, rank, c),
                 None => ring::run_channel(&call, ring, rank, 0, None),
             });
         }
+        let spec = self.spec(collective, count, dtype, choice.protocol)?;
+        let call = RingCall {
+            spec,
+            dtype,
+            reduction,
+            slice_elems: self.slice_bytes(choice.protocol) / dtype.size_of_elem(),
+            protocol: choice.protocol,
+            buffers,
+        };
         let align = align_elems(dtype.size_of_elem())?;
         let mut active = Vec::new();
         for c in 0..spec.nchannels {

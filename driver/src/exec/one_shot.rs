@@ -14,6 +14,7 @@
 
 use weft_core::abi::Protocol;
 
+use super::buffers::Overlap;
 use super::error::ExecError;
 use super::ring::{RingCall, RingConns, Scratch, sized};
 use crate::conn::{FifoRecvEnd, FifoSendEnd};
@@ -96,11 +97,15 @@ pub fn all_reduce(
         Ok(range)
     };
     let buf = &call.buffers;
-    // This rank's input, copied aside first: in place, the output below overwrites it.
-    let mine = block(pos)?;
-    // SAFETY: only this input slice is alive; `all` is the channel's own buffer.
-    all[mine.clone()].copy_from_slice(unsafe { buf.input(0..bytes)? });
-    send_msg(send, &all[mine], call.protocol)?;
+    let in_place = buf.overlap(&(0..bytes), &(0..bytes)) != Overlap::Disjoint;
+    if in_place {
+        // The output written below overwrites the input it is computed from: keep a copy.
+        let mine = block(pos)?;
+        // SAFETY: only this input slice is alive; `all` is the channel's own buffer.
+        all[mine].copy_from_slice(unsafe { buf.input(0..bytes)? });
+    }
+    // SAFETY: only this input slice is alive (nothing writes the output before the reduction).
+    send_msg(send, unsafe { buf.input(0..bytes)? }, call.protocol)?;
     // Hop k brings the input of the rank k places back; all but the last hop pass it on.
     for k in 1..n {
         let from = block((pos + n - k) % n)?;
@@ -110,12 +115,20 @@ pub fn all_reduce(
         }
     }
     let red = &call.reduction;
-    // SAFETY: the input is no longer read (it was copied into `all`); only this output
-    // slice is alive.
+    let input_of = |p: usize| -> Result<&[u8], ExecError> {
+        if p == pos && !in_place {
+            // SAFETY: out of place: the input does not overlap the output.
+            unsafe { buf.input(0..bytes) }
+        } else {
+            Ok(&all[block(p)?])
+        }
+    };
+    // SAFETY: the input is read below only out of place (disjoint from the output); in
+    // place it was copied into `all`. Only this output slice is alive.
     let out = unsafe { buf.output(0..bytes)? };
-    red.copy_input(out, &all[block(0)?])?;
+    red.copy_input(out, input_of(0)?)?;
     for p in 1..n {
-        red.reduce_input_in_place(out, &all[block(p)?])?;
+        red.reduce_input_in_place(out, input_of(p)?)?;
     }
     red.finish(out)?;
     Ok(())

@@ -52,8 +52,10 @@ impl Shape {
             enable: ProtocolEnable::parse(self.protocol.name()).unwrap(),
             ll_step_bytes: Self::LL_LINES * 4,
             model: TuningModel {
-                ll: costs,
-                simple: costs,
+                ring_ll: costs,
+                ring_simple: costs,
+                one_shot_ll: costs,
+                one_shot_simple: costs,
                 one_shot_max_bytes: if self.one_shot { u64::MAX } else { 0 },
             },
         }
