@@ -143,7 +143,10 @@ pub const DEDICATED_SPINS: u32 = 65_536;
 /// The FIFO wait policy for `local_ranks` rank processes on a host with `cpus` CPUs.
 ///
 /// With a CPU per rank, the peer that will post is running, or will be within a scheduler
-/// tick: spin, as MPI libraries do, for about 2 ms ([`DEDICATED_SPINS`]) before yielding.
+/// tick: spin, as MPI libraries do, for about 2 ms ([`DEDICATED_SPINS`]) before yielding,
+/// and sleep at most 50 us after that (a message that arrives during a 500 us sleep waits
+/// for it, and so does every rank behind this one on the ring). A waiter whose peer was last
+/// seen on its own CPU stops spinning at once (`conn`'s wait).
 /// A shorter spin costs dearly on a shared host: a yield hands the CPU to whatever else is
 /// runnable there for the rest of its time slice, and the message that arrives meanwhile
 /// waits for it. Measured with `weft perf all-reduce --ranks 2 -b 8 -e 8` on the 2-CPU build
@@ -167,6 +170,7 @@ pub fn wait_policy_for(local_ranks: usize, cpus: usize) -> WaitPolicy {
         WaitPolicy {
             spins: DEDICATED_SPINS,
             yields: 2048,
+            max_sleep: Duration::from_micros(50),
             ..base
         }
     }
