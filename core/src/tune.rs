@@ -33,17 +33,13 @@ impl ProtocolSet {
     pub const NONE: ProtocolSet = ProtocolSet(0);
     pub const ALL: ProtocolSet = ProtocolSet(0b111);
 
-    pub const fn of(protocols: &[Protocol]) -> Self {
-        let mut bits = 0u8;
-        let mut i = 0;
-        while i < protocols.len() {
-            // Each protocol's number is below 3 (its index): the shift stays in the byte.
-            bits |= 1 << (protocols[i] as u8);
-            i += 1;
-        }
-        ProtocolSet(bits)
+    pub fn of(protocols: &[Protocol]) -> Self {
+        protocols
+            .iter()
+            .fold(ProtocolSet::NONE, |set, p| set.with(*p))
     }
 
+    // Each protocol's number is below 3 (its index): the shifts stay in the byte.
     pub const fn contains(self, p: Protocol) -> bool {
         self.0 & (1 << (p as u8)) != 0
     }
@@ -266,18 +262,21 @@ impl ProtocolEnable {
     pub fn to_bits(&self) -> u16 {
         self.per_function
             .iter()
-            .enumerate()
-            .fold(0u16, |acc, (i, s)| acc | u16::from(s.bits()) << (3 * i))
+            .zip(Self::SHIFTS)
+            .fold(0u16, |acc, (s, shift)| acc | u16::from(s.bits()) << shift)
     }
 
     pub fn from_bits(bits: u16) -> Self {
         let mut enable = ProtocolEnable::default();
-        for (i, slot) in enable.per_function.iter_mut().enumerate() {
-            // 3 bits per entry, i < 5: the shift stays below 16.
-            *slot = ProtocolSet::from_bits((bits >> (3 * i)) as u8);
+        for (slot, shift) in enable.per_function.iter_mut().zip(Self::SHIFTS) {
+            // The mask keeps 3 bits: the cast loses nothing.
+            *slot = ProtocolSet::from_bits(((bits >> shift) & 0b111) as u8);
         }
         enable
     }
+
+    /// Where each collective's 3 bits sit in [`ProtocolEnable::to_bits`].
+    const SHIFTS: [u32; 5] = [0, 3, 6, 9, 12];
 }
 
 impl fmt::Display for ProtocolEnable {
@@ -399,7 +398,7 @@ impl TuningModel {
                 costs
                     .base_ns
                     .saturating_add(hops.saturating_mul(costs.hop_ns))
-                    .saturating_add(moved.saturating_mul(1000) / bw),
+                    .saturating_add(moved.saturating_mul(1000).checked_div(bw).unwrap_or(0)),
             );
         }
         // NCCL's ring: nsteps hops, and algBw = busBw * nRanks / nsteps.
@@ -409,7 +408,11 @@ impl TuningModel {
             Collective::Broadcast { .. } | Collective::Reduce { .. } => n,
         }
         .max(1);
-        let transfer = bytes.saturating_mul(1000).saturating_mul(nsteps) / bw.saturating_mul(n);
+        let transfer = bytes
+            .saturating_mul(1000)
+            .saturating_mul(nsteps)
+            .checked_div(bw.saturating_mul(n))
+            .unwrap_or(0);
         Some(
             costs
                 .base_ns

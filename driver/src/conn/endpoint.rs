@@ -165,7 +165,10 @@ impl Side {
             // Spinning while the peer waits for this very CPU only delays it: the scheduler
             // put both ends on one CPU (it does, after they slept). Checked at the first
             // miss and every 64 polls, a `sched_getcpu` each (vDSO, tens of nanoseconds).
-            if backoff.spinning() && backoff.polls() % 64 == 0 && self.shares_cpu_with_peer() {
+            if backoff.spinning()
+                && backoff.polls().is_multiple_of(64)
+                && self.shares_cpu_with_peer()
+            {
                 backoff.stop_spinning();
             }
             match backoff.pause() {
