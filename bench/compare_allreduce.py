@@ -6,7 +6,8 @@
 Reads each file's data rows (`size count type redop root` then time, algbw, busbw, #wrong out
 of place and again in place), refuses a run with a wrong element, and prints per size the
 bus bandwidth of each and weft's ratio to each baseline, then the smallest size's times and
-the issue's goals. weft and MPI are read from their out-of-place columns; Gloo from its
+the issue's goals (including: at least each baseline's speed at every size both measured).
+weft and MPI are read from their out-of-place columns; Gloo from its
 in-place ones, because torch's all_reduce has no out-of-place form (the script that runs it
 times copy + all_reduce there). A ratio is computed from the times (same size and ranks, so
 it equals the busbw ratio) and so stays exact where busbw rounds to 0.00.
@@ -30,8 +31,10 @@ class Row:
         self.ip = (float(fields[9]), float(fields[10]), float(fields[11]), fields[12])
 
 
-def parse(text):
-    """Data rows of nccl-tests-style output, by size; other lines (comments, logs) are skipped.
+def parse_all(text):
+    """Data rows of nccl-tests-style output, by size, in order: a size measured several times
+    (runs appended to one file, `--rounds`) has several rows. Other lines (comments, logs) are
+    skipped.
 
     A row has 13 fields: size count type redop root, then time algbw busbw #wrong twice;
     #wrong may read N/A, as in nccl-tests runs without validation.
@@ -45,8 +48,13 @@ def parse(text):
             row = Row(fields)
         except ValueError:
             continue
-        rows[row.size] = row
+        rows.setdefault(row.size, []).append(row)
     return rows
+
+
+def parse(text):
+    """The last data row of each size (see parse_all)."""
+    return {size: rows[-1] for size, rows in parse_all(text).items()}
 
 
 def wrong_count(text):
@@ -61,24 +69,25 @@ def human_size(nbytes):
 
 
 def load(label, path, column):
+    """{size: (time us, busbw GB/s)} from `column` ("oop" or "ip") of a file; a size measured
+    several times gives its median time (the middle run, or the faster of the middle two)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            rows = parse(f.read())
+            rows = parse_all(f.read())
     except OSError as err:
         raise SystemExit(f"compare_allreduce: cannot read the {label} output {path}: {err.strerror}")
     if not rows:
         raise SystemExit(f"compare_allreduce: no nccl-tests data row in the {label} output {path}; "
                          "see that file for what the run printed")
-    bad = [(r.size, r.oop[3], r.ip[3]) for r in rows.values()
+    bad = [(r.size, r.oop[3], r.ip[3]) for runs in rows.values() for r in runs
            if wrong_count(r.oop[3]) or wrong_count(r.ip[3])]
     if bad:
         sizes = ", ".join(f"{human_size(s)} (#wrong {o} / {i})" for s, o, i in bad)
         raise SystemExit(f"compare_allreduce: {label} gave wrong results at {sizes}: its timings mean nothing")
-    # size -> (time us, busbw GB/s) from the chosen column.
     picked = {}
-    for size, row in rows.items():
-        time_us, _algbw, busbw, _wrong = getattr(row, column)
-        picked[size] = (time_us, busbw)
+    for size, runs in rows.items():
+        measured = sorted((getattr(r, column)[0], getattr(r, column)[2]) for r in runs)
+        picked[size] = measured[(len(measured) - 1) // 2]
     return picked
 
 
@@ -126,6 +135,15 @@ def report(runs):
             want = f"{how} {factor:g}x {label}" if factor != 1.0 else f"{how} {label}"
             out.append(f"  {human_size(largest)} busbw {want}: {ours:.2f} vs {theirs:.2f} GB/s "
                        f"({data[largest][0] / weft[largest][0]:.2f}x) -> {'MET' if met else 'MISSED'}")
+            # Issue 11: at least the baseline's speed at every size both measured.
+            slower = [s for s in sorted(common) if weft[s][0] > data[s][0]]
+            if slower:
+                worst = max(slower, key=lambda s: weft[s][0] / data[s][0])
+                out.append(f"  every size at least as fast as {label}: MISSED at "
+                           + ", ".join(human_size(s) for s in slower)
+                           + f" (worst {human_size(worst)}: {data[worst][0] / weft[worst][0]:.2f}x)")
+            else:
+                out.append(f"  every size at least as fast as {label}: {len(common)} sizes -> MET")
     return "\n".join(out)
 
 

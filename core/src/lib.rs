@@ -8,6 +8,7 @@
 //! - [`net`]: IPv4/IPv6 subnet math and the choice of (local NIC, peer address) pairs.
 //! - [`fifo`]: the step/credit protocol that a sender and a receiver run over a ring of slots.
 //! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
+//! - [`tune`]: which protocol a call uses (NCCL's tuner, and `NCCL_PROTO`).
 //! - [`topo`] and [`search`] (feature `alloc`): the topology graph, NCCL's topology XML, and
 //!   the ring / tree / NVLS channel search.
 //! - [`abi`]: `#[repr(C)]` structs shared with CUDA kernels and C callers.
@@ -40,4 +41,5 @@ pub mod sched;
 pub mod search;
 #[cfg(feature = "alloc")]
 pub mod topo;
+pub mod tune;
 pub mod wire;

@@ -501,6 +501,12 @@ typedef struct weft_p2p_args {
 
 
 
+
+
+
+
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

@@ -218,7 +218,7 @@ fn sweep(comm: &mut Comm, counts: &[usize]) {
 }
 
 fn run(name: &str, nranks: usize, channels: u32, transport: &str, body: fn(&mut Comm)) {
-    run_with_step(name, nranks, channels, transport, None, body);
+    run_with(name, nranks, channels, transport, &[], body);
 }
 
 /// [`run`] with FIFO steps of `step` bytes (small steps: many slices, chunks and loops).
@@ -228,6 +228,23 @@ fn run_with_step(
     channels: u32,
     transport: &str,
     step: Option<usize>,
+    body: fn(&mut Comm),
+) {
+    let step = step.map(|s| s.to_string());
+    let extra: Vec<(&str, String)> = step
+        .into_iter()
+        .map(|s| ("WEFT_TEST_STEP_BYTES", s))
+        .collect();
+    run_with(name, nranks, channels, transport, &extra, body);
+}
+
+/// [`run`] with more test-case variables (`common::options` reads them).
+fn run_with(
+    name: &str,
+    nranks: usize,
+    channels: u32,
+    transport: &str,
+    extra: &[(&str, String)],
     body: fn(&mut Comm),
 ) {
     if let Some(role) = common::role() {
@@ -240,9 +257,7 @@ fn run_with_step(
         ("WEFT_TEST_CHANNELS", channels.to_string()),
         ("WEFT_TEST_TRANSPORT", transport.to_string()),
     ];
-    if let Some(step) = step {
-        vars.push(("WEFT_TEST_STEP_BYTES", step.to_string()));
-    }
+    vars.extend(extra.iter().cloned());
     let exits = common::launch(name, nranks, &vars, Duration::from_secs(120));
     common::assert_all_ok(name, &exits);
 }
@@ -252,6 +267,30 @@ fn every_type_and_op_over_shm() {
     run("every_type_and_op_over_shm", 4, 2, "shm", |c| {
         full_matrix(c, &[1, 13, 1031])
     });
+}
+
+/// LL only (`NCCL_PROTO=LL`): every collective's ring over LL lines in shared memory, and
+/// the one-shot all-reduce; 2061 elements of 8 bytes span several 8 KiB LL steps.
+#[test]
+fn every_type_and_op_over_shm_ll() {
+    let proto = [("WEFT_TEST_PROTO", "LL".to_string())];
+    run_with("every_type_and_op_over_shm_ll", 3, 2, "shm", &proto, |c| {
+        full_matrix(c, &[1, 13, 2061])
+    });
+}
+
+/// SIMPLE only (`NCCL_PROTO=^LL`): what the default picks from a few KiB up, at every size.
+#[test]
+fn every_type_and_op_over_shm_simple() {
+    let proto = [("WEFT_TEST_PROTO", "^LL".to_string())];
+    run_with(
+        "every_type_and_op_over_shm_simple",
+        3,
+        2,
+        "shm",
+        &proto,
+        |c| full_matrix(c, &[1, 13, 2061]),
+    );
 }
 
 #[test]

@@ -50,6 +50,19 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(cmp.load("weft", sample("sample-weft-perf.txt"), "oop")[1048576], (350.0, 4.49))
         self.assertEqual(cmp.load("gloo", sample("sample-gloo.txt"), "ip")[67108864], (32500.0, 3.10))
 
+    def test_repeated_sizes_give_their_median(self):
+        rows = "\n".join(
+            f"{8:>12}  {2:>12}  float  sum  -1  {t:7.2f}  0.00  {b:.2f}  0  {t:7.2f}  0.00  {b:.2f}  0"
+            for t, b in [(9.0, 0.01), (1.0, 0.09), (3.0, 0.03), (2.0, 0.05)])
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(rows + "\n")
+        try:
+            self.assertEqual(len(cmp.parse_all(rows)[8]), 4)
+            # Four runs: the faster of the middle two (2.0 and 3.0 us).
+            self.assertEqual(cmp.load("weft", f.name, "oop"), {8: (2.0, 0.05)})
+        finally:
+            os.unlink(f.name)
+
     def test_wrong_elements_reject_the_run(self):
         text = read("sample-weft-perf.txt").replace(
             "350.0    3.00    4.49      0    340.0", "350.0    3.00    4.49      3    340.0")
@@ -89,6 +102,15 @@ class ReportTest(unittest.TestCase):
         self.assertIn("8 B under 50 us: 12.50 us -> MET", text)
         self.assertIn("64 MiB busbw above mpi: 10.07 vs 1.26 GB/s (8.00x) -> MET", text)
         self.assertIn("64 MiB busbw at least 2x gloo: 10.07 vs 3.10 GB/s (3.25x) -> MET", text)
+        # The samples' weft is slower than mpi up to 1 KiB (8 B: 5.00 / 12.50 = 0.40x).
+        self.assertIn("every size at least as fast as mpi: MISSED at 8 B, 16 B, 1 KiB (worst 8 B: 0.40x)",
+                      text)
+
+    def test_every_size_goal_met(self):
+        weft = cmp.load("weft", sample("sample-weft-perf.txt"), "oop")
+        mpi = {size: (time_us * 3.0, busbw) for size, (time_us, busbw) in weft.items()}
+        text = cmp.report([("weft", "out-of-place", weft), ("mpi", "out-of-place", mpi)])
+        self.assertIn(f"every size at least as fast as mpi: {len(weft)} sizes -> MET", text)
 
     def test_missed_goal_is_reported(self):
         weft = cmp.load("weft", sample("sample-weft-perf.txt"), "oop")

@@ -18,10 +18,14 @@
 //! `u64::MAX`. The tests check, over every interleaving of small configurations, that no
 //! slot is overwritten before it is read, none is read before it is written, and the pair
 //! never deadlocks.
+//!
+//! [`ll`] is NCCL's LL protocol over the same slot ring: data and flag in one 8-byte store,
+//! credits through the head as here, no tail.
 
 mod counters;
 mod error;
 mod geometry;
+pub mod ll;
 mod receiver;
 mod sender;
 mod sizes;
@@ -34,6 +38,8 @@ pub use sender::StepSender;
 pub use sizes::{SIZE_UNUSED, SizesFifo};
 pub use slice::Slice;
 
+#[cfg(test)]
+mod ll_model_check;
 #[cfg(test)]
 mod model_check;
 #[cfg(test)]

@@ -45,6 +45,8 @@ fn settings(cpus: u32) -> Settings {
         nchannels: 0,
         step_bytes: 0,
         cpus,
+        protocols: weft_core::tune::ProtocolEnable::default().to_bits(),
+        ll_lines: 0,
     }
 }
 

@@ -37,18 +37,23 @@ use std::time::Duration;
 
 use weft_core::abi::{DataType, RedOp};
 use weft_core::fifo::NCCL_STEPS;
+use weft_core::fifo::ll::{LL_DATA_BYTES, LL_LINE_BYTES};
 use weft_core::sched::Collective;
+use weft_core::tune::{ProtocolEnable, TuningModel};
 use weft_core::wire::bootstrap::bus_id_from_str;
 
 pub use connect::{TransportChoice, TransportKind};
 pub use error::CommError;
 
 use crate::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
+use crate::conn::layout::LL_LINES_GRAIN;
 use crate::conn::{
-    AbortFlag, DEFAULT_STEP_BYTES, FifoLayout, FifoRecvEnd, FifoSendEnd, WaitPolicy, Waiter,
-    process_alive,
+    AbortFlag, DEFAULT_LL_LINES, DEFAULT_STEP_BYTES, FifoLayout, FifoRecvEnd, FifoSendEnd,
+    WaitPolicy, Waiter, process_alive,
 };
-use crate::exec::{ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, lock, p2p};
+use crate::exec::{
+    ExecChannel, ExecError, Executor, Job, RawBuffers, RingConns, Tuning, lock, p2p,
+};
 use crate::net::any::AnyNet;
 use crate::net::ib::IbNet;
 use crate::net::mesh::MeshNet;
@@ -105,6 +110,13 @@ pub struct CommOptions {
     /// Interfaces for NET connections (`NCCL_SOCKET_IFNAME` syntax); `None`: the
     /// environment's (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`) or NCCL's default.
     pub socket_ifname: Option<String>,
+    /// Protocols calls may use, per collective (`NCCL_PROTO` syntax: `LL,Simple`, `^LL`,
+    /// `LL,Simple;allreduce:^LL`). `WEFT_PROTO`, else `NCCL_PROTO`; default all.
+    pub protocols: ProtocolEnable,
+    /// Lines per LL step of SHM connections (a multiple of 128; 0: no LL). `None`:
+    /// [`DEFAULT_LL_LINES`]. `WEFT_LL_BUFFSIZE` / `NCCL_LL_BUFFSIZE` (bytes of the 8 LL
+    /// steps, flags included, as in NCCL).
+    pub ll_lines: Option<usize>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -120,23 +132,43 @@ impl Default for CommOptions {
             step_bytes: None,
             wait: None,
             socket_ifname: None,
+            protocols: ProtocolEnable::default(),
+            ll_lines: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
 }
 
+/// Busy polls before a wait yields when every local rank has a CPU: about 2 ms of x86
+/// `pause` (30-40 ns each on current AMD and Intel cores).
+pub const DEDICATED_SPINS: u32 = 65_536;
+
 /// The FIFO wait policy for `local_ranks` rank processes on a host with `cpus` CPUs.
 ///
-/// A wait that sleeps wakes late and leaves a bubble in the ring's pipeline, so waits
-/// yield for long before they sleep (a `sched_yield` that finds nothing else to run costs
-/// well under a microsecond). With a CPU per rank, the peer that will post is running:
-/// spin a while first. With more ranks than CPUs (CI machines, laptops), that peer may be
-/// waiting for this very CPU: spin only briefly, and cap sleeps at 50 us. Measured with
-/// `weft perf all-reduce` on 2 CPUs: 8 B on 4 ranks from ~50 us (256 spins, 64 yields) to
-/// ~10 us; 2 MiB on 2 ranks from ~8 to ~18 GB/s bus bandwidth.
-pub fn wait_policy_for(local_ranks: usize, cpus: usize) -> WaitPolicy {
+/// With a CPU per rank, the peer that will post is running, or will be within a scheduler
+/// tick: spin, as MPI libraries do, for about 2 ms ([`DEDICATED_SPINS`]) before yielding,
+/// and sleep at most 50 us after that (a message that arrives during a 500 us sleep waits
+/// for it, and so does every rank behind this one on the ring). A waiter whose peer was last
+/// seen on its own CPU stops spinning at once (`conn`'s wait).
+/// A shorter spin costs dearly on a shared host: a yield hands the CPU to whatever else is
+/// runnable there for the rest of its time slice, and the message that arrives meanwhile
+/// waits for it. Measured with `weft perf all-reduce --ranks 2 -b 8 -e 8` on the 2-CPU build
+/// machine while other jobs ran: 6-16 us per call with 256 spins, 0.7-1.3 us with 65536
+/// (Open MPI, which never yields: 0.5-1.9 us in the same minutes).
+///
+/// With more ranks than CPUs (CI machines, laptops), the peer may be waiting for this very
+/// CPU: spin only briefly, yield for long (a `sched_yield` that finds nothing else to run
+/// costs well under a microsecond), and cap sleeps at 50 us. Measured with `weft perf
+/// all-reduce` on 2 CPUs: 8 B on 4 ranks from ~50 us (256 spins, 64 yields) to ~10 us.
+///
+/// A rank with NET connections has a second busy thread, its proxy, which moves the data
+/// the rank waits for: it needs a CPU of its own too, or the rank's spin holds the very CPU
+/// the proxy needs. (Seen on 1-vCPU VMs over Soft-RoCE: a 2 ms spin, much longer under
+/// emulation, before every step made an 8-byte all-reduce take 22-25 ms.)
+pub fn wait_policy_for(local_ranks: usize, net: bool, cpus: usize) -> WaitPolicy {
     let base = WaitPolicy::default();
-    if local_ranks > cpus {
+    let busy_threads = local_ranks.saturating_mul(if net { 2 } else { 1 });
+    if busy_threads > cpus {
         WaitPolicy {
             spins: 16,
             yields: 2048,
@@ -145,8 +177,9 @@ pub fn wait_policy_for(local_ranks: usize, cpus: usize) -> WaitPolicy {
         }
     } else {
         WaitPolicy {
-            spins: 256,
+            spins: DEDICATED_SPINS,
             yields: 2048,
+            max_sleep: Duration::from_micros(50),
             ..base
         }
     }
@@ -212,6 +245,29 @@ impl CommOptions {
                     .filter(|t| *t >= 4096)
                     .ok_or_else(|| bad(var, &v, "bytes for the 8 FIFO steps, e.g. 4194304"))?;
                 opts.step_bytes = Some((total / NCCL_STEPS) & !63);
+                break;
+            }
+        }
+        for var in ["WEFT_PROTO", "NCCL_PROTO"] {
+            if let Some(v) = get(var) {
+                opts.protocols = ProtocolEnable::parse(&v).map_err(|e| {
+                    let token = v.get(e.at.0..e.at.1).unwrap_or("");
+                    CommError::InvalidArgument(format!("{var}={v:?}: {e}: {token:?}"))
+                })?;
+                break;
+            }
+        }
+        for var in ["WEFT_LL_BUFFSIZE", "NCCL_LL_BUFFSIZE"] {
+            if let Some(v) = get(var) {
+                let total: usize = v.trim().parse().map_err(|_| {
+                    bad(
+                        var,
+                        &v,
+                        "bytes for the 8 LL steps (8-byte lines), e.g. 131072, or 0",
+                    )
+                })?;
+                let lines = total / NCCL_STEPS / LL_LINE_BYTES;
+                opts.ll_lines = Some(lines - lines % LL_LINES_GRAIN);
                 break;
             }
         }
@@ -287,6 +343,7 @@ impl Comm {
         }
         // The calling thread runs channel 0 of every call: its waits must wake on time.
         crate::exec::pool::tighten_timer_slack();
+        let ll_lines = opts.ll_lines.unwrap_or(DEFAULT_LL_LINES);
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         let mut me = Peer::local(
             rank as u32,
@@ -298,6 +355,8 @@ impl Comm {
                 step_bytes: opts.step_bytes.map_or(0, |b| b as u64),
                 cpus: std::thread::available_parallelism()
                     .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+                protocols: opts.protocols.to_bits(),
+                ll_lines: u32::try_from(ll_lines).unwrap_or(u32::MAX),
             },
         );
         match (opts.device, opts.bus_id) {
@@ -342,20 +401,11 @@ impl Comm {
         }
 
         let abort = AbortFlag::new();
-        let local_ranks = peers.iter().filter(|p| p.same_host(&me)).count();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let policy = opts
-            .wait
-            .unwrap_or_else(|| wait_policy_for(local_ranks, cpus))
-            .with_timeout(opts.timeout);
-        let waiter = Waiter {
-            policy,
-            abort: abort.clone(),
-            peer_pid: None,
-        };
         let rings = plan.rings;
-        let shm = ShmTransport::new(FifoLayout::default(), waiter.policy, abort.clone());
-        let probe = Transports::new(opts.transport, shm.clone(), Box::new(|| Err(String::new())));
+        // Only `choose` is asked of the probe: its SHM transport never waits.
+        let probe_shm =
+            ShmTransport::new(FifoLayout::default(), WaitPolicy::default(), abort.clone());
+        let probe = Transports::new(opts.transport, probe_shm, Box::new(|| Err(String::new())));
         // Every rank looks at every ring edge, so all pick the same step size.
         let any_net = nranks > 1
             && rings.iter().any(|ring| {
@@ -368,6 +418,17 @@ impl Comm {
                             .is_some_and(|(a, b)| probe.choose(a, b) == TransportKind::Net)
                     })
             });
+        let local_ranks = peers.iter().filter(|p| p.same_host(&me)).count();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let policy = opts
+            .wait
+            .unwrap_or_else(|| wait_policy_for(local_ranks, any_net, cpus))
+            .with_timeout(opts.timeout);
+        let waiter = Waiter {
+            policy,
+            abort: abort.clone(),
+            peer_pid: None,
+        };
         let step_bytes = opts.step_bytes.unwrap_or(if any_net {
             NET_STEP_BYTES
         } else {
@@ -382,6 +443,27 @@ impl Comm {
         let layout = FifoLayout::new(NCCL_STEPS, step_bytes).map_err(|e| {
             CommError::InvalidArgument(format!("FIFO of {step_bytes}-byte steps: {e}"))
         })?;
+        let tuning = Tuning {
+            enable: opts.protocols,
+            // Every rank computes this alike: `any_net` from the shared peer table, the LL
+            // size checked equal on every rank.
+            ll_step_bytes: if nranks > 1 && !any_net {
+                ll_lines.saturating_mul(LL_DATA_BYTES)
+            } else {
+                0
+            },
+            model: TuningModel::HOST_SHM,
+        };
+        // A protocol set that leaves a collective nothing to run fails here, not mid-job.
+        for c in [
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::Broadcast { root: 0 },
+            Collective::Reduce { root: 0 },
+        ] {
+            tuning.choose(c, 0, nranks, step_bytes)?;
+        }
         let net_options = NetOptions {
             layout,
             waiter: waiter.clone(),
@@ -404,7 +486,11 @@ impl Comm {
             };
             NetTransport::new(Arc::new(net), net_options.clone()).map_err(|e| e.to_string())
         };
-        let shm = ShmTransport::new(layout, waiter.policy, abort.clone());
+        // Only SHM connections get an LL buffer: the NET proxy moves SIMPLE slots only.
+        let shm_layout = layout.with_ll_lines(ll_lines).map_err(|e| {
+            CommError::InvalidArgument(format!("LL buffer of {ll_lines} lines per step: {e}"))
+        })?;
+        let shm = ShmTransport::new(shm_layout, waiter.policy, abort.clone());
         let shm = match std::env::var_os("WEFT_SHM_DIR") {
             Some(dir) => shm.with_dir(dir),
             None => shm,
@@ -469,12 +555,13 @@ impl Comm {
             );
             channels.push(ExecChannel {
                 ring: ring_arc,
-                conns: Some(Arc::new(Mutex::new(RingConns { send, recv }))),
+                conns: Some(Arc::new(Mutex::new(RingConns::new(send, recv)))),
             });
             channel_kinds.push(Some((send_kind, recv_kind)));
         }
         bootstrap.barrier()?;
-        let executor = Executor::new(rank as u32, nranks, channels, step_bytes, abort.clone());
+        let mut executor = Executor::new(rank as u32, nranks, channels, step_bytes, abort.clone());
+        executor.set_tuning(tuning);
         Ok(Comm {
             rank,
             nranks,

@@ -9,10 +9,10 @@ use crate::bootstrap::identity;
 
 /// "WFTC": the settings block after the peer info.
 const SETTINGS_MAGIC: u32 = 0x5746_5443;
-const SETTINGS_VERSION: u16 = 1;
+const SETTINGS_VERSION: u16 = 2;
 /// magic u32, version u16, transport u8, reserved u8, pid u32, nchannels u32, step u64,
-/// cpus u32.
-const SETTINGS_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 8 + 4;
+/// cpus u32, protocols u16, ll_lines u32.
+const SETTINGS_LEN: usize = 4 + 2 + 1 + 1 + 4 + 4 + 8 + 4 + 2 + 4;
 
 /// The settings every rank must agree on, plus this rank's pid (for dead-peer detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,12 @@ pub struct Settings {
     pub step_bytes: u64,
     /// CPUs this rank may run on (for the default channel count; not compared).
     pub cpus: u32,
+    /// `NCCL_PROTO` as `weft_core::tune::ProtocolEnable::to_bits` (every rank must choose
+    /// its protocols alike).
+    pub protocols: u16,
+    /// Lines per LL step of the SHM connections this rank creates (`WEFT_LL_BUFFSIZE` /
+    /// `NCCL_LL_BUFFSIZE`; 0: no LL buffer).
+    pub ll_lines: u32,
 }
 
 /// One rank as the others see it.
@@ -77,6 +83,8 @@ impl Peer {
         tail.extend_from_slice(&s.nchannels.to_be_bytes());
         tail.extend_from_slice(&s.step_bytes.to_be_bytes());
         tail.extend_from_slice(&s.cpus.to_be_bytes());
+        tail.extend_from_slice(&s.protocols.to_be_bytes());
+        tail.extend_from_slice(&s.ll_lines.to_be_bytes());
         out.truncate(PEER_INFO_LEN);
         out.extend_from_slice(&tail);
         Ok(out)
@@ -116,6 +124,8 @@ impl Peer {
             nchannels: be32(field(12, 4)?),
             step_bytes: u64::from_be_bytes(field(16, 8)?.try_into().unwrap_or([0; 8])),
             cpus: be32(field(24, 4)?),
+            protocols: u16::from_be_bytes(field(28, 2)?.try_into().unwrap_or([0; 2])),
+            ll_lines: be32(field(30, 4)?),
         };
         Ok(Peer { info, settings })
     }
@@ -164,7 +174,8 @@ pub fn check(me: usize, peers: &[Peer]) -> Result<(), CommError> {
     };
     for (rank, p) in peers.iter().enumerate() {
         let (a, b) = (&mine.settings, &p.settings);
-        let pairs: [(&'static str, String, String); 3] = [
+        let protocols = |bits: u16| weft_core::tune::ProtocolEnable::from_bits(bits).to_string();
+        let pairs: [(&'static str, String, String); 5] = [
             (
                 "transport (--transport / WEFT_TRANSPORT)",
                 transport(a.transport),
@@ -179,6 +190,16 @@ pub fn check(me: usize, peers: &[Peer]) -> Result<(), CommError> {
                 "FIFO step bytes (WEFT_BUFFSIZE / NCCL_BUFFSIZE)",
                 count(a.step_bytes),
                 count(b.step_bytes),
+            ),
+            (
+                "protocols (NCCL_PROTO / WEFT_PROTO)",
+                protocols(a.protocols),
+                protocols(b.protocols),
+            ),
+            (
+                "LL lines per step (WEFT_LL_BUFFSIZE / NCCL_LL_BUFFSIZE)",
+                a.ll_lines.to_string(),
+                b.ll_lines.to_string(),
             ),
         ];
         for (what, mine, theirs) in pairs {
@@ -220,6 +241,8 @@ mod test {
             nchannels: 2,
             step_bytes: 0,
             cpus: 8,
+            protocols: weft_core::tune::ProtocolEnable::default().to_bits(),
+            ll_lines: 2048,
         }
     }
 
@@ -254,6 +277,22 @@ mod test {
             err.to_string().contains("the default, this rank with 2"),
             "{err}"
         );
+        b.settings.nchannels = 2;
+        b.settings.protocols = weft_core::tune::ProtocolEnable::parse("^LL")
+            .unwrap()
+            .to_bits();
+        let err = check(0, &[a, b]).unwrap_err();
+        assert!(
+            err.to_string().contains("NCCL_PROTO")
+                && err
+                    .to_string()
+                    .contains("= LL128,Simple, this rank with LL,LL128,Simple"),
+            "{err}"
+        );
+        b.settings.protocols = a.settings.protocols;
+        b.settings.ll_lines = 0;
+        let err = check(0, &[a, b]).unwrap_err();
+        assert!(err.to_string().contains("WEFT_LL_BUFFSIZE"), "{err}");
         let c = Peer::local(0, Some(0), settings());
         let d = Peer::local(1, Some(0), settings());
         let err = check(1, &[c, d]).unwrap_err();

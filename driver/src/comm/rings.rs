@@ -32,6 +32,8 @@ mod test {
             nchannels: 3,
             step_bytes: 0,
             cpus: 2,
+            protocols: weft_core::tune::ProtocolEnable::default().to_bits(),
+            ll_lines: 0,
         };
         let peers: Vec<Peer> = (0..5).map(|r| Peer::local(r, None, s)).collect();
         let r = rings(&peers, 3);

@@ -3,7 +3,9 @@
 use std::thread;
 use std::time::Duration;
 
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::{DataType, Protocol, RedOp};
+use weft_core::sched::Collective;
+use weft_core::tune::{ProtocolEnable, ProtocolSet};
 
 use super::*;
 use crate::bootstrap::BootstrapRoot;
@@ -75,10 +77,11 @@ fn abort_flag_ends_a_blocked_collective() {
         thread::sleep(Duration::from_millis(100));
         flag.abort();
     });
-    // Rank 1 never joins: rank 0 waits until its flag is raised.
+    // Rank 1 never joins: rank 0 waits until its flag is raised. 1 MiB: the ring, whose
+    // second hop rank 0 never sends (a one-shot would hand rank 1 all it needs in one).
     let start = std::time::Instant::now();
-    let send = vec![0u8; 4096];
-    let mut recv = vec![0u8; 4096];
+    let send = vec![0u8; 1 << 20];
+    let mut recv = vec![0u8; 1 << 20];
     let err = comms[0]
         .all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum)
         .expect_err("an aborted collective fails");
@@ -131,16 +134,92 @@ fn options_from_the_environment() {
     assert_eq!(o.bootstrap.timeout, Duration::from_millis(2500));
     assert_eq!(o.step_bytes, Some(512 * 1024));
     assert_eq!(o.wait.map(|w| w.yields), Some(7));
+    assert_eq!(o.protocols, ProtocolEnable::default());
+    assert_eq!(o.ll_lines, None);
     for (var, value) in [
         ("WEFT_NCHANNELS", "0"),
         ("WEFT_NCHANNELS", "65"),
         ("WEFT_TRANSPORT", "carrier-pigeon"),
         ("WEFT_TIMEOUT", "-1"),
         ("WEFT_BUFFSIZE", "12"),
+        ("NCCL_PROTO", "LL,Simpel"),
+        ("WEFT_PROTO", "allreduc:LL"),
+        ("NCCL_LL_BUFFSIZE", "lots"),
     ] {
         let err = CommOptions::from_lookup(|k| (k == var).then(|| value.to_string()))
             .expect_err("a bad value is an error");
         assert!(err.to_string().contains(var), "{err}");
+    }
+    let err = CommOptions::from_lookup(env(&[("NCCL_PROTO", "LL,Simpel")])).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown protocol") && err.to_string().contains("\"Simpel\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn nccl_proto_and_ll_buffer_from_the_environment() {
+    let get = |pairs: &'static [(&'static str, &'static str)]| {
+        CommOptions::from_lookup(move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    };
+    let only = |p: Protocol| ProtocolSet::of(&[p]);
+    let o = get(&[("NCCL_PROTO", "^ll"), ("NCCL_LL_BUFFSIZE", "262144")]);
+    assert_eq!(
+        o.protocols.for_collective(Collective::AllReduce),
+        ProtocolSet::of(&[Protocol::Ll128, Protocol::Simple])
+    );
+    // 256 KiB for 8 steps of 8-byte lines: 4096 lines per step.
+    assert_eq!(o.ll_lines, Some(4096));
+    // WEFT_ names win over NCCL's; sizes round down to a multiple of 128 lines.
+    let o = get(&[
+        ("NCCL_PROTO", "Simple"),
+        ("WEFT_PROTO", "LL;allgather:Simple"),
+        ("WEFT_LL_BUFFSIZE", "100000"),
+    ]);
+    assert_eq!(
+        o.protocols
+            .for_collective(Collective::Broadcast { root: 0 }),
+        only(Protocol::Ll)
+    );
+    assert_eq!(
+        o.protocols.for_collective(Collective::AllGather),
+        only(Protocol::Simple)
+    );
+    assert_eq!(o.ll_lines, Some(1536));
+    assert_eq!(get(&[("NCCL_LL_BUFFSIZE", "0")]).ll_lines, Some(0));
+}
+
+/// NCCL_PROTO=LL on a communicator whose connections are NET (no LL buffers) leaves the
+/// CPU executor nothing to run: init says so instead of failing mid-collective.
+#[test]
+fn nccl_proto_ll_over_net_is_refused_at_init() {
+    let mut opts = CommOptions::loopback(Duration::from_secs(20));
+    opts.transport = TransportChoice::Net;
+    opts.protocols = ProtocolEnable::parse("LL").unwrap();
+    let (id, root) = BootstrapRoot::start(&opts.bootstrap).unwrap();
+    let errors: Vec<String> = thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let opts = opts.clone();
+                s.spawn(move || Comm::init(&id, r, 2, &opts).unwrap_err().to_string())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(root);
+    for err in errors {
+        assert!(
+            err.contains("NCCL_PROTO enables LL for AllReduce")
+                && err.contains("runs Simple")
+                && err.contains("enable Simple"),
+            "{err}"
+        );
     }
 }
 
@@ -202,4 +281,17 @@ fn checked_all_reduce(comm: &mut Comm, data: &TestData, rank: usize, count: usiz
         .unwrap();
     assert_eq!(data.count_wrong(Expect::AllReduce, rank, count, &out), 0);
     input
+}
+
+#[test]
+fn ranks_spin_only_with_a_cpu_for_each_busy_thread() {
+    let dedicated = |p: WaitPolicy| p.spins == DEDICATED_SPINS;
+    // SHM only: one busy thread per rank.
+    assert!(dedicated(wait_policy_for(2, false, 2)));
+    assert!(!dedicated(wait_policy_for(3, false, 2)));
+    // NET: the proxy thread needs a CPU too (one rank on a 1-CPU VM must not spin).
+    assert!(!dedicated(wait_policy_for(1, true, 1)));
+    assert!(dedicated(wait_policy_for(1, true, 2)));
+    assert!(!dedicated(wait_policy_for(2, true, 3)));
+    assert!(dedicated(wait_policy_for(2, true, 4)));
 }

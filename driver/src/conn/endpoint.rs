@@ -16,14 +16,15 @@
 //! These are the orderings NCCL gets from `volatile` plus `__threadfence_system()` on the GPU
 //! and `__atomic` builtins in its proxy; on x86 they compile to plain moves.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
+use weft_core::fifo::ll::{LlReceiver, LlSender};
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice, StepReceiver, StepSender};
 
 use super::error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 use super::layout::flags;
 use super::region::FifoRegion;
-use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive};
+use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive, this_cpu};
 
 /// How an end waits and when it gives up: the deadline policy, the communicator's abort
 /// flag, and the peer's pid for dead-peer detection (`None`: take it from the connection
@@ -37,14 +38,14 @@ pub struct Waiter {
 
 /// What both ends share: the memory, who they are, how they wait.
 #[derive(Debug)]
-struct Side {
-    region: FifoRegion,
-    conn: ConnId,
-    waiter: Waiter,
+pub(super) struct Side {
+    pub(super) region: FifoRegion,
+    pub(super) conn: ConnId,
+    pub(super) waiter: Waiter,
 }
 
 impl Side {
-    fn protocol(&self, err: FifoError) -> ConnError {
+    pub(super) fn protocol(&self, err: FifoError) -> ConnError {
         ConnError::Protocol {
             conn: self.conn,
             err,
@@ -80,6 +81,28 @@ impl Side {
         (pid != 0 && pidns.load(Ordering::Relaxed) == pid_namespace()).then_some(pid)
     }
 
+    /// This end's and the peer's CPU fields in the shared state.
+    fn cpus(&self) -> (&AtomicU32, &AtomicU32) {
+        let state = &self.region.header().state.0;
+        match self.conn.dir {
+            Direction::Send => (&state.sender_cpu, &state.receiver_cpu),
+            Direction::Recv => (&state.receiver_cpu, &state.sender_cpu),
+        }
+    }
+
+    /// Records the CPU this end waits on (only when it changed, to keep the line shared)
+    /// and says whether the peer was last seen waiting on the same one.
+    fn shares_cpu_with_peer(&self) -> bool {
+        let (mine, peer) = self.cpus();
+        let cpu = this_cpu();
+        // Relaxed: a hint for the wait policy; a stale value costs one needless yield or
+        // a few more spins, never correctness.
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
+        cpu != 0 && peer.load(Ordering::Relaxed) == cpu
+    }
+
     /// Marks this end aborted in the shared word, so the peer's waits end too.
     fn raise_abort(&self) {
         let (_, aborted) = self.my_bits();
@@ -96,7 +119,7 @@ impl Side {
     /// passes. `counters` gives (our step, peer's counter) for the timeout message. A failure
     /// of ours (timeout, local abort, dead peer, protocol error) also raises this end's abort
     /// bit, so the peer stops waiting on us promptly.
-    fn wait<T>(
+    pub(super) fn wait<T>(
         &self,
         waiting_for: WaitFor,
         mut poll: impl FnMut() -> Result<Option<T>, ConnError>,
@@ -138,6 +161,15 @@ impl Side {
             // Closing is normal after the last post: only an error when nothing is left.
             if seen & peer_closed != 0 {
                 return Err(ConnError::PeerClosed { conn, waiting_for });
+            }
+            // Spinning while the peer waits for this very CPU only delays it: the scheduler
+            // put both ends on one CPU (it does, after they slept). Checked at the first
+            // miss and every 64 polls, a `sched_getcpu` each (vDSO, tens of nanoseconds).
+            if backoff.spinning()
+                && backoff.polls().is_multiple_of(64)
+                && self.shares_cpu_with_peer()
+            {
+                backoff.stop_spinning();
             }
             match backoff.pause() {
                 Due::Nothing => {}
@@ -189,9 +221,17 @@ impl Side {
 /// The sending end: wait for credit, fill a slice, post it.
 #[derive(Debug)]
 pub struct FifoSendEnd {
-    side: Side,
+    pub(super) side: Side,
     steps: StepSender,
     pending: Option<Slice>,
+    /// The receiver's head as last loaded: reloaded (a cache miss, since the receiver has
+    /// just written it) only when it does not grant the next slice, as NCCL's
+    /// `connStepCache`. A stale head grants less, never more: credits only grow.
+    head_cache: u64,
+    /// The LL protocol's state (`conn::ll`), when the connection has an LL buffer.
+    pub(super) ll: Option<LlSender>,
+    /// The same cache for the LL head (NCCL's `sendConnHeadCache`).
+    pub(super) ll_head_cache: u64,
 }
 
 /// A slice granted to the sender: write into [`SendSlot::buf`], then [`SendSlot::post`] the
@@ -207,6 +247,7 @@ impl FifoSendEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
         region.record_owner(Direction::Send);
+        let ll = region.ll_geometry().map(|g| LlSender::new(g, 0));
         FifoSendEnd {
             side: Side {
                 region,
@@ -215,6 +256,9 @@ impl FifoSendEnd {
             },
             steps: StepSender::load(geometry, 0),
             pending: None,
+            head_cache: 0,
+            ll,
+            ll_head_cache: 0,
         }
     }
 
@@ -255,13 +299,18 @@ impl FifoSendEnd {
         side: &Side,
         steps: &mut StepSender,
         pending: &mut Option<Slice>,
+        head_cache: &mut u64,
     ) -> Result<Option<Slice>, ConnError> {
         if let Some(slice) = *pending {
             return Ok(Some(slice));
         }
-        // Acquire: pairs with the receiver's Release store of head (module documentation).
-        let head = side.region.header().head.0.load(Ordering::Acquire);
-        let granted = steps.acquire(head).map_err(|e| side.protocol(e))?;
+        let mut granted = steps.acquire(*head_cache).map_err(|e| side.protocol(e))?;
+        if granted.is_none() {
+            // Acquire: pairs with the receiver's Release store of head (module
+            // documentation); the cached value was loaded the same way.
+            *head_cache = side.region.header().head.0.load(Ordering::Acquire);
+            granted = steps.acquire(*head_cache).map_err(|e| side.protocol(e))?;
+        }
         *pending = granted;
         Ok(granted)
     }
@@ -269,7 +318,12 @@ impl FifoSendEnd {
     /// The next slice if the receiver has freed it, without waiting (for a proxy thread that
     /// polls many connections).
     pub fn try_acquire(&mut self) -> Result<Option<SendSlot<'_>>, ConnError> {
-        match Self::poll_credit(&self.side, &mut self.steps, &mut self.pending)? {
+        match Self::poll_credit(
+            &self.side,
+            &mut self.steps,
+            &mut self.pending,
+            &mut self.head_cache,
+        )? {
             Some(slice) => Ok(Some(SendSlot { end: self, slice })),
             None => Ok(None),
         }
@@ -277,11 +331,16 @@ impl FifoSendEnd {
 
     /// Waits for the next slice (see [`Waiter`] for how the wait ends).
     pub fn acquire(&mut self) -> Result<SendSlot<'_>, ConnError> {
-        let (side, steps, pending) = (&self.side, &mut self.steps, &mut self.pending);
+        let (side, steps, pending, cache) = (
+            &self.side,
+            &mut self.steps,
+            &mut self.pending,
+            &mut self.head_cache,
+        );
         let next = steps.next_step();
         let slice = side.wait(
             WaitFor::Credit,
-            || Self::poll_credit(side, steps, pending),
+            || Self::poll_credit(side, steps, pending, cache),
             || (next, side.region.header().head.0.load(Ordering::Relaxed)),
         )?;
         Ok(SendSlot { end: self, slice })
@@ -386,9 +445,11 @@ impl SendSlot<'_> {
 /// The receiving end: wait for a posted slice, read it, free it.
 #[derive(Debug)]
 pub struct FifoRecvEnd {
-    side: Side,
+    pub(super) side: Side,
     steps: StepReceiver,
     pending: Option<Slice>,
+    /// The LL protocol's state (`conn::ll`), when the connection has an LL buffer.
+    pub(super) ll: Option<LlReceiver>,
 }
 
 /// A posted slice granted to the receiver: read [`RecvSlot::data`], then
@@ -404,6 +465,7 @@ impl FifoRecvEnd {
     pub(crate) fn new(region: FifoRegion, conn: ConnId, waiter: Waiter) -> Self {
         let geometry = region.default_geometry();
         region.record_owner(Direction::Recv);
+        let ll = region.ll_geometry().map(|g| LlReceiver::new(g, 0));
         FifoRecvEnd {
             side: Side {
                 region,
@@ -412,6 +474,7 @@ impl FifoRecvEnd {
             },
             steps: StepReceiver::load(geometry, 0),
             pending: None,
+            ll,
         }
     }
 

@@ -44,6 +44,21 @@ pub enum WaitFor {
     Credit,
     /// A receiver waiting for the sender to fill a slot (tail).
     Data,
+    /// An LL sender waiting for the receiver to free an LL slot (LL head).
+    LlCredit,
+    /// An LL receiver waiting for a line to carry its step's flag.
+    LlData,
+}
+
+impl WaitFor {
+    fn what(self) -> &'static str {
+        match self {
+            WaitFor::Credit => "credit",
+            WaitFor::Data => "data",
+            WaitFor::LlCredit => "LL credit",
+            WaitFor::LlData => "LL data",
+        }
+    }
 }
 
 /// Who raised an abort.
@@ -88,6 +103,9 @@ pub enum ConnError {
         conn: ConnId,
         cause: std::sync::Arc<str>,
     },
+    /// An LL send or receive on a connection without an LL buffer (NET connections have
+    /// none: their proxy moves SIMPLE slots only).
+    NoLlBuffer { conn: ConnId },
     /// The connection's memory does not hold a valid FIFO (bad magic, version or layout).
     BadMemory {
         conn: ConnId,
@@ -107,6 +125,7 @@ impl ConnError {
             | ConnError::PeerDead { conn, .. }
             | ConnError::Protocol { conn, .. }
             | ConnError::Oversize { conn, .. }
+            | ConnError::NoLlBuffer { conn }
             | ConnError::BadMemory { conn, .. } => conn,
         }
     }
@@ -125,6 +144,8 @@ impl fmt::Display for ConnError {
                 let (what, counter) = match waiting_for {
                     WaitFor::Credit => ("a free slot (credit) from the receiver", "head"),
                     WaitFor::Data => ("data from the sender", "tail"),
+                    WaitFor::LlCredit => ("a free LL slot from the receiver", "LL head"),
+                    WaitFor::LlData => ("an LL line from the sender", "line flag"),
                 };
                 write!(
                     f,
@@ -149,10 +170,7 @@ impl fmt::Display for ConnError {
                 "{conn}: rank {} closed the connection while we waited for {}: it left the \
                  collective early (error, or a different number of operations on each rank?)",
                 conn.peer,
-                match waiting_for {
-                    WaitFor::Credit => "credit",
-                    WaitFor::Data => "data",
-                }
+                waiting_for.what()
             ),
             ConnError::PeerDead { conn, pid } => write!(
                 f,
@@ -169,6 +187,12 @@ impl fmt::Display for ConnError {
             } => write!(
                 f,
                 "{conn}: {bytes} bytes do not fit a slice of {capacity} bytes"
+            ),
+            ConnError::NoLlBuffer { conn } => write!(
+                f,
+                "{conn}: no LL buffer on this connection (LL runs over SHM only; NET connections \
+                 and WEFT_LL_BUFFSIZE=0 leave it out): a protocol choice that differs between \
+                 ranks, or NCCL_PROTO=LL with a NET connection"
             ),
             ConnError::BadMemory {
                 conn,

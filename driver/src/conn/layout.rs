@@ -1,14 +1,24 @@
 //! The bytes of one connection: a header of cache-line-separated counters, then the slots.
 //!
 //! ```text
-//! offset    0  ident: magic, version, slots, step_bytes      (written once, before sharing)
+//! offset    0  ident: magic, version, slots, step_bytes,     (written once, before sharing)
+//!                     ll_lines
 //!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
 //!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
 //!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
-//!         512  state: closed/aborted bits, both pids and      (either side, rarely)
-//!                     pid namespaces
+//!         512  state: closed/aborted bits, both pids, pid     (either side, rarely)
+//!                     namespaces and CPUs
+//!         640  ll_head: LL steps the receiver has read        (receiver writes, sender reads)
 //!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
+//!   4096 + slots * step_bytes
+//!              LL buffer: slots x ll_lines 8-byte lines       (sender stores, receiver polls)
 //! ```
+//!
+//! The LL buffer is `weft_core::fifo::ll`'s: a line is `{ data: u32, flag: u32 }` stored as
+//! one 8-byte word, step `s` in slot `s % slots`. It has its own step counter and head
+//! (`ll_head`), independent of SIMPLE's, so its lines' flags only advance with LL steps and
+//! the cleaning rule bounds how stale a line can be. Connections that never use LL (NET,
+//! whose proxy moves SIMPLE slots only) have `ll_lines` 0 and no LL buffer.
 //!
 //! Each counter sits alone in a 128-byte line: the sender polls `head` while the receiver
 //! writes it and the other way round for `tail`, and a counter sharing a line with the other
@@ -21,12 +31,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 use weft_core::fifo::NCCL_STEPS;
+use weft_core::fifo::ll::LL_LINE_BYTES;
 
 /// "weftFIFO" in ASCII: identifies connection memory (a peer mapping a file of something else
 /// sees a clear error instead of garbage counters).
 pub const FIFO_MAGIC: u64 = u64::from_be_bytes(*b"weftFIFO");
 /// Bumped whenever the header layout changes.
-pub const FIFO_VERSION: u64 = 1;
+pub const FIFO_VERSION: u64 = 2;
 /// Where slot 0 starts.
 pub const DATA_OFFSET: usize = 4096;
 /// Alignment of the whole region (the slots are page-aligned).
@@ -47,6 +58,19 @@ pub const REGION_ALIGN: usize = 4096;
 /// ranks have cores to themselves (set `WEFT_SHM_BUFFSIZE`).
 pub const DEFAULT_STEP_BYTES: usize = 128 * 1024;
 
+/// Default lines per LL step for host memory: 2048 lines, 8 KiB of data (16 KiB with the
+/// flags), a 128 KiB LL buffer of 8 steps.
+///
+/// NCCL's LL step is 32 KiB of data (8192 lines), sized for 512 GPU threads each storing
+/// 16 bytes at a time. On the host LL serves messages of a few KiB (above that SIMPLE's
+/// copies win, docs/benchmarks.md), so larger steps would only take /dev/shm; a message
+/// larger than a step is simply sent in several, pipelined. `WEFT_LL_BUFFSIZE` /
+/// `NCCL_LL_BUFFSIZE` set it.
+pub const DEFAULT_LL_LINES: usize = 2048;
+/// LL steps are a whole number of these lines: 512 bytes of data, a multiple of every
+/// element size (and NCCL's 512-byte grain), so a step never splits an element.
+pub const LL_LINES_GRAIN: usize = 128;
+
 /// A 128-byte-aligned, 128-byte-padded cell, so that no two of them share a cache line pair.
 #[repr(C, align(128))]
 #[derive(Debug)]
@@ -59,6 +83,8 @@ pub(crate) struct Ident {
     pub(crate) version: AtomicU64,
     pub(crate) slots: AtomicU64,
     pub(crate) step_bytes: AtomicU64,
+    /// Lines per LL step (0: no LL buffer).
+    pub(crate) ll_lines: AtomicU64,
 }
 
 /// Bits of [`State::flags`].
@@ -81,6 +107,11 @@ pub(crate) struct State {
     /// (containers sharing /dev/shm may have different ones).
     pub(crate) sender_pidns: AtomicU64,
     pub(crate) receiver_pidns: AtomicU64,
+    /// The CPU each end last waited on, plus one (0: not known yet). Written only when it
+    /// changes, so the line stays shared; a waiter whose peer is on its own CPU stops
+    /// spinning (the peer cannot post while it spins) and yields.
+    pub(crate) sender_cpu: AtomicU32,
+    pub(crate) receiver_cpu: AtomicU32,
 }
 
 /// Where the receiver's pid namespace sits in the memory (for the stale-segment sweep, which
@@ -103,16 +134,18 @@ pub(crate) struct FifoHeader {
     pub(crate) tail: Line<AtomicU64>,
     pub(crate) sizes: Line<[AtomicI64; NCCL_STEPS]>,
     pub(crate) state: Line<State>,
+    pub(crate) ll_head: Line<AtomicU64>,
 }
 
 const _: () = {
-    assert!(size_of::<FifoHeader>() == 5 * 128);
+    assert!(size_of::<FifoHeader>() == 6 * 128);
     assert!(size_of::<FifoHeader>() <= DATA_OFFSET);
     assert!(align_of::<FifoHeader>() <= REGION_ALIGN);
     assert!(std::mem::offset_of!(FifoHeader, head) == 128);
     assert!(std::mem::offset_of!(FifoHeader, tail) == 256);
     assert!(std::mem::offset_of!(FifoHeader, sizes) == 384);
     assert!(std::mem::offset_of!(FifoHeader, state) == 512);
+    assert!(std::mem::offset_of!(FifoHeader, ll_head) == 640);
     assert!(RECEIVER_PID_OFFSET == 512 + 12);
     assert!(RECEIVER_PIDNS_OFFSET == 512 + 24);
 };
@@ -137,18 +170,23 @@ impl fmt::Display for LayoutError {
 
 impl std::error::Error for LayoutError {}
 
-/// How many slots a connection has and how big each is: the size of its memory.
+/// How many slots a connection has and how big each is, for SIMPLE and LL: the size of its
+/// memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FifoLayout {
     slots: usize,
     step_bytes: usize,
+    /// Lines per LL step; 0: no LL buffer.
+    ll_lines: usize,
 }
 
 impl Default for FifoLayout {
+    /// 8 slots of [`DEFAULT_STEP_BYTES`] and an LL buffer of [`DEFAULT_LL_LINES`] per step.
     fn default() -> Self {
         FifoLayout {
             slots: NCCL_STEPS,
             step_bytes: DEFAULT_STEP_BYTES,
+            ll_lines: DEFAULT_LL_LINES,
         }
     }
 }
@@ -176,23 +214,65 @@ impl FifoLayout {
                 rule: "a positive multiple of 64, with slots * step_bytes under 4 GiB",
             });
         }
-        Ok(FifoLayout { slots, step_bytes })
+        Ok(FifoLayout {
+            slots,
+            step_bytes,
+            ll_lines: 0,
+        })
+    }
+
+    /// The same SIMPLE slots with an LL buffer of `ll_lines` lines per step: 0 (none) or a
+    /// multiple of [`LL_LINES_GRAIN`], with the LL buffer under 4 GiB.
+    pub fn with_ll_lines(self, ll_lines: usize) -> Result<Self, LayoutError> {
+        let buffer = ll_lines
+            .checked_mul(self.slots)
+            .and_then(|l| l.checked_mul(LL_LINE_BYTES));
+        if !ll_lines.is_multiple_of(LL_LINES_GRAIN)
+            || buffer.is_none_or(|b| u32::try_from(b).is_err())
+        {
+            return Err(LayoutError {
+                field: "ll_lines",
+                value: u64::try_from(ll_lines).unwrap_or(u64::MAX),
+                rule: "0 or a multiple of 128 lines per LL step, the LL buffer under 4 GiB",
+            });
+        }
+        Ok(FifoLayout { ll_lines, ..self })
     }
 
     /// 8 slots sized from the environment: `WEFT_SHM_BUFFSIZE`, else NCCL's `NCCL_BUFFSIZE`
     /// (both the whole ring in bytes, as in NCCL), rounded down to a multiple of 64 per
-    /// step; [`DEFAULT_STEP_BYTES`] when neither is set. A value that does not parse or is
-    /// out of range is an error naming the variable, never silently ignored.
+    /// step; [`DEFAULT_STEP_BYTES`] when neither is set. The LL buffer from
+    /// [`ll_lines_from_env`]. A value that does not parse or is out of range is an error
+    /// naming the variable, never silently ignored.
     pub fn from_env() -> Result<Self, LayoutError> {
         let rule = "bytes for the whole ring of 8 slots, e.g. 1048576";
-        match ring_bytes_from_env(&["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"], rule)? {
+        let simple = match ring_bytes_from_env(&["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"], rule)? {
             Some((var, total, step)) => Self::new(NCCL_STEPS, step).map_err(|e| LayoutError {
                 field: var,
                 value: u64::try_from(total).unwrap_or(u64::MAX),
                 rule: e.rule,
-            }),
-            None => Ok(Self::default()),
-        }
+            })?,
+            None => Self::default(),
+        };
+        simple.with_ll_lines(ll_lines_from_env()?)
+    }
+
+    /// Lines per LL step (0: no LL buffer).
+    pub fn ll_lines(&self) -> usize {
+        self.ll_lines
+    }
+
+    /// Where the LL buffer starts: after the SIMPLE slots (a multiple of 64, as every
+    /// `step_bytes` is).
+    pub fn ll_offset(&self) -> usize {
+        DATA_OFFSET.saturating_add(self.slots.saturating_mul(self.step_bytes))
+    }
+
+    /// Bytes of the LL buffer.
+    pub fn ll_bytes(&self) -> usize {
+        self.slots
+            .saturating_mul(self.ll_lines)
+            .saturating_mul(LL_LINE_BYTES)
     }
 
     pub fn slots(&self) -> usize {
@@ -203,11 +283,30 @@ impl FifoLayout {
         self.step_bytes
     }
 
-    /// Bytes of memory the connection needs: header page plus the ring. Cannot overflow:
-    /// `new` keeps the ring under 4 GiB.
+    /// Bytes of memory the connection needs: header page, the SIMPLE ring and the LL
+    /// buffer. Cannot overflow: both are kept under 4 GiB.
     pub fn total_bytes(&self) -> usize {
-        DATA_OFFSET.saturating_add(self.slots.saturating_mul(self.step_bytes))
+        self.ll_offset().saturating_add(self.ll_bytes())
     }
+}
+
+/// Lines per LL step from `WEFT_LL_BUFFSIZE`, else NCCL's `NCCL_LL_BUFFSIZE` (bytes of the
+/// whole LL buffer of 8 steps, flags included, as in NCCL), rounded down to a multiple of
+/// [`LL_LINES_GRAIN`] lines; 0 disables LL. [`DEFAULT_LL_LINES`] when neither is set.
+pub fn ll_lines_from_env() -> Result<usize, LayoutError> {
+    let rule = "bytes for the whole LL buffer of 8 steps (8-byte lines), e.g. 131072, or 0";
+    for var in ["WEFT_LL_BUFFSIZE", "NCCL_LL_BUFFSIZE"] {
+        if let Ok(text) = std::env::var(var) {
+            let total: usize = text.trim().parse().map_err(|_| LayoutError {
+                field: var,
+                value: 0,
+                rule,
+            })?;
+            let lines = total / NCCL_STEPS / LL_LINE_BYTES;
+            return Ok(lines - lines % LL_LINES_GRAIN);
+        }
+    }
+    Ok(DEFAULT_LL_LINES)
 }
 
 /// The first of `vars` that is set, read as NCCL reads `NCCL_BUFFSIZE`: bytes for the whole

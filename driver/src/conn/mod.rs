@@ -9,6 +9,9 @@
 //! - [`FifoSendEnd`]: `acquire` (wait for credit) -> [`SendSlot`] -> write `buf()` -> `post(bytes)`;
 //! - [`FifoRecvEnd`]: `acquire` (wait for data) -> [`RecvSlot`] -> read `data()` -> `release()`.
 //!
+//! - LL (`ll_send` / `ll_recv`, [`ll`]): small messages as 8-byte lines of data and flag in
+//!   the connection's LL buffer, no tail.
+//!
 //! `try_acquire` never blocks (for a proxy thread that polls many connections). Blocking waits
 //! end on data, on the shared [`AbortFlag`], on the peer closing, aborting or dying, or on the
 //! [`WaitPolicy`] deadline, each with a [`ConnError`] that names the connection.
@@ -38,16 +41,19 @@
 mod endpoint;
 mod error;
 pub mod layout;
+pub mod ll;
 mod memory;
 mod region;
 mod wait;
 
 #[cfg(test)]
+mod ll_test;
+#[cfg(test)]
 mod test;
 
 pub use endpoint::{FifoRecvEnd, FifoSendEnd, RecvSlot, SendSlot, Waiter};
 pub use error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
-pub use layout::{DEFAULT_STEP_BYTES, FifoLayout, LayoutError};
+pub use layout::{DEFAULT_LL_LINES, DEFAULT_STEP_BYTES, FifoLayout, LayoutError};
 pub use memory::{FifoMemory, HeapMemory};
 pub use region::FifoRegion;
 pub use wait::{AbortFlag, DEFAULT_TIMEOUT, TIMEOUT_ENV, WaitPolicy, pid_namespace, process_alive};

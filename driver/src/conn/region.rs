@@ -1,8 +1,10 @@
 //! One connection's memory with a validated layout: what both ends are built on.
 
-use std::sync::atomic::Ordering;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use weft_core::fifo::ll::LlGeometry;
 use weft_core::fifo::{FifoError, FifoGeometry, SIZE_UNUSED, Slice};
 
 use super::endpoint::{FifoRecvEnd, FifoSendEnd, Waiter};
@@ -18,6 +20,10 @@ use super::wait::pid_namespace;
 #[derive(Debug, Clone)]
 pub struct FifoRegion {
     mem: Arc<dyn FifoMemory>,
+    /// `mem.base()` and `mem.len()`, read once: they never change (the trait's contract),
+    /// and every header or line access would otherwise make a dynamic call.
+    base: NonNull<u8>,
+    len: usize,
     layout: FifoLayout,
     /// Why a party in this process failed the connection (a NET proxy's network error), shared
     /// by the clones of this process only: the peer's waits report it instead of a bare abort.
@@ -41,6 +47,8 @@ impl FifoRegion {
     pub fn init(mem: Arc<dyn FifoMemory>, layout: FifoLayout) -> Result<Self, LayoutError> {
         Self::check_memory(&*mem, &layout)?;
         let region = FifoRegion {
+            base: mem.base(),
+            len: mem.len(),
             mem,
             layout,
             failure: Arc::default(),
@@ -53,7 +61,11 @@ impl FifoRegion {
         ident
             .step_bytes
             .store(as_u64(layout.step_bytes()), Ordering::Relaxed);
+        ident
+            .ll_lines
+            .store(as_u64(layout.ll_lines()), Ordering::Relaxed);
         header.head.0.store(0, Ordering::Relaxed);
+        header.ll_head.0.store(0, Ordering::Relaxed);
         header.tail.0.store(0, Ordering::Relaxed);
         for size in &header.sizes.0 {
             size.store(SIZE_UNUSED, Ordering::Relaxed);
@@ -63,6 +75,13 @@ impl FifoRegion {
         header.state.0.receiver_pid.store(0, Ordering::Relaxed);
         header.state.0.sender_pidns.store(0, Ordering::Relaxed);
         header.state.0.receiver_pidns.store(0, Ordering::Relaxed);
+        header.state.0.sender_cpu.store(0, Ordering::Relaxed);
+        header.state.0.receiver_cpu.store(0, Ordering::Relaxed);
+        // LL lines start with flag 0: "written at step -1", never fresh before cleaning
+        // (weft_core::fifo::ll). Fresh memory is zero already; this makes it not matter.
+        for word in region.ll_words() {
+            word.store(0, Ordering::Relaxed);
+        }
         // Release: a peer that reads the magic with Acquire sees the whole header above.
         ident.magic.store(FIFO_MAGIC, Ordering::Release);
         Ok(region)
@@ -96,15 +115,22 @@ impl FifoRegion {
         }
         let slots = ident.slots.load(Ordering::Relaxed);
         let step_bytes = ident.step_bytes.load(Ordering::Relaxed);
+        let ll_lines = ident.ll_lines.load(Ordering::Relaxed);
         let layout = usize::try_from(slots)
             .ok()
             .zip(usize::try_from(step_bytes).ok())
             .and_then(|(s, b)| FifoLayout::new(s, b).ok())
             .ok_or(bad("slots/step_bytes", slots, step_bytes))?;
+        let layout = usize::try_from(ll_lines)
+            .ok()
+            .and_then(|l| layout.with_ll_lines(l).ok())
+            .ok_or(bad("ll_lines", ll_lines, 0))?;
         if layout.total_bytes() > mem.len() {
             return Err(bad("memory length", total, as_u64(layout.total_bytes())));
         }
         Ok(FifoRegion {
+            base: mem.base(),
+            len: mem.len(),
             mem,
             layout,
             failure: Arc::default(),
@@ -192,7 +218,7 @@ impl FifoRegion {
         // layout's total bytes (more than DATA_OFFSET >= size_of::<FifoHeader>()); `self.mem`
         // keeps it alive for the returned borrow; all header fields are atomics, valid for
         // any bits and safe to share between threads and processes.
-        unsafe { self.mem.base().cast::<FifoHeader>().as_ref() }
+        unsafe { self.base.cast::<FifoHeader>().as_ref() }
     }
 
     /// One step per slice, one slice per chunk, over all of the layout's slots.
@@ -223,6 +249,32 @@ impl FifoRegion {
         steps.saturating_mul(self.layout.step_bytes())
     }
 
+    /// The LL buffer's geometry, `None` when the connection has no LL buffer.
+    pub(crate) fn ll_geometry(&self) -> Option<LlGeometry> {
+        match self.layout.ll_lines() {
+            0 => None,
+            lines => LlGeometry::new(self.layout.slots(), lines).ok(),
+        }
+    }
+
+    /// Every line of the LL buffer, as the 8-byte words both ends store and load (empty
+    /// without an LL buffer).
+    pub(crate) fn ll_words(&self) -> &[AtomicU64] {
+        let (offset, bytes) = (self.layout.ll_offset(), self.layout.ll_bytes());
+        if bytes == 0 || offset.saturating_add(bytes) > self.len {
+            return &[];
+        }
+        let base = self.base.as_ptr().wrapping_add(offset);
+        // SAFETY: `init`/`attach` checked that the memory holds the layout's total bytes,
+        // which end with this buffer (checked again above), alive while `self.mem` is; the
+        // buffer starts 64-aligned (a page plus a multiple of 64) so every `AtomicU64` is
+        // aligned; an `AtomicU64` has the size and layout of a `u64` and is valid for any
+        // bits, and the other process touches these bytes only through 8-byte atomics too.
+        unsafe {
+            std::slice::from_raw_parts(base.cast::<AtomicU64>(), bytes / size_of::<AtomicU64>())
+        }
+    }
+
     /// Start and length of `slice`'s slots. Always inside the memory: the geometry's slots
     /// equal the layout's (checked on construction and reload), so `first_slot + count <=
     /// slots`, and `DATA_OFFSET + slots * step_bytes <= len`; should that ever not hold, the
@@ -235,17 +287,20 @@ impl FifoRegion {
             .and_then(|o| o.checked_add(DATA_OFFSET));
         let len = self.slice_bytes(geometry);
         match start {
-            Some(start)
-                if start
-                    .checked_add(len)
-                    .is_some_and(|end| end <= self.mem.len()) =>
-            {
-                (self.mem.base().as_ptr().wrapping_add(start), len)
+            Some(start) if start.checked_add(len).is_some_and(|end| end <= self.len) => {
+                (self.base.as_ptr().wrapping_add(start), len)
             }
-            _ => (self.mem.base().as_ptr().wrapping_add(DATA_OFFSET), 0),
+            _ => (self.base.as_ptr().wrapping_add(DATA_OFFSET), 0),
         }
     }
 }
+
+// SAFETY: `base` is `mem.base()`, which the `FifoMemory` contract makes valid from any
+// thread for as long as `mem` (held here) lives; `FifoMemory` is `Send + Sync`, and every
+// access through the pointer is to atomics or protocol-granted slots.
+unsafe impl Send for FifoRegion {}
+// SAFETY: as above: shared access only reads the address.
+unsafe impl Sync for FifoRegion {}
 
 fn as_u64(v: usize) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)

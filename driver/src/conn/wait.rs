@@ -127,6 +127,22 @@ impl Backoff {
         }
     }
 
+    /// Whether the wait is still in its spin phase.
+    pub(crate) fn spinning(&self) -> bool {
+        self.polls < self.policy.spins
+    }
+
+    /// Polls made so far.
+    pub(crate) fn polls(&self) -> u32 {
+        self.polls
+    }
+
+    /// Ends the spin phase now: the next pauses yield (the peer shares this CPU, so spinning
+    /// only delays it).
+    pub(crate) fn stop_spinning(&mut self) {
+        self.polls = self.polls.max(self.policy.spins);
+    }
+
     pub(crate) fn pause(&mut self) -> Due {
         self.polls = self.polls.saturating_add(1);
         if self.polls <= self.policy.spins {
@@ -156,6 +172,14 @@ impl Backoff {
         }
         Due::Nothing
     }
+}
+
+/// The CPU this thread runs on, plus one (0 if the kernel does not say): what a waiter
+/// publishes so that its peer can tell when they share a CPU.
+pub(crate) fn this_cpu() -> u32 {
+    // SAFETY: sched_getcpu takes nothing and only returns a number (vDSO, no side effects).
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(0, |c| c.saturating_add(1))
 }
 
 /// The inode of this process's pid namespace (0 if /proc does not say): two pids are only

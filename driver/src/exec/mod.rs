@@ -1,8 +1,12 @@
 //! The CPU executor: runs `weft_core::sched` ring programs over host FIFO connections.
 //!
-//! A collective call becomes one [`ProgramSpec`]; each channel that has elements to move
-//! runs its rank's [`RingProgram`](weft_core::sched::RingProgram) ([`ring::run_channel`]) on
-//! its own thread: the caller's thread for the first channel, persistent workers
+//! A collective call first picks its protocol ([`Tuning`]: `weft_core::tune`'s model over
+//! what `NCCL_PROTO` enables and the connections support): LL lines for small messages,
+//! SIMPLE slots otherwise, and for a small all-reduce the [`one_shot`] shape. It then becomes
+//! one [`ProgramSpec`]; each channel that has elements to move runs its rank's
+//! [`RingProgram`](weft_core::sched::RingProgram) ([`ring::run_channel`]): a call on one
+//! channel (every small call) on the caller's thread with no allocation or hand-off, a call
+//! on several on the caller's thread for the first channel and persistent workers
 //! ([`pool::WorkerPool`]) for the others. Point-to-point groups run one job per peer the
 //! same way ([`p2p`]). Every wait is a FIFO wait ([`crate::conn`]): it ends on data, on the
 //! communicator's abort flag, on a dead or closed peer, or at its deadline.
@@ -13,6 +17,7 @@
 
 pub mod buffers;
 pub mod error;
+pub mod one_shot;
 pub mod p2p;
 pub mod pool;
 pub mod reduce;
@@ -20,16 +25,17 @@ pub mod ring;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_core::fifo::NCCL_STEPS;
 use weft_core::sched::{
     ChunkSizing, Collective, ProgramSpec, align_elems, channel_part, channels_for,
 };
+use weft_core::tune::{Choice, ProtocolEnable, ProtocolSet, TuningModel};
 
 pub use buffers::RawBuffers;
 pub use error::ExecError;
 pub use pool::{Job, WorkerPool};
-pub use ring::{RingCall, RingConns};
+pub use ring::{RingCall, RingConns, Scratch};
 
 use crate::conn::AbortFlag;
 
@@ -38,6 +44,85 @@ use crate::conn::AbortFlag;
 /// us on a loaded host), the time to copy about 256 KiB. Measured with `weft perf
 /// all-reduce --ranks 2 --channels 2`: at 64 KiB, two channels took 52-60 us and one 22 us.
 pub const CPU_TRAFFIC_SCALE: usize = 8;
+
+/// How calls choose their protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// What `NCCL_PROTO` enables per collective.
+    pub enable: ProtocolEnable,
+    /// Payload bytes of an LL step on every ring connection of every rank, or 0 when some
+    /// connection has no LL buffer (NET): LL is used only when every rank can, since all
+    /// ranks must choose alike.
+    pub ll_step_bytes: usize,
+    pub model: TuningModel,
+}
+
+impl Default for Tuning {
+    /// SIMPLE only (no LL buffers known), NCCL_PROTO's default, the host model.
+    fn default() -> Self {
+        Tuning {
+            enable: ProtocolEnable::default(),
+            ll_step_bytes: 0,
+            model: TuningModel::HOST_SHM,
+        }
+    }
+}
+
+impl Tuning {
+    /// The protocols the CPU executor can run on this communicator.
+    pub fn available(&self) -> ProtocolSet {
+        let simple = ProtocolSet::of(&[Protocol::Simple]);
+        if self.ll_step_bytes > 0 {
+            simple.with(Protocol::Ll)
+        } else {
+            simple
+        }
+    }
+
+    /// The protocol for `collective` moving `bytes` (NCCL's `nBytes`) on `nranks`, whose
+    /// SIMPLE FIFO steps hold `simple_step_bytes`; an error when `NCCL_PROTO` leaves none
+    /// that this executor can run here.
+    ///
+    /// One-shot only where the message fits half of the FIFO (4 of its 8 steps): each rank
+    /// then sends and receives in strict alternation, and a rank blocked on a send has at
+    /// least two messages unread by the next rank, which the next rank can only have left
+    /// unread by being blocked on an earlier send of its own; around the ring that is
+    /// impossible, so no cycle of waits forms (the same argument as `Comm::group`'s).
+    pub fn choose(
+        &self,
+        collective: Collective,
+        bytes: usize,
+        nranks: usize,
+        simple_step_bytes: usize,
+    ) -> Result<Choice, ExecError> {
+        let enabled = self.enable.for_collective(collective);
+        let fits = |step: usize| step > 0 && bytes.div_ceil(step) <= NCCL_STEPS / 2;
+        let mut one_shot = ProtocolSet::NONE;
+        if fits(simple_step_bytes) {
+            one_shot = one_shot.with(Protocol::Simple);
+        }
+        if fits(self.ll_step_bytes) {
+            one_shot = one_shot.with(Protocol::Ll);
+        }
+        let wire_bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.model
+            .choose(
+                collective,
+                wire_bytes,
+                nranks,
+                enabled.intersect(self.available()),
+                one_shot,
+            )
+            .ok_or_else(|| {
+                ExecError::InvalidArgument(format!(
+                    "NCCL_PROTO enables {enabled} for {}, but the CPU executor runs {} on this \
+                     communicator (LL only when every ring connection is SHM): enable Simple",
+                    collective.name(),
+                    self.available()
+                ))
+            })
+    }
+}
 
 /// One channel of a communicator: its ring and, with two or more ranks, its connections.
 #[derive(Debug, Clone)]
@@ -59,6 +144,10 @@ pub struct Executor {
     /// Use every channel on every call (tests of the channel split), instead of NCCL's
     /// traffic rule.
     all_channels: bool,
+    tuning: Tuning,
+    /// The last call's shape and the choice made for it: a loop of identical calls (the
+    /// common case) skips the model.
+    last_choice: Option<(Collective, usize, DataType, Choice)>,
 }
 
 /// Locks a connection even if a panicking job poisoned the mutex: the FIFO state is
@@ -84,7 +173,19 @@ impl Executor {
             abort,
             pool: WorkerPool::new(format!("weft-r{rank}")),
             all_channels: false,
+            tuning: Tuning::default(),
+            last_choice: None,
         }
+    }
+
+    /// How calls choose their protocol (every rank must set the same).
+    pub fn set_tuning(&mut self, tuning: Tuning) {
+        self.tuning = tuning;
+        self.last_choice = None;
+    }
+
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// Spreads every call over every channel, whatever its size (so that tests exercise
@@ -105,18 +206,48 @@ impl Executor {
         &self.abort
     }
 
+    /// The protocol `collective` of `count` elements of `dtype` uses (the same on every rank).
+    pub fn choose(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<Choice, ExecError> {
+        // NCCL's nBytes: the whole output of an all-gather, the whole input of a
+        // reduce-scatter (count is per rank for both).
+        let per_rank = match collective {
+            Collective::AllGather | Collective::ReduceScatter => self.nranks,
+            _ => 1,
+        };
+        let bytes = count
+            .saturating_mul(dtype.size_of_elem())
+            .saturating_mul(per_rank);
+        self.tuning
+            .choose(collective, bytes, self.nranks, self.step_bytes)
+    }
+
+    /// Bytes of one FIFO step of `protocol`: the most one slice carries (a slice never
+    /// spans steps, so that a ring's sends cannot fill a FIFO the peer is not reading).
+    fn slice_bytes(&self, protocol: Protocol) -> usize {
+        match protocol {
+            Protocol::Ll => self.tuning.ll_step_bytes,
+            _ => self.step_bytes,
+        }
+    }
+
     /// The spec every rank computes for this call (the same on all of them): chunks cut
-    /// from a FIFO of `NCCL_STEPS` steps, as NCCL does, and NCCL's channel rule with
-    /// [`CPU_TRAFFIC_SCALE`] times its traffic per channel.
+    /// from a FIFO of `NCCL_STEPS` steps of `protocol`, as NCCL does, and NCCL's channel
+    /// rule with [`CPU_TRAFFIC_SCALE`] times its traffic per channel.
     pub fn spec(
         &self,
         collective: Collective,
         count: usize,
         dtype: DataType,
+        protocol: Protocol,
     ) -> Result<ProgramSpec, ExecError> {
         let esize = dtype.size_of_elem();
         let max = u32::try_from(self.channels.len()).unwrap_or(u32::MAX);
-        let buffer = self.step_bytes.saturating_mul(NCCL_STEPS);
+        let buffer = self.slice_bytes(protocol).saturating_mul(NCCL_STEPS);
         let sizing = ChunkSizing::new(collective, buffer, esize)?;
         let scaled = count.div_ceil(CPU_TRAFFIC_SCALE);
         Ok(ProgramSpec {
@@ -141,29 +272,62 @@ impl Executor {
         op: RedOp,
         buffers: RawBuffers,
     ) -> Result<(), ExecError> {
-        let spec = self.spec(collective, count, dtype)?;
+        let choice = match self.last_choice {
+            Some((c, n, d, choice)) if (c, n, d) == (collective, count, dtype) => choice,
+            _ => {
+                let choice = self.choose(collective, count, dtype)?;
+                self.last_choice = Some((collective, count, dtype, choice));
+                choice
+            }
+        };
+        let rank = self.rank;
+        let reduction = ring::reduction(dtype, op, self.nranks)?;
+        if choice.one_shot {
+            // One message of the whole buffer on channel 0: no chunks, no channel split.
+            let call = RingCall {
+                spec: ProgramSpec {
+                    collective,
+                    count,
+                    elem_size: dtype.size_of_elem(),
+                    chunk_elems: count.max(1),
+                    nchannels: 1,
+                },
+                dtype,
+                reduction,
+                slice_elems: count.max(1),
+                protocol: choice.protocol,
+                buffers,
+            };
+            return self.run_here(0, |ring, conns| match conns {
+                Some(c) => one_shot::all_reduce(&call, ring, rank, c),
+                None => ring::run_channel(&call, ring, rank, 0, None),
+            });
+        }
+        let spec = self.spec(collective, count, dtype, choice.protocol)?;
         let call = RingCall {
             spec,
             dtype,
-            reduction: ring::reduction(dtype, op, self.nranks)?,
-            slice_elems: self.step_bytes / dtype.size_of_elem(),
+            reduction,
+            slice_elems: self.slice_bytes(choice.protocol) / dtype.size_of_elem(),
+            protocol: choice.protocol,
             buffers,
         };
         let align = align_elems(dtype.size_of_elem())?;
-        let mut jobs: Vec<Job> = Vec::new();
+        let mut active = Vec::new();
         for c in 0..spec.nchannels {
-            if channel_part(count, align, spec.nchannels, c)?.len == 0 {
-                continue;
+            if channel_part(count, align, spec.nchannels, c)?.len > 0 {
+                active.push(c);
             }
-            let channel =
-                self.channels
-                    .get(c as usize)
-                    .cloned()
-                    .ok_or(ExecError::InvalidArgument(format!(
-                        "channel {c} does not exist ({} channels)",
-                        self.channels.len()
-                    )))?;
-            let (rank, abort) = (self.rank, self.abort.clone());
+        }
+        if let [c] = active[..] {
+            return self.run_here(c, |ring, conns| {
+                ring::run_channel(&call, ring, rank, c, conns)
+            });
+        }
+        let mut jobs: Vec<Job> = Vec::new();
+        for c in active {
+            let channel = self.channel(c)?;
+            let abort = self.abort.clone();
             jobs.push(Box::new(move || {
                 let mut guard = channel.conns.as_deref().map(lock);
                 let result = ring::run_channel(&call, &channel.ring, rank, c, guard.as_deref_mut());
@@ -174,6 +338,42 @@ impl Executor {
             }));
         }
         self.run(jobs)
+    }
+
+    fn channel(&self, c: u32) -> Result<ExecChannel, ExecError> {
+        self.channels.get(c as usize).cloned().ok_or_else(|| {
+            ExecError::InvalidArgument(format!(
+                "channel {c} does not exist ({} channels)",
+                self.channels.len()
+            ))
+        })
+    }
+
+    /// Runs `work` on channel `c` on this thread: what a call on one channel does, with no
+    /// job to box and no worker to wake. Fails and aborts as [`Executor::run`] does.
+    fn run_here(
+        &mut self,
+        c: u32,
+        work: impl FnOnce(&[u32], Option<&mut RingConns>) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
+        if self.abort.is_aborted() {
+            return Err(ExecError::Aborted);
+        }
+        let channel = self.channels.get(c as usize).ok_or_else(|| {
+            ExecError::InvalidArgument(format!(
+                "channel {c} does not exist ({} channels)",
+                self.channels.len()
+            ))
+        })?;
+        let result = {
+            let mut guard = channel.conns.as_deref().map(lock);
+            let ring = &channel.ring;
+            pool::catch(|| work(ring, guard.as_deref_mut()))
+        };
+        result.inspect_err(|_| {
+            self.abort.abort();
+            self.abort_connections();
+        })
     }
 
     /// Runs `jobs` (at least one) in parallel and reduces their results to the first root

@@ -57,7 +57,12 @@ pub fn tighten_timer_slack() {
 
 /// Runs `job`, turning a panic into [`ExecError::Panic`].
 pub fn run_caught(job: Job) -> Result<(), ExecError> {
-    catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(ExecError::Panic(panic_text(&*p))))
+    catch(job)
+}
+
+/// Runs `work` on this thread, turning a panic into [`ExecError::Panic`] (without boxing it).
+pub fn catch(work: impl FnOnce() -> Result<(), ExecError>) -> Result<(), ExecError> {
+    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|p| Err(ExecError::Panic(panic_text(&*p))))
 }
 
 impl WorkerPool {

@@ -8,6 +8,10 @@
 //! slices match one for one, and a step with no elements posts nothing on either side: a
 //! tiny call costs one post per hop.
 //!
+//! Under LL ([`Protocol::Ll`]) the same program runs, each slice one LL message
+//! (`FifoSendEnd::ll_send`, `FifoRecvEnd::ll_recv`): data travels as lines with flags, a
+//! receiver copies it out of the lines into the channel's [`Scratch`], and reduces from there.
+//!
 //! Reductions follow NCCL ([`Reduction`]): a rank's own input enters through
 //! `copy_input` / `reduce_input` (float `Avg` pre-multiplies it by `1/nranks`), partial
 //! results meet with `reduce`, and the step that completes a result calls `finish`
@@ -15,7 +19,7 @@
 
 use std::ops::Range;
 
-use weft_core::abi::DataType;
+use weft_core::abi::{DataType, Protocol};
 use weft_core::sched::{Primitive, ProgramSpec, Ring, RingProgram};
 
 use super::buffers::{Overlap, RawBuffers};
@@ -23,11 +27,42 @@ use super::error::ExecError;
 use super::reduce::Reduction;
 use crate::conn::{ConnId, FifoRecvEnd, FifoSendEnd, RecvSlot};
 
-/// A channel's connections on the ring: to the next rank and from the previous one.
+/// A channel's connections on the ring: to the next rank and from the previous one, and
+/// the staging buffers its calls reuse (so that a small call allocates nothing).
 #[derive(Debug)]
 pub struct RingConns {
     pub send: FifoSendEnd,
     pub recv: FifoRecvEnd,
+    pub scratch: Scratch,
+}
+
+impl RingConns {
+    pub fn new(send: FifoSendEnd, recv: FifoRecvEnd) -> Self {
+        RingConns {
+            send,
+            recv,
+            scratch: Scratch::default(),
+        }
+    }
+}
+
+/// Byte buffers a channel reuses from call to call.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// An input copied aside before an in-place step overwrites it.
+    pub staged: Vec<u8>,
+    /// An LL message copied out of the lines.
+    pub received: Vec<u8>,
+    /// A one-shot all-reduce's inputs of every rank, in ring order.
+    pub gathered: Vec<u8>,
+}
+
+/// `buf` holding `len` bytes, for the caller to overwrite entirely (whatever they held is
+/// left, not zeroed: the buffers are reused from call to call, and clearing 64 KiB costs as
+/// much as a small call).
+pub fn sized(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    buf.resize(len, 0);
+    buf
 }
 
 /// What every channel of one call shares.
@@ -37,8 +72,10 @@ pub struct RingCall {
     pub dtype: DataType,
     /// The reduction (for collectives that reduce; ignored by the others).
     pub reduction: Reduction,
-    /// Elements one slice holds at most: the connections' step size.
+    /// Elements one slice holds at most: the connections' step size (of the protocol).
     pub slice_elems: usize,
+    /// How slices travel: [`Protocol::Simple`] slots or [`Protocol::Ll`] lines.
+    pub protocol: Protocol,
     pub buffers: RawBuffers,
 }
 
@@ -65,7 +102,8 @@ pub fn run_channel(
     let program = RingProgram::new(&call.spec, ring, rank, channel)?;
     let reduces = call.spec.collective.reduces();
     let esize = call.dtype.size_of_elem();
-    let mut scratch = Vec::new();
+    // A ring of one rank has no connections, and uses only `staged` (for Avg's pre-op).
+    let mut own = Scratch::default();
     for step in program {
         if step.len == 0 {
             continue;
@@ -80,14 +118,19 @@ pub fn run_channel(
                 .output_offset
                 .saturating_add(offset)
                 .saturating_mul(esize);
-            let mut slice = Slice {
-                call,
-                input: at_in..at_in.saturating_add(bytes),
-                output: at_out..at_out.saturating_add(bytes),
-                finish: step.post_op && reduces,
-                scratch: &mut scratch,
-            };
+            let (input, output) = (
+                at_in..at_in.saturating_add(bytes),
+                at_out..at_out.saturating_add(bytes),
+            );
+            let finish = step.post_op && reduces;
             if step.prim == Primitive::Copy {
+                let mut slice = Slice {
+                    call,
+                    input,
+                    output,
+                    finish,
+                    staged: &mut own.staged,
+                };
                 slice.copy(reduces)?;
                 continue;
             }
@@ -98,7 +141,22 @@ pub fn run_channel(
                     ring.nranks()
                 )));
             };
-            slice.run(c, step.prim)?;
+            let RingConns {
+                send,
+                recv,
+                scratch,
+            } = c;
+            let mut slice = Slice {
+                call,
+                input,
+                output,
+                finish,
+                staged: &mut scratch.staged,
+            };
+            match call.protocol {
+                Protocol::Ll => slice.run_ll(send, recv, &mut scratch.received, step.prim)?,
+                _ => slice.run(send, recv, step.prim)?,
+            }
         }
     }
     Ok(())
@@ -125,7 +183,7 @@ struct Slice<'a> {
     /// Apply the reduction's `finish` to the result (the step completes it).
     finish: bool,
     /// Staging for an in-place reduction whose input is about to be overwritten.
-    scratch: &'a mut Vec<u8>,
+    staged: &'a mut Vec<u8>,
 }
 
 impl Slice<'_> {
@@ -142,7 +200,7 @@ impl Slice<'_> {
             self.stage_input()?;
             // SAFETY: only this output slice is alive (the input was staged).
             let dst = unsafe { buf.output(self.output.clone())? };
-            red.copy_input(dst, self.scratch)?;
+            red.copy_input(dst, self.staged)?;
         } else {
             buf.copy_within(self.input.clone(), self.output.clone())?;
         }
@@ -153,21 +211,123 @@ impl Slice<'_> {
         Ok(())
     }
 
-    /// Copies the input range into `scratch`.
+    /// Copies the input range into `staged`.
     fn stage_input(&mut self) -> Result<(), ExecError> {
         // SAFETY: only this input slice is alive.
         let src = unsafe { self.call.buffers.input(self.input.clone())? };
-        self.scratch.clear();
-        self.scratch.extend_from_slice(src);
+        self.staged.clear();
+        self.staged.extend_from_slice(src);
         Ok(())
     }
 
-    fn run(&mut self, c: &mut RingConns, prim: Primitive) -> Result<(), ExecError> {
+    /// `output = post(pre(input) ⊕ received)`, staging the input first when the output
+    /// overlaps it (an in-place call).
+    fn reduce_into_output(&mut self, received: &[u8]) -> Result<(), ExecError> {
+        let buf = &self.call.buffers;
+        let red = &self.call.reduction;
+        let overlap = buf.overlap(&self.input, &self.output);
+        if overlap != Overlap::Disjoint {
+            // The output overwrites the input it is computed from: stage the input.
+            self.stage_input()?;
+        }
+        // SAFETY: the input slice, if any, is of a range disjoint from the output.
+        let dst = unsafe { buf.output(self.output.clone())? };
+        if overlap == Overlap::Disjoint {
+            // SAFETY: disjoint from `dst` (checked above).
+            let src = unsafe { buf.input(self.input.clone())? };
+            red.reduce_input(dst, src, received)?;
+        } else {
+            red.reduce_input(dst, self.staged, received)?;
+        }
+        if self.finish {
+            red.finish(dst)?;
+        }
+        Ok(())
+    }
+
+    /// One slice over LL: the same primitives as [`Slice::run`], each message one
+    /// `ll_send` / `ll_recv`, received data staged in `received`.
+    fn run_ll(
+        &mut self,
+        send: &mut FifoSendEnd,
+        recv: &mut FifoRecvEnd,
+        received: &mut Vec<u8>,
+        prim: Primitive,
+    ) -> Result<(), ExecError> {
         let buf = &self.call.buffers;
         let red = &self.call.reduction;
         let bytes = self.bytes();
-        let recv_conn = c.recv.conn();
-        let capacity = c.send.slice_bytes();
+        match prim {
+            Primitive::Send => {
+                if red.has_pre_op() {
+                    // Float Avg: the input enters the reduction scaled.
+                    let scaled = sized(received, bytes);
+                    // SAFETY: only this input slice is alive.
+                    red.copy_input(scaled, unsafe { buf.input(self.input.clone())? })?;
+                    send.ll_send(scaled)?;
+                } else {
+                    // SAFETY: only this input slice is alive.
+                    send.ll_send(unsafe { buf.input(self.input.clone())? })?;
+                }
+            }
+            Primitive::CopySend => {
+                // SAFETY: only this input slice is alive in this statement.
+                send.ll_send(unsafe { buf.input(self.input.clone())? })?;
+                buf.copy_within(self.input.clone(), self.output.clone())?;
+            }
+            Primitive::Recv => {
+                // SAFETY: only this output slice is alive.
+                recv.ll_recv(unsafe { buf.output(self.output.clone())? })?;
+            }
+            Primitive::RecvCopySend => {
+                // SAFETY: only this output slice is alive.
+                let out = unsafe { buf.output(self.output.clone())? };
+                recv.ll_recv(out)?;
+                send.ll_send(out)?;
+            }
+            Primitive::RecvReduceSend | Primitive::RecvReduceCopySend => {
+                let acc = sized(received, bytes);
+                recv.ll_recv(acc)?;
+                {
+                    // SAFETY: only this input slice is alive; it dies before the output
+                    // slice below is made (they alias in an in-place all-reduce).
+                    let src = unsafe { buf.input(self.input.clone())? };
+                    red.reduce_input_in_place(acc, src)?;
+                }
+                if self.finish {
+                    red.finish(acc)?;
+                }
+                if prim == Primitive::RecvReduceCopySend {
+                    // SAFETY: only this output slice is alive (see above).
+                    unsafe { buf.output(self.output.clone())? }.copy_from_slice(acc);
+                }
+                send.ll_send(acc)?;
+            }
+            Primitive::RecvReduceCopy => {
+                let got = sized(received, bytes);
+                recv.ll_recv(got)?;
+                self.reduce_into_output(got)?;
+            }
+            Primitive::Copy => {
+                return Err(ExecError::InvalidArgument(
+                    "copy step on a ring of several ranks".to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn run(
+        &mut self,
+        send: &mut FifoSendEnd,
+        recv: &mut FifoRecvEnd,
+        prim: Primitive,
+    ) -> Result<(), ExecError> {
+        let buf = &self.call.buffers;
+        let red = &self.call.reduction;
+        let bytes = self.bytes();
+        let recv_conn = recv.conn();
+        let capacity = send.slice_bytes();
         let oversize = || ExecError::BadBuffer {
             what: "FIFO slice",
             needed: bytes,
@@ -177,7 +337,7 @@ impl Slice<'_> {
             Primitive::Send => {
                 // Only reducing collectives send their input unreduced: it enters the
                 // reduction here.
-                let mut slot = c.send.acquire()?;
+                let mut slot = send.acquire()?;
                 let dst = slot.buf().get_mut(..bytes).ok_or_else(oversize)?;
                 // SAFETY: only this input slice is alive.
                 let src = unsafe { buf.input(self.input.clone())? };
@@ -186,7 +346,7 @@ impl Slice<'_> {
             }
             Primitive::CopySend => {
                 // All-gather and broadcast: a plain copy.
-                let mut slot = c.send.acquire()?;
+                let mut slot = send.acquire()?;
                 {
                     let dst = slot.buf().get_mut(..bytes).ok_or_else(oversize)?;
                     // SAFETY: only this input slice is alive in this block.
@@ -198,16 +358,16 @@ impl Slice<'_> {
                 buf.copy_within(self.input.clone(), self.output.clone())?;
             }
             Primitive::Recv => {
-                let slot = c.recv.acquire()?;
+                let slot = recv.acquire()?;
                 expect_len(&slot, recv_conn, bytes)?;
                 // SAFETY: only this output slice is alive.
                 unsafe { buf.output(self.output.clone())? }.copy_from_slice(slot.data());
                 slot.release()?;
             }
             Primitive::RecvCopySend => {
-                let rslot = c.recv.acquire()?;
+                let rslot = recv.acquire()?;
                 expect_len(&rslot, recv_conn, bytes)?;
-                let mut sslot = c.send.acquire()?;
+                let mut sslot = send.acquire()?;
                 sslot
                     .buf()
                     .get_mut(..bytes)
@@ -220,9 +380,9 @@ impl Slice<'_> {
                 rslot.release()?;
             }
             Primitive::RecvReduceSend | Primitive::RecvReduceCopySend => {
-                let rslot = c.recv.acquire()?;
+                let rslot = recv.acquire()?;
                 expect_len(&rslot, recv_conn, bytes)?;
-                let mut sslot = c.send.acquire()?;
+                let mut sslot = send.acquire()?;
                 {
                     let dst = sslot.buf().get_mut(..bytes).ok_or_else(oversize)?;
                     // SAFETY: only this input slice is alive; it dies before the output
@@ -241,25 +401,9 @@ impl Slice<'_> {
                 rslot.release()?;
             }
             Primitive::RecvReduceCopy => {
-                let rslot = c.recv.acquire()?;
+                let rslot = recv.acquire()?;
                 expect_len(&rslot, recv_conn, bytes)?;
-                let overlap = buf.overlap(&self.input, &self.output);
-                if overlap != Overlap::Disjoint {
-                    // The output overwrites the input it is computed from: stage the input.
-                    self.stage_input()?;
-                }
-                // SAFETY: the input slice, if any, is of a range disjoint from the output.
-                let dst = unsafe { buf.output(self.output.clone())? };
-                if overlap == Overlap::Disjoint {
-                    // SAFETY: disjoint from `dst` (checked above).
-                    let src = unsafe { buf.input(self.input.clone())? };
-                    red.reduce_input(dst, src, rslot.data())?;
-                } else {
-                    red.reduce_input(dst, self.scratch, rslot.data())?;
-                }
-                if self.finish {
-                    red.finish(dst)?;
-                }
+                self.reduce_into_output(rslot.data())?;
                 rslot.release()?;
             }
             Primitive::Copy => {

@@ -6,16 +6,74 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_core::sched::Collective;
+use weft_core::tune::{ProtocolCosts, ProtocolEnable, TuningModel};
 
 use super::*;
 use crate::conn::{ConnId, Direction, FifoLayout, FifoRegion, WaitPolicy, Waiter};
 use crate::verify::{Expect, TestData};
 
-/// Builds `nranks` executors with `nchannels` rings 0..n, FIFOs of `step_bytes` per slot.
+/// Builds `nranks` executors with `nchannels` rings 0..n, FIFOs of `step_bytes` per slot,
+/// SIMPLE only.
 fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor> {
-    let layout = FifoLayout::new(8, step_bytes).unwrap();
+    executors_with(nranks, nchannels, step_bytes, Shape::SIMPLE_RING)
+}
+
+/// A protocol and shape for a test to force: `NCCL_PROTO` names the protocol, and the model
+/// makes a ring hop so dear that one-shot wins wherever it is allowed (or allows none).
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    protocol: Protocol,
+    one_shot: bool,
+}
+
+impl Shape {
+    const SIMPLE_RING: Shape = Shape {
+        protocol: Protocol::Simple,
+        one_shot: false,
+    };
+    const LL_RING: Shape = Shape {
+        protocol: Protocol::Ll,
+        one_shot: false,
+    };
+
+    /// Lines per LL step of the test connections: 2 KiB of data, so that messages of a few
+    /// thousand elements span several LL steps.
+    const LL_LINES: usize = 512;
+
+    fn tuning(self) -> Tuning {
+        let costs = ProtocolCosts {
+            base_ns: 0,
+            hop_ns: 1_000_000,
+            bus_mbps: u64::MAX / 4,
+        };
+        Tuning {
+            enable: ProtocolEnable::parse(self.protocol.name()).unwrap(),
+            ll_step_bytes: Self::LL_LINES * 4,
+            model: TuningModel {
+                ring_ll: costs,
+                ring_simple: costs,
+                one_shot_ll: costs,
+                one_shot_simple: costs,
+                one_shot_max_bytes: if self.one_shot { u64::MAX } else { 0 },
+            },
+        }
+    }
+}
+
+/// Builds `nranks` executors with `nchannels` rings 0..n, FIFOs of `step_bytes` per slot and
+/// LL buffers, running every call in `shape` where it can.
+fn executors_with(
+    nranks: usize,
+    nchannels: usize,
+    step_bytes: usize,
+    shape: Shape,
+) -> Vec<Executor> {
+    let layout = FifoLayout::new(8, step_bytes)
+        .unwrap()
+        .with_ll_lines(Shape::LL_LINES)
+        .unwrap();
     let aborts: Vec<AbortFlag> = (0..nranks).map(|_| AbortFlag::new()).collect();
     let waiter = |r: usize| Waiter {
         policy: WaitPolicy::default().with_timeout(Duration::from_secs(20)),
@@ -47,12 +105,8 @@ fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor
             recvs[next] = Some(region.recv_end(rid, waiter(next)));
         }
         for (r, (send, recv)) in sends.into_iter().zip(recvs).enumerate() {
-            let conns = (nranks > 1).then(|| {
-                Arc::new(Mutex::new(RingConns {
-                    send,
-                    recv: recv.unwrap(),
-                }))
-            });
+            let conns =
+                (nranks > 1).then(|| Arc::new(Mutex::new(RingConns::new(send, recv.unwrap()))));
             channels[r].push(ExecChannel {
                 ring: Arc::clone(&ring),
                 conns,
@@ -62,7 +116,11 @@ fn executors(nranks: usize, nchannels: usize, step_bytes: usize) -> Vec<Executor
     channels
         .into_iter()
         .enumerate()
-        .map(|(r, ch)| Executor::new(r as u32, nranks, ch, step_bytes, aborts[r].clone()))
+        .map(|(r, ch)| {
+            let mut e = Executor::new(r as u32, nranks, ch, step_bytes, aborts[r].clone());
+            e.set_tuning(shape.tuning());
+            e
+        })
         .collect()
 }
 
@@ -169,17 +227,23 @@ fn collectives(nranks: u32) -> Vec<Collective> {
     ]
 }
 
-#[test]
-fn every_collective_type_and_op_small_counts() {
+/// Every collective (or only all-reduce), type and op, at small and odd counts, in and out of
+/// place, on rings of 1 to 4 ranks split over every channel, in `shape`; returns the
+/// protocol and shape of each call that ran (all ranks agree on them).
+fn every_collective_small_counts(shape: Shape, only_all_reduce: bool) -> Vec<(Protocol, bool)> {
+    let mut ran = Vec::new();
     // Small FIFO slots (4 KiB) so that modest counts span many slices, chunks and loops.
     for (nranks, nchannels) in [(1, 1), (2, 2), (3, 1), (4, 3)] {
-        let mut execs = executors(nranks, nchannels, 4096);
+        let mut execs = executors_with(nranks, nchannels, 4096, shape);
         // Split even the smallest counts, so every type's channel alignment is exercised.
         for e in &mut execs {
             e.use_all_channels(true);
         }
         let mut seed = 1;
         for collective in collectives(nranks as u32) {
+            if only_all_reduce && collective != Collective::AllReduce {
+                continue;
+            }
             for dtype in TYPES {
                 for op in OPS {
                     if !collective.reduces() && op != RedOp::Sum {
@@ -193,16 +257,51 @@ fn every_collective_type_and_op_small_counts() {
                             seed,
                             nranks,
                         };
+                        let choice = execs[0].choose(collective, count, dtype).unwrap();
+                        ran.push((choice.protocol, choice.one_shot));
                         let wrong = run_case(&mut execs, collective, data, count, in_place);
                         assert!(
                             wrong.iter().all(|&w| w == 0),
                             "{collective:?} {dtype:?} {op:?} count {count} in_place {in_place} \
-                             on {nranks} ranks x {nchannels} channels: wrong {wrong:?}"
+                             on {nranks} ranks x {nchannels} channels, {choice:?}: wrong {wrong:?}"
                         );
                     }
                 }
             }
         }
+    }
+    ran
+}
+
+#[test]
+fn every_collective_type_and_op_small_counts() {
+    let ran = every_collective_small_counts(Shape::SIMPLE_RING, false);
+    assert!(ran.iter().all(|&c| c == (Protocol::Simple, false)));
+}
+
+#[test]
+fn every_collective_type_and_op_over_ll() {
+    let ran = every_collective_small_counts(Shape::LL_RING, false);
+    assert!(ran.iter().all(|&c| c == (Protocol::Ll, false)));
+}
+
+#[test]
+fn one_shot_all_reduce_every_type_and_op() {
+    for protocol in [Protocol::Simple, Protocol::Ll] {
+        let shape = Shape {
+            protocol,
+            one_shot: true,
+        };
+        let ran = every_collective_small_counts(shape, true);
+        // One-shot wherever the message fits half the FIFO (4 SIMPLE steps of 4 KiB, 4 LL
+        // steps of 2 KiB), the ring beyond; one rank never goes one-shot.
+        let shots = ran.iter().filter(|c| c.1).count();
+        assert!(ran.iter().all(|c| c.0 == protocol), "{protocol:?}");
+        assert!(
+            shots > ran.len() / 2 && shots < ran.len(),
+            "{protocol:?}: {shots} of {}",
+            ran.len()
+        );
     }
 }
 
@@ -230,8 +329,8 @@ fn large_counts_on_many_channels() {
 
 #[test]
 fn random_shapes() {
-    // A seeded xorshift picks ranks, channels, FIFO step, collective, type, op, count and
-    // placement; every element of every result is checked.
+    // A seeded xorshift picks ranks, channels, FIFO step, protocol and shape, collective,
+    // type, op, count and placement; every element of every result is checked.
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move |m: u64| {
         x ^= x << 13;
@@ -243,7 +342,11 @@ fn random_shapes() {
         let nranks = 1 + next(6) as usize;
         let nchannels = 1 + next(4) as usize;
         let step_bytes = 512 * (1 + next(16) as usize);
-        let mut execs = executors(nranks, nchannels, step_bytes);
+        let shape = Shape {
+            protocol: [Protocol::Simple, Protocol::Ll][next(2) as usize],
+            one_shot: next(2) == 1,
+        };
+        let mut execs = executors_with(nranks, nchannels, step_bytes, shape);
         let all = next(2) == 1;
         for e in &mut execs {
             e.use_all_channels(all);
@@ -263,7 +366,8 @@ fn random_shapes() {
         assert!(
             wrong.iter().all(|&w| w == 0),
             "case {case}: {collective:?} {dtype:?} {op:?} count {count} in_place {in_place} on \
-             {nranks} ranks x {nchannels} channels, {step_bytes}-byte steps: wrong {wrong:?}"
+             {nranks} ranks x {nchannels} channels, {step_bytes}-byte steps, {shape:?}: wrong \
+             {wrong:?}"
         );
     }
 }

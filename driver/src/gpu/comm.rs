@@ -66,6 +66,8 @@ fn channel_rings(
                 nchannels: explicit,
                 step_bytes: p.step_bytes,
                 cpus: 1,
+                protocols: weft_core::tune::ProtocolEnable::default().to_bits(),
+                ll_lines: 0,
             };
             let mut peer = Peer::local(r as u32, Some(p.device as i32), settings);
             peer.info.host_hash = p.host_hash;

@@ -39,7 +39,8 @@ pub fn var(name: &str) -> Option<String> {
 }
 
 /// Loopback options with `timeout`, the channels, transport and FIFO step of the case's
-/// variables (`WEFT_TEST_CHANNELS`, `WEFT_TEST_TRANSPORT`, `WEFT_TEST_STEP_BYTES`).
+/// variables (`WEFT_TEST_CHANNELS`, `WEFT_TEST_TRANSPORT`, `WEFT_TEST_STEP_BYTES`), and the
+/// protocols of `WEFT_TEST_PROTO` (`NCCL_PROTO`'s syntax).
 pub fn options(timeout: Duration) -> CommOptions {
     let mut opts = CommOptions::loopback(timeout);
     if let Some(c) = var("WEFT_TEST_CHANNELS") {
@@ -50,6 +51,9 @@ pub fn options(timeout: Duration) -> CommOptions {
     }
     if let Some(b) = var("WEFT_TEST_STEP_BYTES") {
         opts.step_bytes = Some(b.parse().expect("WEFT_TEST_STEP_BYTES"));
+    }
+    if let Some(p) = var("WEFT_TEST_PROTO") {
+        opts.protocols = weft_core::tune::ProtocolEnable::parse(&p).expect("WEFT_TEST_PROTO");
     }
     opts
 }

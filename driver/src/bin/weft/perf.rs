@@ -27,6 +27,13 @@ use crate::perf_cuda::CudaRank;
 use crate::spawn::{ROLE_FLAG, run_local};
 use weft_core::sched::Collective;
 
+/// Untimed 4-byte all-reduces before each timing on the CPU (see `Rank::settle`): about
+/// 0.4 ms when the ranks run side by side, a few ms (some scheduler balancing periods) when
+/// they share a CPU.
+const SETTLE_CALLS: usize = 2048;
+/// ... or fewer, once one rank has spent this long settling (slow links, emulated VMs).
+const SETTLE_TIME: Duration = Duration::from_millis(20);
+
 const HELP: &str = "\
 usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv> [options]
 
@@ -677,6 +684,27 @@ impl Rank<'_> {
         Ok(())
     }
 
+    /// On the CPU, a few untimed 4-byte all-reduces between the barrier and the clock. The
+    /// barrier is over TCP: the ranks sleep in it, and the scheduler may wake them on one
+    /// CPU, where they take turns instead of running side by side until it separates them,
+    /// which spinning ranks make it do. (MPI's benchmark gets the same from its per-size
+    /// warm-up and its spinning MPI_Barrier.)
+    fn settle(&mut self) -> PerfResult<()> {
+        if let Backend::Cpu(c) = &mut self.backend {
+            let started = Instant::now();
+            for _ in 0..SETTLE_CALLS {
+                // Each call carries "I have settled long enough"; every rank gets the same
+                // maximum, so all stop after the same call.
+                let mut done = u32::from(started.elapsed() > SETTLE_TIME).to_ne_bytes();
+                c.all_reduce_in_place(&mut done, DataType::Uint32, RedOp::Max)?;
+                if u32::from_ne_bytes(done) != 0 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `iters` calls and returns their total time in microseconds: host time around
     /// the calls on the CPU, CUDA events around them on the GPU.
     fn timed(
@@ -747,6 +775,7 @@ impl Rank<'_> {
             wrong += data.count_wrong(expect, self.rank, s.count, out) as u64;
         }
         self.barrier()?;
+        self.settle()?;
         let mut elapsed_us = 0.0;
         if self.args.check == Check::Every {
             for iter in 0..self.args.iters {
