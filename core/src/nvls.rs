@@ -18,8 +18,11 @@
 //!   reads it back through UC (NCCL: `send[0]` MC, `recv[1]` UC).
 //!
 //! The counters that order those accesses live in a second, smaller multicast allocation
-//! laid out the same way, one 64-byte block per (head, direction, channel), NCCL's `head`
-//! at byte 0 and `tail` at byte 32 of each block.
+//! laid out the same way, one block per (head, direction, channel). Here weft differs from
+//! NCCL (a 64-byte block, `head` at 0 and `tail` at 32): a block holds one `posted` and one
+//! `freed` counter *per rank* (each written only by its rank, with `multimem.st` or one store
+//! per peer), so a wait that gives up can name the rank it waited on instead of a sum. That
+//! limits the counters to [`COUNTER_RANKS`] ranks, one NVSwitch host.
 //!
 //! Both allocations are rounded up to the larger of the unicast and multicast allocation
 //! granularities (both powers of two), so that one size is valid for `cuMemCreate`,
@@ -38,12 +41,15 @@ use crate::abi::STEPS as ABI_STEPS;
 pub const STEPS: u64 = ABI_STEPS as u64;
 /// NCCL's default NVLS chunk (`NCCL_NVLS_CHUNKSIZE`): bytes of one slot.
 pub const DEFAULT_CHUNK_SIZE: u64 = 128 * 1024;
-/// Bytes of one counter block (NCCL's `memSize` of the credit allocation).
-pub const CREDIT_BLOCK: u64 = 64;
-/// Offset of the `head` counter (slots freed by the consumer) in a counter block.
-pub const HEAD_OFFSET: u64 = 0;
-/// Offset of the `tail` counter (slots posted by the producer) in a counter block.
-pub const TAIL_OFFSET: u64 = 32;
+/// Ranks a counter block has a counter for (`abi::PEER_MAX_RANKS`).
+pub const COUNTER_RANKS: u64 = crate::abi::PEER_MAX_RANKS as u64;
+/// Bytes of one counter block: `posted` then `freed`, one `u64` per rank each.
+pub const CREDIT_BLOCK: u64 = 2 * 8 * COUNTER_RANKS;
+/// Offset of rank 0's `posted` counter (steps it wrote into the buffer) in a block;
+/// rank r's is `8 * r` further.
+pub const POSTED_OFFSET: u64 = 0;
+/// Offset of rank 0's `freed` counter (steps it finished reading) in a block.
+pub const FREED_OFFSET: u64 = 8 * COUNTER_RANKS;
 /// The last, short loop of a channel rounds each head's chunk up to this many bytes
 /// (NCCL's `16384 / sizeof(T)` elements).
 pub const LAST_CHUNK_ALIGN: u64 = 16384;
@@ -82,7 +88,8 @@ impl fmt::Display for NvlsError {
         match self {
             NvlsError::Heads(n) => write!(
                 f,
-                "NVLS layout: {n} heads; NVLS needs 1 to {MAX_HEADS} (one per GPU of the node)"
+                "NVLS layout: {n} heads; NVLS has 1 to {MAX_HEADS} (one per GPU of the node), \
+                 and weft's counters hold at most {COUNTER_RANKS}"
             ),
             NvlsError::Channels(n) => write!(
                 f,
@@ -153,6 +160,27 @@ impl Heads {
         self.ranks.get(..self.n).unwrap_or(&[])
     }
 
+    /// The heads of NCCL's NVLS graph (`search::compute` with `Pattern::Nvls`): the rank on
+    /// each channel, channel `h` giving head `h`, as `ncclNvlsSetup` reads
+    /// `graph->intra[h * localRanks]`. A graph the search could not make (no NVSwitch, GPUs
+    /// before sm_90: `fallback` set, or no channel) has none.
+    #[cfg(feature = "alloc")]
+    pub fn from_graph(graph: &crate::search::Graph) -> Result<Self, NvlsError> {
+        if graph.pattern != crate::search::Pattern::Nvls || graph.fallback.is_some() {
+            return Err(NvlsError::Heads(0));
+        }
+        let mut ranks = [-1i32; MAX_HEADS];
+        let mut n = 0usize;
+        for c in &graph.channels {
+            let (Some(&r), Some(slot)) = (c.gpus.first(), ranks.get_mut(n)) else {
+                return Err(NvlsError::Heads(graph.channels.len()));
+            };
+            *slot = r;
+            n = n.saturating_add(1);
+        }
+        Heads::new(ranks.get(..n).unwrap_or(&[]))
+    }
+
     /// The head index of `rank` (NCCL's `headRank`), or `None` when `rank` is no head.
     pub fn index_of(&self, rank: i32) -> Option<usize> {
         self.ranks().iter().position(|&r| r == rank)
@@ -191,7 +219,8 @@ impl Layout {
         uc_granularity: u64,
         mc_granularity: u64,
     ) -> Result<Self, NvlsError> {
-        if nheads == 0 || nheads > MAX_HEADS {
+        // One counter per rank in a block: at most COUNTER_RANKS heads (one per rank).
+        if nheads == 0 || nheads > MAX_HEADS || nheads as u64 > COUNTER_RANKS {
             return Err(NvlsError::Heads(nheads));
         }
         if nchannels == 0 || nchannels > MAX_CHANNELS {
@@ -379,7 +408,7 @@ mod test {
         assert_eq!(l.buff_size, 1 << 20);
         assert_eq!(l.data_size, 64 << 20);
         assert_eq!(l.data_alloc, 64 << 20);
-        assert_eq!(l.credit_size, 2 * 16 * 2 * 64);
+        assert_eq!(l.credit_size, 2 * 16 * 2 * 128);
         assert_eq!(l.credit_alloc, MIB2);
         // NCCL's indexing: head 1, channel 3.
         assert_eq!(
@@ -396,7 +425,7 @@ mod test {
         );
         assert_eq!(
             l.credit_offset(1, Direction::Broadcast, 15),
-            Some((3 * 16 + 15) * 64)
+            Some((3 * 16 + 15) * 128)
         );
         assert_eq!(l.buffer_offset(2, Direction::Scatter, 0), None);
         assert_eq!(l.buffer_offset(0, Direction::Scatter, 16), None);
@@ -405,6 +434,7 @@ mod test {
     #[test]
     fn rounds_to_the_larger_granularity() {
         let l = Layout::new(3, 5, 48 * 1024, 1 << 21, 1 << 29).unwrap();
+        assert_eq!(l.credit_size, 3 * 5 * 2 * CREDIT_BLOCK);
         assert_eq!(l.granularity, 1 << 29);
         assert_eq!(l.data_alloc, 1 << 29);
         assert!(l.data_size < l.data_alloc);
@@ -414,6 +444,7 @@ mod test {
     fn refuses_impossible_layouts_with_reasons() {
         assert_eq!(Layout::new(0, 16, 1024, 1, 1), Err(NvlsError::Heads(0)));
         assert_eq!(Layout::new(33, 16, 1024, 1, 1), Err(NvlsError::Heads(33)));
+        assert_eq!(Layout::new(9, 16, 1024, 1, 1), Err(NvlsError::Heads(9)));
         assert_eq!(Layout::new(2, 0, 1024, 1, 1), Err(NvlsError::Channels(0)));
         assert_eq!(Layout::new(2, 65, 1024, 1, 1), Err(NvlsError::Channels(65)));
         assert_eq!(Layout::new(2, 4, 1000, 1, 1), Err(NvlsError::Chunk(1000)));
@@ -421,7 +452,7 @@ mod test {
             Layout::new(2, 4, 1024, 3 << 20, 1),
             Err(NvlsError::Granularity(3 << 20))
         );
-        assert_eq!(Layout::new(32, 64, 1 << 60, 1, 1), Err(NvlsError::Overflow));
+        assert_eq!(Layout::new(8, 64, 1 << 60, 1, 1), Err(NvlsError::Overflow));
         let text = alloc::format!("{}", NvlsError::Chunk(1000));
         assert!(text.contains("NCCL_NVLS_CHUNKSIZE"), "{text}");
     }
@@ -436,6 +467,26 @@ mod test {
         assert_eq!(Heads::new(&[]), Err(NvlsError::Heads(0)));
         assert_eq!(Heads::new(&[1, 1]), Err(NvlsError::Heads(2)));
         assert_eq!(Heads::new(&[0; 33]), Err(NvlsError::Heads(33)));
+    }
+
+    #[test]
+    fn heads_from_an_nvls_graph() {
+        use crate::search::{Channel, Graph, Pattern};
+        let mut g = Graph::unsupported(3, Pattern::Nvls);
+        assert_eq!(Heads::from_graph(&g), Err(NvlsError::Heads(0)));
+        g.fallback = None;
+        g.channels = [1, 0, 3, 2]
+            .iter()
+            .map(|&r| Channel {
+                gpus: alloc::vec![r],
+                nets: None,
+            })
+            .collect();
+        let h = Heads::from_graph(&g).unwrap();
+        assert_eq!(h.ranks(), &[1, 0, 3, 2]);
+        assert_eq!(h.index_of(0), Some(1));
+        g.pattern = Pattern::Ring;
+        assert_eq!(Heads::from_graph(&g), Err(NvlsError::Heads(0)));
     }
 
     #[test]
@@ -480,7 +531,7 @@ mod test {
     proptest::proptest! {
         #[test]
         fn regions_are_disjoint_aligned_and_fit(
-            nheads in 1usize..=32,
+            nheads in 1usize..=8,
             nchannels in 1u64..=64,
             chunk16 in 1u64..=16384,
             uc_shift in 12u32..=22,
