@@ -10,6 +10,8 @@
 //! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
 //! - [`nvls`]: NVLS (NVLink SHARP) buffer layout: per-head, per-channel slots and counters
 //!   in the memory bound to a multicast object, and the per-head chunking of a channel.
+//! - [`algo`]: which GPU algorithm a collective of one host uses (ring, one-shot, two-shot,
+//!   NVLS): `WEFT_ALGO`, and the automatic rule.
 //! - [`tune`]: which protocol a call uses (NCCL's tuner, and `NCCL_PROTO`).
 //! - [`topo`] and [`search`] (feature `alloc`): the topology graph, NCCL's topology XML, and
 //!   the ring / tree / NVLS channel search.
@@ -36,6 +38,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod abi;
+pub mod algo;
 pub mod fifo;
 pub mod net;
 pub mod nvls;
