@@ -31,6 +31,7 @@
 #include "reduce.cuh"
 #include "sync.cuh"
 #include "dtype.cuh"
+#include "peer_layout.cuh"
 
 #ifndef WEFT_THREADS
 #define WEFT_THREADS 512
@@ -122,12 +123,8 @@ __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work
   }
 }
 
-// The elements channel `c` of `nch` carries of `count`: core::nvls::channel_part.
 __device__ __forceinline__ void channel_part(u64 count, u32 nch, u32 c, u64* start, u64* len) {
-  u64 per = align_up(div_up(count, nch), align_elems(sizeof(T)));
-  u64 s = min_u64((u64)c * per, count);
-  *start = s;
-  *len = min_u64(per, count - s);
+  peer_channel_part(count, sizeof(T), nch, c, start, len);
 }
 
 template <int OP>

@@ -22,7 +22,7 @@
 // reductions (reduce.cuh: every type and operator, Avg included), the store by a store to
 // every rank. It needs no multicast object: the form the shared GPU machines run.
 //
-// Memory: core::nvls::Layout (buffers per head, direction and channel of WEFT_STEPS slots of
+// Memory: core::nvls::Layout (buffers per head, direction and channel of NVLS_STEPS slots of
 // chunk_size bytes; counter blocks per head, direction and channel with one `posted` and one
 // `freed` u64 per rank, each written only by that rank). Counters count steps and only grow;
 // each block starts from weft_peer_work.steps[channel] and writes back what it used. Every
@@ -34,6 +34,7 @@
 #include "sync.cuh"
 #include "dtype.cuh"
 #include "multimem.cuh"
+#include "peer_layout.cuh"
 
 #ifndef WEFT_THREADS
 #define WEFT_THREADS 512
@@ -43,12 +44,6 @@ namespace weft {
 
 constexpr int NTHREADS = WEFT_THREADS;
 static_assert(NTHREADS % 32 == 0 && NTHREADS >= 256, "NVLS needs at least 8 warps per block");
-// core::nvls: CREDIT_BLOCK, POSTED_OFFSET, FREED_OFFSET (kernels' tests compare them).
-constexpr u64 CREDIT_BLOCK = 128;
-constexpr u64 POSTED_OFFSET = 0;
-constexpr u64 FREED_OFFSET = 64;
-constexpr u32 SCATTER = 0;
-constexpr u32 BROADCAST = 1;
 
 struct Nvls {
   const weft_peer_work* w;
@@ -65,12 +60,10 @@ struct Nvls {
   u64 base;    // steps done before this launch
 
   __device__ u64 buffer(u32 h, u32 dir, u64 step) const {
-    u64 block = ((u64)h * 2 + dir) * w->layout_channels + c;
-    return block * (u64)w->chunk_size * WEFT_STEPS + (step % WEFT_STEPS) * (u64)w->chunk_size;
+    return nvls_slot(h, dir, w->layout_channels, c, w->chunk_size, step);
   }
   __device__ u64 counter(u32 h, u32 dir, bool posted, int of_rank) const {
-    u64 block = ((u64)h * 2 + dir) * w->layout_channels + c;
-    return block * CREDIT_BLOCK + (posted ? POSTED_OFFSET : FREED_OFFSET) + (u64)of_rank * 8;
+    return nvls_counter(h, dir, w->layout_channels, c, posted, of_rank);
   }
   // This rank's own copy of a counter (unicast mapping).
   __device__ u64* mine(u64 off) const { return (u64*)(w->peer_flags[rank] + off); }
@@ -90,31 +83,13 @@ struct Nvls {
   }
 };
 
-// The elements head `h` carries in loop `s` of the channel, as (first element within the
-// channel, count). All-reduce: core::nvls::Loops (loops of nheads chunks, a last one of
-// the remainder shared by the heads, rounded up to 16 KiB); reduce-scatter and all-gather:
-// loops of one chunk, the same place of every head's segment.
-__device__ void head_part(const Nvls& n, u64 s, u32 h, u64* start, u64* len) {
-  const u64 nheads = n.w->nheads;
-  if (n.coll == COLL_ALL_REDUCE) {
-    const u64 loop_elems = n.chunk_elems * nheads;
-    const u64 off = s * loop_elems;
-    u64 chunk = n.chunk_elems;
-    if (n.ccount - off < loop_elems) {
-      const u64 align = 16384 / sizeof(T) > 0 ? 16384 / sizeof(T) : 1;
-      chunk = min_u64(align_up(div_up(n.ccount - off, nheads), align), n.chunk_elems);
-    }
-    *start = min_u64(off + h * chunk, n.ccount);
-    *len = min_u64(chunk, n.ccount - *start);
-  } else {
-    *start = min_u64(s * n.chunk_elems, n.ccount);
-    *len = min_u64(n.chunk_elems, n.ccount - *start);
-  }
+__device__ __forceinline__ void head_part(const Nvls& n, u64 s, u32 h, u64* start, u64* len) {
+  nvls_head_part(n.coll == COLL_ALL_REDUCE, n.ccount, n.chunk_elems, n.w->nheads, sizeof(T), s, h,
+                 start, len);
 }
 
-__device__ u64 nloops(const Nvls& n) {
-  const u64 per = n.coll == COLL_ALL_REDUCE ? n.chunk_elems * n.w->nheads : n.chunk_elems;
-  return div_up(n.ccount, per);
+__device__ __forceinline__ u64 nloops(const Nvls& n) {
+  return nvls_nloops(n.coll == COLL_ALL_REDUCE, n.ccount, n.chunk_elems, n.w->nheads);
 }
 
 __device__ __forceinline__ void role_sync(u32 id, u32 nthreads) {
@@ -143,8 +118,8 @@ __device__ void scatter_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop
       if (n.coll == COLL_ALL_GATHER && (int)h != n.me) continue;
       const int head_rank = n.w->heads[h];
       if (tid == 0) {
-        bool ok = step + 1 <= WEFT_STEPS ||
-                  n.wait(n.counter(h, SCATTER, false, head_rank), step + 1 - WEFT_STEPS, head_rank,
+        bool ok = step + 1 <= NVLS_STEPS ||
+                  n.wait(n.counter(h, SCATTER, false, head_rank), step + 1 - NVLS_STEPS, head_rank,
                          WEFT_WAIT_NVLS_FREED);
         *stop = ok ? 0 : 1;
       }
@@ -209,9 +184,9 @@ __device__ void reduce_role(const Nvls& n, const Reduction<T, OP>& red, u32 tid,
         ok = n.wait(n.counter(me, SCATTER, true, r), step + 1, r, WEFT_WAIT_NVLS_POSTED);
       }
       // Every rank that reads the broadcast slot has finished with its previous use.
-      for (int r = 0; r < n.nranks && ok && step + 1 > WEFT_STEPS; r++) {
+      for (int r = 0; r < n.nranks && ok && step + 1 > NVLS_STEPS; r++) {
         if (rs && r != n.rank) continue;
-        ok = n.wait(n.counter(me, BROADCAST, false, r), step + 1 - WEFT_STEPS, r,
+        ok = n.wait(n.counter(me, BROADCAST, false, r), step + 1 - NVLS_STEPS, r,
                     WEFT_WAIT_NVLS_FREED);
       }
       *stop = ok ? 0 : 1;
@@ -324,14 +299,7 @@ __device__ void nvls_collective(const weft_peer_work& w) {
   }
   if (threadIdx.x == 0) stop[0] = stop[1] = stop[2] = 0;
   __syncthreads();
-  u64 s, len;
-  {
-    u64 per = align_up(div_up(w.count, w.nchannels), align_elems(sizeof(T)));
-    s = min_u64((u64)n.c * per, w.count);
-    len = min_u64(per, w.count - s);
-  }
-  n.cstart = s;
-  n.ccount = len;
+  peer_channel_part(w.count, sizeof(T), w.nchannels, n.c, &n.cstart, &n.ccount);
   u64* steps = (u64*)w.steps + n.c;
   n.base = *steps;
   Reduction<T, OP> red;

@@ -13,6 +13,8 @@
 //!   instructions, and their unicast form over peer-mapped memory ([`nvls_entry`]).
 //! - `cuda/sync.cuh`: the waits every kernel shares (abort flag, deadline, fault record).
 //! - `cuda/dtype.cuh`: the element type of a module (`-DWEFT_DTYPE`).
+//! - `cuda/peer_layout.cuh`: weft_core::nvls's offsets and cuts for the GPU (and, in this
+//!   crate's tests, for the host with g++, compared with the Rust original).
 //! - `cuda/multimem.cuh`: `multimem.ld_reduce` / `multimem.st` for the types and operators
 //!   the hardware reduces ([`nvls_multimem_reduces`]).
 //! - `cuda/ring_program.cuh`: weft_core::sched's ring program, step for step, compiled
@@ -57,6 +59,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("sync.cuh", include_str!("../cuda/sync.cuh")),
     ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
     ("multimem.cuh", include_str!("../cuda/multimem.cuh")),
+    ("peer_layout.cuh", include_str!("../cuda/peer_layout.cuh")),
     ("stdint.h", include_str!("../cuda/stdint.h")),
     ("stddef.h", include_str!("../cuda/stddef.h")),
 ];
@@ -201,20 +204,20 @@ mod test {
     }
 
     #[test]
-    fn nvls_counter_layout_matches_core() {
+    fn nvls_constants_match_core() {
         use weft_core::nvls;
         for (name, value) in [
             ("CREDIT_BLOCK", nvls::CREDIT_BLOCK),
             ("POSTED_OFFSET", nvls::POSTED_OFFSET),
             ("FREED_OFFSET", nvls::FREED_OFFSET),
+            ("LAST_CHUNK_ALIGN", nvls::LAST_CHUNK_ALIGN),
+            ("NVLS_STEPS", nvls::STEPS),
         ] {
             assert!(
-                NVLS.contains(&format!("constexpr u64 {name} = {value};")),
-                "nvls.cu's {name} is not core::nvls's {value}"
+                header("peer_layout.cuh").contains(&format!("constexpr u64 {name} = {value};")),
+                "peer_layout.cuh's {name} is not core::nvls's {value}"
             );
         }
-        // The last loop's chunk rounding (core::nvls::LAST_CHUNK_ALIGN).
-        assert!(NVLS.contains(&format!("{} / sizeof(T)", nvls::LAST_CHUNK_ALIGN)));
     }
 
     #[test]
