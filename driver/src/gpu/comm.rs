@@ -828,7 +828,8 @@ impl GpuComm {
         self.kernels.supports(dtype)
     }
 
-    /// Compiles and loads the kernels of `dtypes` now rather than at their first call.
+    /// Compiles and loads the kernels of `dtypes` now rather than at their first call (and
+    /// those of the peer-pointer algorithm `WEFT_ALGO` set, if any).
     /// Loading a module waits for the device to be idle, so a rank that loads one while a
     /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks
     /// that share a GPU (tests) call this for every type they use, then a barrier.
@@ -836,14 +837,29 @@ impl GpuComm {
     /// reduces fp8 (compute capability 8.9 and newer; elsewhere its reductions fail when
     /// called, saying why).
     pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
+        // A communicator set to a peer-pointer algorithm (WEFT_ALGO) runs its modules too.
+        let peer = self.peer.as_ref().map(|p| {
+            if p.plan.nvls.is_some() {
+                PeerSource::Nvls
+            } else {
+                PeerSource::Direct
+            }
+        });
+        let load = |d: DataType| -> Result<(), GpuError> {
+            self.kernels.get(d)?;
+            if let Some(source) = peer {
+                self.kernels.peer(source, d)?;
+            }
+            Ok(())
+        };
         for &d in dtypes {
             if d.is_fp8() {
-                self.kernels.get(DataType::Uint8)?;
+                load(DataType::Uint8)?;
                 if !self.kernels.supports(d) {
                     continue;
                 }
             }
-            self.kernels.get(d)?;
+            load(d)?;
         }
         Ok(())
     }
