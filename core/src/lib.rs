@@ -8,6 +8,10 @@
 //! - [`net`]: IPv4/IPv6 subnet math and the choice of (local NIC, peer address) pairs.
 //! - [`fifo`]: the step/credit protocol that a sender and a receiver run over a ring of slots.
 //! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
+//! - [`nvls`]: NVLS (NVLink SHARP) buffer layout: per-head, per-channel slots and counters
+//!   in the memory bound to a multicast object, and the per-head chunking of a channel.
+//! - [`algo`]: which GPU algorithm a collective of one host uses (ring, one-shot, two-shot,
+//!   NVLS): `WEFT_ALGO`, and the automatic rule.
 //! - [`tune`]: which protocol a call uses (NCCL's tuner, and `NCCL_PROTO`).
 //! - [`topo`] and [`search`] (feature `alloc`): the topology graph, NCCL's topology XML, and
 //!   the ring / tree / NVLS channel search.
@@ -34,8 +38,10 @@ extern crate alloc;
 extern crate std;
 
 pub mod abi;
+pub mod algo;
 pub mod fifo;
 pub mod net;
+pub mod nvls;
 pub mod sched;
 #[cfg(feature = "alloc")]
 pub mod search;

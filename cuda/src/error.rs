@@ -31,6 +31,9 @@ pub enum CudaError {
     },
     /// An argument the call cannot take (a copy longer than its buffer, ...).
     InvalidArgument(String),
+    /// An operation weft refuses without an explicit opt-in (NVLink multicast): the text
+    /// says which variable to set.
+    Refused(String),
 }
 
 /// `Result` with [`CudaError`].
@@ -116,6 +119,7 @@ impl fmt::Display for CudaError {
                 )
             }
             CudaError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            CudaError::Refused(why) => write!(f, "refused: {why}"),
         }
     }
 }

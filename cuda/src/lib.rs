@@ -14,6 +14,8 @@
 //!   device memory, pinned host memory the GPU can address, and the two ways to share device
 //!   memory between processes (CUDA IPC handles; VMM allocations exported as file
 //!   descriptors).
+//! - [`multicast`]: NVLink SHARP multicast objects behind an explicit opt-in
+//!   (`WEFT_NVLS=1`), and their unicast stand-in over peer-mapped memory.
 //! - [`Module`], [`Function`]: PTX loaded into a context, and kernel launches.
 //! - [`compile`] (module `nvrtc`): CUDA C++ to PTX with NVRTC, cached on disk.
 
@@ -24,6 +26,7 @@ mod event;
 mod graph;
 mod memory;
 mod module;
+pub mod multicast;
 pub mod nvrtc;
 mod stream;
 mod vmm;
@@ -39,5 +42,5 @@ pub use memory::{
 pub use module::{Function, Module};
 pub use nvrtc::{CompileOptions, Compiled, compile};
 pub use stream::Stream;
-pub use vmm::{ShareableBuffer, vmm_supported};
+pub use vmm::{ShareableBuffer, allocation_granularity, vmm_supported};
 pub use weft_sys::cuda::types::{CUcontext, CUdevice, CUdeviceptr, CUstream};

@@ -35,20 +35,25 @@ pub fn vmm_supported(device: &Device) -> Result<bool> {
 
 /// The allocation granularity of `device` for [`prop`]'s allocations.
 fn granularity(device: &Device) -> Result<usize> {
+    allocation_granularity(device, false).map(|g| g as usize)
+}
+
+/// The granularity of [`ShareableBuffer`] allocations on `device`: the recommended one
+/// (what NCCL rounds NVLS memory to) or the minimum.
+pub fn allocation_granularity(device: &Device, recommended: bool) -> Result<u64> {
     let d = driver()?;
     let get = d.cuMemGetAllocationGranularity()?;
     let p = prop(device);
+    let flag = if recommended {
+        CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+    } else {
+        CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+    };
     let mut gran = 0usize;
     // SAFETY: `gran` is a valid out-pointer; `p` a valid property struct.
-    let r = unsafe {
-        get(
-            &mut gran,
-            &p,
-            CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-        )
-    };
+    let r = unsafe { get(&mut gran, &p, flag) };
     check(r, "cuMemGetAllocationGranularity", Some(device.ordinal()))?;
-    Ok(gran.max(1))
+    Ok(gran.max(1) as u64)
 }
 
 fn prop(device: &Device) -> CUmemAllocationProp {
@@ -135,6 +140,16 @@ impl ShareableBuffer {
 
     pub fn ptr(&self) -> CUdeviceptr {
         self.ptr
+    }
+
+    /// The physical allocation (what `cuMulticastBindMem` binds).
+    pub(crate) fn handle(&self) -> CUmemGenericAllocationHandle {
+        self.handle
+    }
+
+    /// The device whose context mapped it.
+    pub fn device(&self) -> Device {
+        self.ctx.device()
     }
 
     pub fn len(&self) -> usize {

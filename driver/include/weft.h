@@ -66,6 +66,33 @@
 // `weft_kernel_fault.wait`: waiting for the peer to start the collective (direct writes).
 #define WEFT_WAIT_PEER_START 2
 
+// `weft_kernel_fault.wait`: waiting for the peer to reach a one-/two-shot barrier.
+#define WEFT_WAIT_PEER_FLAG 3
+
+// `weft_kernel_fault.wait`: NVLS, waiting for scattered or reduced data.
+#define WEFT_WAIT_NVLS_POSTED 4
+
+// `weft_kernel_fault.wait`: NVLS, waiting for a slot to be freed.
+#define WEFT_WAIT_NVLS_FREED 5
+
+// Most ranks a `weft_peer_work` addresses.
+#define WEFT_PEER_MAX_RANKS 8
+
+// `weft_peer_work.algorithm`: one-shot all-reduce.
+#define WEFT_PEER_ALGO_ONE_SHOT 0
+
+// `weft_peer_work.algorithm`: two-shot all-reduce.
+#define WEFT_PEER_ALGO_TWO_SHOT 1
+
+// `weft_peer_work.algorithm`: NVLS through a multicast object.
+#define WEFT_PEER_ALGO_NVLS 2
+
+// `weft_peer_work.algorithm`: NVLS in its unicast form over peer mappings.
+#define WEFT_PEER_ALGO_NVLS_UNICAST 3
+
+// Bytes of one channel's flags in a one-/two-shot window's flag area.
+#define WEFT_PEER_FLAGS_STRIDE 128
+
 // Most entries in a mesh handle.
 #define WEFT_MESH_MAX_ENTRIES 9
 
@@ -498,6 +525,53 @@ typedef struct weft_p2p_args {
   uint32_t reserved;
   struct weft_p2p_op ops[WEFT_P2P_MAX_OPS];
 } weft_p2p_args;
+
+// One collective of a peer-pointer algorithm, as every block of its launch sees it.
+typedef struct weft_peer_work {
+  // Address of the communicator's `DevComm` (rank, abort flag, timeout, fault records).
+  uint64_t comm;
+  uint64_t send_buff;
+  uint64_t recv_buff;
+  // Elements as the user passed them: all-reduce's count, reduce-scatter's receive
+  // count, all-gather's send count.
+  uint64_t count;
+  // As `CollWork::red_op_arg`.
+  uint64_t red_op_arg;
+  // One-/two-shot: bytes of each rank's data window (the input goes through it in
+  // rounds of this size).
+  uint64_t window_bytes;
+  // Address of `MAX_CHANNELS` `u64`s in this rank's device memory: per channel, the
+  // barrier epochs (one-/two-shot) or NVLS steps done by earlier launches. Kept on the
+  // device so that CUDA graph replays count too.
+  uint64_t steps;
+  // NVLS: the multicast mapping of the data allocation (0 for the unicast form).
+  uint64_t mc_data;
+  // NVLS: the multicast mapping of the counter allocation (0 for the unicast form).
+  uint64_t mc_credit;
+  // Rank r's data window (one-/two-shot) or NVLS data allocation, as mapped here.
+  uint64_t peer_data[WEFT_PEER_MAX_RANKS];
+  // Rank r's flag area (one-/two-shot) or NVLS counter allocation, as mapped here.
+  uint64_t peer_flags[WEFT_PEER_MAX_RANKS];
+  // NVLS: the rank of each head, in the search's channel order.
+  int32_t heads[WEFT_PEER_MAX_RANKS];
+  // `CollKind`.
+  uint32_t coll;
+  // `DataType`.
+  uint32_t dtype;
+  // `RedOp`.
+  uint32_t redop;
+  // `PEER_ALGO_*`.
+  uint32_t algorithm;
+  // Blocks of the launch, one channel each.
+  uint32_t nchannels;
+  // NVLS heads in use (`heads`).
+  uint32_t nheads;
+  // NVLS: bytes of one slot (`core::nvls::Layout::chunk_size`).
+  uint32_t chunk_size;
+  // NVLS: the channels `core::nvls::Layout` was made for (buffer and counter offsets
+  // use it; a launch may use fewer); 0 for one-/two-shot.
+  uint32_t layout_channels;
+} weft_peer_work;
 
 
 

@@ -7,6 +7,12 @@
 //! bit on every operand pair, specials included. Then a send/recv group, and a rank that
 //! skips a call: the other's kernel must give up within the timeout with an error naming it.
 //!
+//! The peer-pointer algorithms (one-shot, two-shot, NVLS in its unicast form; `WEFT_ALGO`)
+//! get the same treatment for the collectives each runs, from 1 element to 256 MiB per
+//! rank; they were written without a GPU and have not run on one yet: these tests are their
+//! first check. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
+//! which no test sets).
+//!
 //! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
 //! CI has no GPU; scripts/gpu-test.sh runs these on the GPU machines.
 
@@ -19,6 +25,7 @@ use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
 use weft::gpu::{GpuComm, GpuError, GpuP2p};
 use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, RedOp};
+use weft_core::algo::GpuAlgo;
 use weft_core::sched::Collective;
 use weft_cuda::{DeviceBuffer, Stream};
 
@@ -43,6 +50,16 @@ fn run_ranks<T: Send + 'static>(
     timeout: Duration,
     body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
+    run_ranks_with(nranks, timeout, None, body)
+}
+
+/// [`run_ranks`] with every rank's communicator set to `algo` (as `WEFT_ALGO` does).
+fn run_ranks_with<T: Send + 'static>(
+    nranks: usize,
+    timeout: Duration,
+    algo: Option<GpuAlgo>,
+    body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     // WEFT_TIMEOUT shortens the tests' deadline (a hang then fails sooner).
     let timeout = std::env::var("WEFT_TIMEOUT")
         .ok()
@@ -56,7 +73,10 @@ fn run_ranks<T: Send + 'static>(
         .map(|rank| {
             let (id, body) = (id.clone(), body.clone());
             std::thread::spawn(move || {
-                let opts = CommOptions::loopback(timeout);
+                let opts = CommOptions {
+                    algo,
+                    ..CommOptions::loopback(timeout)
+                };
                 let comm =
                     GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
@@ -626,4 +646,187 @@ fn a_rank_that_skips_a_call_is_named_within_the_timeout() {
         "gave up only after {took:?}: {text}"
     );
     eprintln!("rank 0 gave up after {took:?}: {text}");
+}
+
+/// The cases of a peer-pointer algorithm: the collectives it runs, every type and operator,
+/// in and out of place, counts from one element (8 bytes for a 64-bit type) to odd ones,
+/// and a few calls of 256 MiB per rank.
+fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut seed = 1000u64;
+    let colls: &[Collective] = match algo {
+        GpuAlgo::Nvls => &[
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+        ],
+        _ => &[Collective::AllReduce],
+    };
+    for &dtype in DataType::ALL {
+        for count in [1usize, 2, 7, 1000, 65_536 + 3, 1_234_567] {
+            for in_place in [false, true] {
+                for &coll in colls {
+                    let ops: &[RedOp] = if coll.reduces() {
+                        RedOp::ALL
+                    } else {
+                        &[RedOp::Sum]
+                    };
+                    for &op in ops {
+                        seed += 1;
+                        out.push(Case {
+                            coll,
+                            dtype,
+                            op,
+                            count,
+                            in_place,
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // 256 MiB per rank (the largest buffer of the call), a count that is not a power of two.
+    for &coll in colls {
+        for (dtype, op) in [
+            (DataType::Float32, RedOp::Sum),
+            (DataType::Bfloat16, RedOp::Max),
+        ] {
+            let per_rank = match coll {
+                Collective::AllReduce => 256 << 20,
+                _ => (256 << 20) / nranks,
+            };
+            seed += 1;
+            out.push(Case {
+                coll,
+                dtype,
+                op,
+                count: per_rank / dtype.size_of_elem() - 3,
+                in_place: false,
+                seed,
+            });
+        }
+    }
+    out
+}
+
+fn every_case_with(algo: GpuAlgo) {
+    let Some(nranks) = multi_ranks() else { return };
+    let cases = algo_cases(algo, nranks);
+    let total = cases.len();
+    let started = Instant::now();
+    let wrong = run_ranks_with(
+        nranks,
+        Duration::from_secs(60),
+        Some(algo),
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let biggest = cases
+                .iter()
+                .map(|c| c.count * nranks * c.dtype.size_of_elem())
+                .max()
+                .unwrap_or(0);
+            let buffers = Buffers::new(&comm, biggest);
+            prepare(&mut comm);
+            let mut failures = Vec::new();
+            let mut skipped = 0usize;
+            for c in &cases {
+                if c.coll.reduces() && !comm.can_reduce(c.dtype) {
+                    skipped += 1;
+                    continue;
+                }
+                let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
+                if w > 0 {
+                    failures.push(format!("rank {rank}: {algo}: {c:?}: {w} wrong"));
+                }
+            }
+            comm.finalize().unwrap();
+            (failures, skipped)
+        },
+    );
+    let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
+    let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
+    eprintln!(
+        "{algo} on {nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped), \
+         {} failed, {:.1} s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn one_shot_all_reduce_every_type_op_and_size() {
+    every_case_with(GpuAlgo::OneShot);
+}
+
+#[test]
+fn two_shot_all_reduce_every_type_op_and_size() {
+    every_case_with(GpuAlgo::TwoShot);
+}
+
+/// NVLS in its unicast form (no multicast object: `WEFT_NVLS` is never set by a test).
+#[test]
+fn nvls_unicast_every_collective_type_op_and_size() {
+    assert!(
+        std::env::var("WEFT_NVLS").is_err(),
+        "WEFT_NVLS is set: no test may opt in to NVLink multicast"
+    );
+    every_case_with(GpuAlgo::Nvls);
+}
+
+/// A rank that skips a call of a peer-pointer algorithm: the other's kernel gives up on
+/// its barrier or slot within the timeout and names it.
+#[test]
+fn peer_algorithms_name_a_rank_that_skips_a_call() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    for algo in [GpuAlgo::OneShot, GpuAlgo::TwoShot, GpuAlgo::Nvls] {
+        let gate = Arc::new(Barrier::new(2));
+        let results = run_ranks_with(
+            2,
+            Duration::from_secs(3),
+            Some(algo),
+            move |rank, mut comm| {
+                let stream = Stream::new(comm.context()).unwrap();
+                let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
+                buf.fill(1).unwrap();
+                comm.prepare(&[DataType::Float32]).unwrap();
+                comm.barrier().unwrap();
+                let mut outcome = None;
+                if rank == 0 {
+                    let t = Instant::now();
+                    // SAFETY: the buffer outlives the synchronize.
+                    let r = unsafe {
+                        comm.collective(
+                            Collective::AllReduce,
+                            buf.ptr(),
+                            buf.ptr(),
+                            16 << 20,
+                            DataType::Float32,
+                            RedOp::Sum,
+                            &stream,
+                        )
+                    };
+                    let r = r.and_then(|()| comm.synchronize(&stream));
+                    outcome = Some((
+                        r.map_err(|e: GpuError| (e.culprit(), e.to_string())),
+                        t.elapsed(),
+                    ));
+                }
+                gate.wait();
+                outcome
+            },
+        );
+        let (result, took) = results[0].clone().expect("rank 0 ran");
+        let (culprit, text) = result.expect_err("the all-reduce cannot finish without rank 1");
+        assert_eq!(culprit, Some(1), "{algo}: {text}");
+        assert!(text.contains("rank 1"), "{algo}: {text}");
+        assert!(
+            took < Duration::from_secs(15),
+            "{algo}: gave up only after {took:?}: {text}"
+        );
+        eprintln!("{algo}: rank 0 gave up after {took:?}: {text}");
+    }
 }

@@ -15,46 +15,10 @@
 #include "weft.h"
 #include "ring_program.cuh"
 #include "reduce.cuh"
-
-#ifndef WEFT_DTYPE
-#error "compile with -DWEFT_DTYPE=<weft_data_type number>"
-#endif
+#include "sync.cuh"
+#include "dtype.cuh"
 
 namespace weft {
-
-#if WEFT_DTYPE == 0
-typedef i8 T;
-#elif WEFT_DTYPE == 1
-typedef u8 T;
-#elif WEFT_DTYPE == 2
-typedef i32 T;
-#elif WEFT_DTYPE == 3
-typedef u32 T;
-#elif WEFT_DTYPE == 4
-typedef i64 T;
-#elif WEFT_DTYPE == 5
-typedef u64 T;
-#elif WEFT_DTYPE == 6
-typedef half_t T;
-#elif WEFT_DTYPE == 7
-typedef float T;
-#elif WEFT_DTYPE == 8
-typedef double T;
-#elif WEFT_DTYPE == 9
-typedef bf16_t T;
-#elif WEFT_DTYPE == 10
-typedef e4m3_t T;
-#elif WEFT_DTYPE == 11
-typedef e5m2_t T;
-#else
-#error "unknown WEFT_DTYPE"
-#endif
-
-// The fp8 conversions (reduce.cuh) are instructions of sm_89 and newer; the driver does not
-// ask for fp8 kernels on older GPUs (it copies fp8 with the uint8 module there).
-#if (WEFT_DTYPE == 10 || WEFT_DTYPE == 11) && __CUDA_ARCH__ < 890
-#error "fp8 kernels (WEFT_DTYPE 10, 11) need compute capability 8.9 or newer"
-#endif
 
 // Threads per block; the host launches exactly this many (WEFT_KERNEL_THREADS overrides it,
 // to measure: a multiple of 32 up to 1024).
@@ -68,53 +32,6 @@ constexpr int THREADS = WEFT_THREADS;
 #endif
 constexpr int UNROLL = WEFT_UNROLL;
 constexpr int PROTO_SIMPLE = 2;
-// Spins between two looks at the abort flag and the clock (the flag lives in host memory:
-// reading it crosses PCIe).
-constexpr u32 SPINS_PER_CHECK = 256;
-
-__device__ __forceinline__ u64 global_timer() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ u64 load_acquire(const u64* p) {
-  u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release(u64* p, u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ uint4 load_volatile16(const void* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// The unsigned integer of each element size.
-template <int N> struct BitsOf;
-template <> struct BitsOf<1> { typedef u8 T; };
-template <> struct BitsOf<2> { typedef u16 T; };
-template <> struct BitsOf<4> { typedef u32 T; };
-template <> struct BitsOf<8> { typedef u64 T; };
-
-// An element of a received slot, past the L1 cache (another GPU wrote it). Every element
-// type is plain bits of its size (an integer, a float, or a struct of one integer).
-template <typename E>
-__device__ __forceinline__ E load_volatile_elem(const E* p) {
-  typedef typename BitsOf<sizeof(E)>::T B;
-  union {
-    B bits;
-    E elem;
-  } r;
-  r.bits = *(const volatile B*)p;
-  return r.elem;
-}
 
 // One connection end as a block works it (copied from weft_conn_info into shared memory).
 struct Fifo {
@@ -132,47 +49,6 @@ struct Fifo {
   weft_ptr_exchange* exchange;
   u64 ops;  // weft_conn_info.direct_ops
 };
-
-struct Block {
-  const weft_dev_comm* comm;
-  volatile u32* abort_flag;
-  weft_kernel_fault* fault;
-  u32 fault_index;
-};
-
-// Waits (thread 0 only) until *counter >= need. False when the block must stop.
-__device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
-                         u32 channel) {
-  if (load_acquire(counter) >= need) return true;
-  u64 start = global_timer();
-  u32 spins = 0;
-  for (;;) {
-    if (load_acquire(counter) >= need) return true;
-    if (++spins < SPINS_PER_CHECK) continue;
-    spins = 0;
-    u32 code = WEFT_FAULT_NONE;
-    u64 now = global_timer();
-    if (*b.abort_flag != 0) {
-      code = WEFT_FAULT_ABORTED;
-    } else if (b.comm->timeout_ns != 0 && now - start > b.comm->timeout_ns) {
-      code = WEFT_FAULT_TIMEOUT;
-    }
-    if (code == WEFT_FAULT_NONE) continue;
-    if (b.fault != nullptr) {
-      volatile weft_kernel_fault* f = b.fault + b.fault_index;
-      f->channel = channel;
-      f->peer = peer;
-      f->wait = kind;
-      f->step = need;
-      f->waited_ns = now - start;
-      __threadfence_system();
-      f->code = code;
-    }
-    *b.abort_flag = 1;
-    __threadfence_system();
-    return false;
-  }
-}
 
 // The block's data movement for one slice: out1 (and out2 if set) = finish(pre(a) OP fifo),
 // where `a` is the rank's input (may be null), `fifo` a received slot (may be null);

@@ -131,3 +131,172 @@ fn fp8_modules_are_refused_before_sm_89() {
         );
     }
 }
+
+fn compile_source(
+    name: &str,
+    text: &str,
+    dtype: DataType,
+    arch: (u32, u32),
+    extra: &[String],
+) -> String {
+    let opts = CompileOptions {
+        arch,
+        defines: weft_kernels::defines(dtype),
+        extra: extra.to_vec(),
+    };
+    let c = compile_with_cache(name, text, weft_kernels::HEADERS, &opts, None)
+        .unwrap_or_else(|e| panic!("{name} {dtype:?} for sm_{}{}: {e}", arch.0, arch.1));
+    assert!(
+        c.log.trim().is_empty(),
+        "{name} {dtype:?}: NVRTC says:\n{}",
+        c.log
+    );
+    String::from_utf8_lossy(&c.ptx).into_owned()
+}
+
+#[test]
+fn direct_modules_compile_for_hopper() {
+    if !nvrtc_present() {
+        return;
+    }
+    for &dtype in DataType::ALL {
+        let ptx = compile_source(
+            weft_kernels::DIRECT_NAME,
+            weft_kernels::DIRECT,
+            dtype,
+            (9, 0),
+            &[],
+        );
+        for op in RedOp::ALL {
+            let entry = weft_kernels::direct_entry(*op);
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{dtype:?}: {entry} missing"
+            );
+        }
+        // The barrier's flags: release stores to peers, acquire polls, the clock for the
+        // deadline; peers' windows read past L1.
+        for needle in [
+            "st.release.sys.global.u64",
+            "ld.acquire.sys.global.u64",
+            "ld.volatile.global.v4.u32",
+            "%globaltimer",
+        ] {
+            assert!(ptx.contains(needle), "{dtype:?}: no {needle}");
+        }
+    }
+}
+
+/// The NVLS modules, assembled for sm_90 by NVRTC's ptxas (`--gpu-architecture=sm_90` after
+/// the virtual one): ptxas checks every inline `multimem` instruction, which NVRTC alone
+/// would pass through unchecked. Their PTX must hold `multimem.ld_reduce` exactly for the
+/// types the hardware reduces, and `multimem.st` for all.
+#[test]
+fn nvls_modules_assemble_for_sm_90_with_multimem() {
+    if !nvrtc_present() {
+        return;
+    }
+    let assemble = ["--gpu-architecture=sm_90".to_string()];
+    for &dtype in DataType::ALL {
+        let ptx = compile_source(
+            weft_kernels::NVLS_NAME,
+            weft_kernels::NVLS,
+            dtype,
+            (9, 0),
+            &assemble,
+        );
+        for op in RedOp::ALL {
+            let entry = weft_kernels::nvls_entry(*op);
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{dtype:?}: {entry} missing"
+            );
+        }
+        assert!(
+            ptx.contains("multimem.st.global.v4.f32"),
+            "{dtype:?}: no multimem.st"
+        );
+        assert!(
+            ptx.contains("multimem.st.release.sys.global.u64"),
+            "{dtype:?}: no multimem counter store"
+        );
+        let reduces = RedOp::ALL
+            .iter()
+            .any(|op| weft_kernels::nvls_multimem_reduces(dtype, *op));
+        assert_eq!(
+            ptx.contains("multimem.ld_reduce"),
+            reduces,
+            "{dtype:?}: multimem.ld_reduce present: {}, expected {reduces}",
+            ptx.contains("multimem.ld_reduce")
+        );
+        let expect: &[&str] = match dtype {
+            DataType::Float32 => &["multimem.ld_reduce.relaxed.sys.global.add.v4.f32"],
+            DataType::Float64 => &["multimem.ld_reduce.relaxed.sys.global.add.f64"],
+            DataType::Float16 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2",
+                "multimem.ld_reduce.relaxed.sys.global.min.v4.f16x2",
+                "multimem.ld_reduce.relaxed.sys.global.max.v4.f16x2",
+            ],
+            DataType::Bfloat16 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2",
+                "multimem.ld_reduce.relaxed.sys.global.min.v4.bf16x2",
+                "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16x2",
+            ],
+            DataType::Int32 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.s32",
+                "multimem.ld_reduce.relaxed.sys.global.min.s32",
+                "multimem.ld_reduce.relaxed.sys.global.max.s32",
+            ],
+            DataType::Uint32 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.u32",
+                "multimem.ld_reduce.relaxed.sys.global.min.u32",
+                "multimem.ld_reduce.relaxed.sys.global.max.u32",
+            ],
+            DataType::Int64 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.u64",
+                "multimem.ld_reduce.relaxed.sys.global.min.s64",
+                "multimem.ld_reduce.relaxed.sys.global.max.s64",
+            ],
+            DataType::Uint64 => &[
+                "multimem.ld_reduce.relaxed.sys.global.add.u64",
+                "multimem.ld_reduce.relaxed.sys.global.min.u64",
+                "multimem.ld_reduce.relaxed.sys.global.max.u64",
+            ],
+            _ => &[],
+        };
+        for needle in expect {
+            assert!(ptx.contains(needle), "{dtype:?}: no {needle}");
+        }
+        // The unicast form's waits and stores are there too.
+        for needle in [
+            "st.release.sys.global.u64",
+            "ld.acquire.sys.global.u64",
+            "%globaltimer",
+        ] {
+            assert!(ptx.contains(needle), "{dtype:?}: no {needle}");
+        }
+    }
+}
+
+/// Before sm_90 the NVLS modules still compile, without any multimem instruction: the
+/// unicast form is all they have.
+#[test]
+fn nvls_modules_compile_without_multimem_before_sm_90() {
+    if !nvrtc_present() {
+        return;
+    }
+    for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Int64] {
+        let ptx = compile_source(
+            weft_kernels::NVLS_NAME,
+            weft_kernels::NVLS,
+            dtype,
+            (8, 0),
+            &[],
+        );
+        assert!(
+            !ptx.contains("multimem"),
+            "{dtype:?} for sm_80 has multimem"
+        );
+        assert!(ptx.contains(&format!(".entry {}(", weft_kernels::nvls_entry(RedOp::Sum))));
+    }
+}

@@ -241,6 +241,15 @@ pub const WAIT_SEND: u32 = 1;
 /// [`KernelFault::wait`]: waiting for the peer to start the collective and publish its output
 /// buffer (direct writes, `CONN_DIRECT_WRITE`).
 pub const WAIT_PEER_START: u32 = 2;
+/// [`KernelFault::wait`]: waiting for `peer` to reach the same barrier of a one- or
+/// two-shot all-reduce (its flag in this rank's window).
+pub const WAIT_PEER_FLAG: u32 = 3;
+/// [`KernelFault::wait`]: NVLS, waiting for data: a head for the ranks' scattered chunks,
+/// or a rank for head `peer`'s reduced one.
+pub const WAIT_NVLS_POSTED: u32 = 4;
+/// [`KernelFault::wait`]: NVLS, waiting for a slot to be freed (by head `peer`, or by the
+/// ranks that read a head's broadcast).
+pub const WAIT_NVLS_FREED: u32 = 5;
 
 #[cfg(test)]
 mod test {

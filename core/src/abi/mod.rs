@@ -12,23 +12,31 @@
 //! - [`conn`]: `ConnInfo`, one direction of one connection (buffers, head, tail, step, flags).
 //! - [`work`]: `CollWork` and `KernelArgs`, what a launch asks for; `P2pOp` and `P2pArgs`,
 //!   what a point-to-point launch asks for.
+//! - [`peer_work`]: `PeerWork`, what a launch of a peer-pointer algorithm (one-shot,
+//!   two-shot, NVLS) asks for.
 //! - [`channel`]: `RingInfo`, `TreeInfo`, `ChannelPeer`, `DevChannel`, `DevComm`, and
 //!   `KernelFault`, where a kernel that gave up on a peer says why.
 
 pub mod channel;
 pub mod conn;
 pub mod kinds;
+pub mod peer_work;
 pub mod work;
 
 pub use channel::{
     ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelFault,
-    RingInfo, TreeInfo, WAIT_PEER_START, WAIT_RECV, WAIT_SEND,
+    RingInfo, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START,
+    WAIT_RECV, WAIT_SEND,
 };
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,
     CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo, PtrExchange,
 };
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
+pub use peer_work::{
+    PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT, PEER_ALGO_TWO_SHOT,
+    PEER_FLAGS_STRIDE, PEER_MAX_RANKS, PeerWork,
+};
 pub use work::{CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp};
 
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's

@@ -49,6 +49,24 @@ pub const WEFT_WAIT_RECV: u32 = 0;
 pub const WEFT_WAIT_SEND: u32 = 1;
 /// `weft_kernel_fault.wait`: waiting for the peer to start the collective (direct writes).
 pub const WEFT_WAIT_PEER_START: u32 = 2;
+/// `weft_kernel_fault.wait`: waiting for the peer to reach a one-/two-shot barrier.
+pub const WEFT_WAIT_PEER_FLAG: u32 = 3;
+/// `weft_kernel_fault.wait`: NVLS, waiting for scattered or reduced data.
+pub const WEFT_WAIT_NVLS_POSTED: u32 = 4;
+/// `weft_kernel_fault.wait`: NVLS, waiting for a slot to be freed.
+pub const WEFT_WAIT_NVLS_FREED: u32 = 5;
+/// Most ranks a `weft_peer_work` addresses.
+pub const WEFT_PEER_MAX_RANKS: usize = 8;
+/// `weft_peer_work.algorithm`: one-shot all-reduce.
+pub const WEFT_PEER_ALGO_ONE_SHOT: u32 = 0;
+/// `weft_peer_work.algorithm`: two-shot all-reduce.
+pub const WEFT_PEER_ALGO_TWO_SHOT: u32 = 1;
+/// `weft_peer_work.algorithm`: NVLS through a multicast object.
+pub const WEFT_PEER_ALGO_NVLS: u32 = 2;
+/// `weft_peer_work.algorithm`: NVLS in its unicast form over peer mappings.
+pub const WEFT_PEER_ALGO_NVLS_UNICAST: u32 = 3;
+/// Bytes of one channel's flags in a one-/two-shot window's flag area.
+pub const WEFT_PEER_FLAGS_STRIDE: u64 = 128;
 
 const _: () = {
     use weft_core::abi as core_abi;
@@ -70,6 +88,15 @@ const _: () = {
     assert!(WEFT_WAIT_RECV == core_abi::WAIT_RECV);
     assert!(WEFT_WAIT_SEND == core_abi::WAIT_SEND);
     assert!(WEFT_WAIT_PEER_START == core_abi::WAIT_PEER_START);
+    assert!(WEFT_WAIT_PEER_FLAG == core_abi::WAIT_PEER_FLAG);
+    assert!(WEFT_WAIT_NVLS_POSTED == core_abi::WAIT_NVLS_POSTED);
+    assert!(WEFT_WAIT_NVLS_FREED == core_abi::WAIT_NVLS_FREED);
+    assert!(WEFT_PEER_MAX_RANKS == core_abi::PEER_MAX_RANKS);
+    assert!(WEFT_PEER_ALGO_ONE_SHOT == core_abi::PEER_ALGO_ONE_SHOT);
+    assert!(WEFT_PEER_ALGO_TWO_SHOT == core_abi::PEER_ALGO_TWO_SHOT);
+    assert!(WEFT_PEER_ALGO_NVLS == core_abi::PEER_ALGO_NVLS);
+    assert!(WEFT_PEER_ALGO_NVLS_UNICAST == core_abi::PEER_ALGO_NVLS_UNICAST);
+    assert!(WEFT_PEER_FLAGS_STRIDE == core_abi::PEER_FLAGS_STRIDE);
     assert!(
         core_abi::CONN_KNOWN_FLAGS
             == WEFT_CONN_DIRECT_READ

@@ -31,6 +31,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use weft_core::algo::GpuAlgo;
+use weft_core::nvls::Heads;
 use weft_core::search::comm_rings;
 use weft_core::topo::NodeKind;
 use weft_core::topo::model::busid_to_u64;
@@ -78,6 +80,10 @@ pub struct ChannelPlan {
     /// / `NCCL_P2P_DISABLE` (NCCL's `ncclTopoCheckP2p` on the path between them), and the
     /// path type; `None` when every pair may, or when no search ran.
     pub p2p_blocked: Option<(u32, u32, String)>,
+    /// The NVLS heads (ranks, in the NVLS graph's channel order) when the NVLS search ran
+    /// and found them: only when `WEFT_ALGO=nvls` asks for NVLS and `NCCL_NVLS_ENABLE` is
+    /// not 0 (the search is costly and nothing else uses it); empty otherwise.
+    pub nvls_heads: Vec<u32>,
 }
 
 impl ChannelPlan {
@@ -190,6 +196,7 @@ fn plain(peers: &[Peer], note: String) -> ChannelPlan {
         found,
         note,
         p2p_blocked: None,
+        nvls_heads: Vec::new(),
     }
 }
 
@@ -256,9 +263,14 @@ fn search(
     for n in &notes {
         log::log!(n.level, "{}", n.text);
     }
-    // One host (NCCL's nNodes = 1), no NVLS graph: the rings do not depend on it.
-    let view = TopoView::new(topo, Some(1), false, &path_opts);
-    let Some((ring, tree, _)) = &view.graphs else {
+    // One host (NCCL's nNodes = 1). The rings do not depend on the NVLS graph: it is
+    // searched only for an NVLS communicator (WEFT_ALGO=nvls), for its heads, and not when
+    // NCCL_NVLS_ENABLE=0 (as NCCL).
+    let want_nvls = env("WEFT_ALGO")
+        .is_some_and(|v| weft_core::algo::GpuAlgo::parse(&v) == Ok(Some(GpuAlgo::Nvls)))
+        && env("NCCL_NVLS_ENABLE").is_none_or(|v| v.trim() != "0");
+    let view = TopoView::new(topo, Some(1), want_nvls, &path_opts);
+    let Some((ring, tree, nvls)) = &view.graphs else {
         return Err("no GPU in the topology".to_string());
     };
     let gpu_nodes = view.topo.of_kind(NodeKind::Gpu);
@@ -296,12 +308,28 @@ fn search(
     if let Some(f) = ring.fallback {
         let _ = write!(note, " (NCCL's fallback {f:?})");
     }
+    let nvls_heads: Vec<u32> = if want_nvls {
+        match Heads::from_graph(nvls) {
+            Ok(h) => h
+                .ranks()
+                .iter()
+                .filter_map(|&r| u32::try_from(r).ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    } else {
+        Vec::new()
+    };
+    if want_nvls {
+        let _ = write!(note, "; NVLS heads {nvls_heads:?}");
+    }
     Ok(ChannelPlan {
         found: u32::try_from(rings.len()).unwrap_or(MAX_CHANNELS),
         rings,
         source: SOURCE_SEARCH,
         note,
         p2p_blocked,
+        nvls_heads,
     })
 }
 
@@ -385,15 +413,16 @@ pub fn plan_channels(
 
 /// "WFCP": a channel plan on the wire.
 const PLAN_MAGIC: u32 = 0x5746_4350;
-const PLAN_VERSION: u16 = 2;
+const PLAN_VERSION: u16 = 3;
 /// magic u32, version u16, status u8, source u8, nchannels u16, nranks u32, found u32,
 /// note length u16; then the note, nchannels x nranks u32 ranks, and the P2P verdict:
-/// u8 (1: a pair is blocked), two u32 ranks, u16 length and the path type's name.
+/// u8 (1: a pair is blocked), two u32 ranks, u16 length and the path type's name; then the
+/// NVLS heads: u8 count, count u32 ranks.
 const PLAN_HEAD: usize = 4 + 2 + 1 + 1 + 2 + 4 + 4 + 2;
 
 /// Rank 0's plan, or its error, as bytes for [`decode_plan`].
 fn encode_plan(plan: &Result<ChannelPlan, CommError>, nranks: usize) -> Vec<u8> {
-    let (status, source, rings, found, note, blocked) = match plan {
+    let (status, source, rings, found, note, blocked, heads) = match plan {
         Ok(p) => (
             0u8,
             u8::from(p.source == SOURCE_SEARCH),
@@ -401,9 +430,12 @@ fn encode_plan(plan: &Result<ChannelPlan, CommError>, nranks: usize) -> Vec<u8> 
             p.found,
             p.note.as_str(),
             p.p2p_blocked.as_ref(),
+            p.nvls_heads.as_slice(),
         ),
-        Err(CommError::Channels { detail, .. }) => (1, 0, &[][..], 0, detail.as_str(), None),
-        Err(_) => (1, 0, &[][..], 0, "planning failed", None),
+        Err(CommError::Channels { detail, .. }) => {
+            (1, 0, &[][..], 0, detail.as_str(), None, &[][..])
+        }
+        Err(_) => (1, 0, &[][..], 0, "planning failed", None, &[][..]),
     };
     let mut note = note.as_bytes();
     note = note
@@ -436,6 +468,13 @@ fn encode_plan(plan: &Result<ChannelPlan, CommError>, nranks: usize) -> Vec<u8> 
             .unwrap_or_default();
         out.extend_from_slice(&(kind.len() as u16).to_be_bytes());
         out.extend_from_slice(kind);
+        let heads = heads
+            .get(..heads.len().min(usize::from(u8::MAX)))
+            .unwrap_or_default();
+        out.push(heads.len() as u8);
+        for h in heads {
+            out.extend_from_slice(&h.to_be_bytes());
+        }
     }
     out
 }
@@ -482,7 +521,9 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
     let start = PLAN_HEAD + note_len;
     let verdict = start + nchannels * nranks * 4;
     let kind_len = usize::from(be16(field(verdict + 9, 2)?));
-    let want = verdict + 11 + kind_len;
+    let heads_at = verdict + 11 + kind_len;
+    let nheads = usize::from(field(heads_at, 1)?.first().copied().unwrap_or(0));
+    let want = heads_at + 1 + nheads * 4;
     if bytes.len() != want {
         return Err(bad(format!("{} bytes, expected {want}", bytes.len())));
     }
@@ -503,6 +544,12 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
             .map_err(|e| bad(format!("channel {c}: {ring:?}: {e}")))?;
         rings.push(ring);
     }
+    let nvls_heads: Vec<u32> = (0..nheads)
+        .map(|h| field(heads_at + 1 + h * 4, 4).map(be32))
+        .collect::<Result<_, _>>()?;
+    if nvls_heads.iter().any(|&h| h as usize >= nranks) {
+        return Err(bad(format!("NVLS heads {nvls_heads:?}")));
+    }
     Ok(ChannelPlan {
         rings,
         source: if source == 1 {
@@ -513,6 +560,7 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
         found,
         note,
         p2p_blocked,
+        nvls_heads,
     })
 }
 

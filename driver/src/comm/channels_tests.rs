@@ -397,11 +397,23 @@ fn plan_wire_round_trip_truncations_and_errors() {
             .to_string()
             .contains("version 9")
     );
-    // A ring that is not a permutation is refused.
+    // A ring that is not a permutation is refused: the last rank of the last ring (after
+    // the header and the note) made 0, which the ring holds already.
     let mut dup = bytes.clone();
-    let last = dup.len() - 4;
-    dup[last..].copy_from_slice(&0u32.to_be_bytes());
+    let note_len = usize::from(u16::from_be_bytes([bytes[18], bytes[19]]));
+    let last = PLAN_HEAD + note_len + (plan.nchannels() * 4 - 1) * 4;
+    assert_ne!(dup[last..last + 4], 0u32.to_be_bytes());
+    dup[last..last + 4].copy_from_slice(&0u32.to_be_bytes());
     assert!(decode_plan(&dup, 4).is_err());
+    // NVLS heads travel too, and a head that is no rank is refused.
+    let mut with_heads = plan.clone();
+    with_heads.nvls_heads = vec![2, 0, 3, 1];
+    let bytes = encode_plan(&Ok(with_heads.clone()), 4);
+    assert_eq!(decode_plan(&bytes, 4).unwrap(), with_heads);
+    let mut bad_head = bytes.clone();
+    let end = bad_head.len();
+    bad_head[end - 4..].copy_from_slice(&4u32.to_be_bytes());
+    assert!(decode_plan(&bad_head, 4).is_err());
     // Rank 0's error reaches every rank as its text.
     let err = CommError::Channels {
         rank: 0,
@@ -472,4 +484,40 @@ fn the_plan_carries_nccl_p2p_level_verdict() {
         decode_plan(&encode_plan(&Ok(open.clone()), 4), 4).unwrap(),
         open
     );
+}
+
+/// An NVLS communicator (WEFT_ALGO=nvls) gets its heads from NCCL's NVLS search: on a
+/// DGX H100 (NVSwitch), one head per GPU, as `weft topo` prints them; not when
+/// NCCL_NVLS_ENABLE=0, and no NVLS search at all for other communicators.
+#[test]
+fn nvls_heads_come_from_the_nvls_search() {
+    let x = xml("dgx-h100.xml");
+    let busids = gpu_busids(&x);
+    let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
+    let peers = gpu_peers(&refs);
+    let plan = plan_channels(
+        &peers,
+        TopoInput::Xml(&x),
+        &env_of(&[("WEFT_ALGO", "nvls")]),
+    )
+    .unwrap();
+    assert_eq!(plan.source, SOURCE_SEARCH, "{}", plan.note);
+    assert_eq!(
+        plan.nvls_heads,
+        (0..8).collect::<Vec<u32>>(),
+        "{}",
+        plan.note
+    );
+    assert!(plan.note.contains("NVLS heads"), "{}", plan.note);
+    let off = plan_channels(
+        &peers,
+        TopoInput::Xml(&x),
+        &env_of(&[("WEFT_ALGO", "nvls"), ("NCCL_NVLS_ENABLE", "0")]),
+    )
+    .unwrap();
+    assert!(off.nvls_heads.is_empty());
+    assert_eq!(off.rings, plan.rings);
+    let ring = plan_channels(&peers, TopoInput::Xml(&x), &no_env).unwrap();
+    assert!(ring.nvls_heads.is_empty());
+    assert_eq!(ring.rings, plan.rings);
 }

@@ -117,6 +117,11 @@ pub struct CommOptions {
     /// [`DEFAULT_LL_LINES`]. `WEFT_LL_BUFFSIZE` / `NCCL_LL_BUFFSIZE` (bytes of the 8 LL
     /// steps, flags included, as in NCCL).
     pub ll_lines: Option<usize>,
+    /// GPU communicators: the algorithm every call it runs must use (`WEFT_ALGO=ring`,
+    /// `oneshot`, `twoshot`, `nvls`), for measurement; `None`: the automatic choice
+    /// (`weft_core::algo::choose`, the ring until the others are verified on a GPU). Every
+    /// rank must set the same. The CPU executor ignores it.
+    pub algo: Option<weft_core::algo::GpuAlgo>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -134,6 +139,7 @@ impl Default for CommOptions {
             socket_ifname: None,
             protocols: ProtocolEnable::default(),
             ll_lines: None,
+            algo: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
@@ -256,6 +262,10 @@ impl CommOptions {
                 })?;
                 break;
             }
+        }
+        if let Some(v) = get("WEFT_ALGO") {
+            opts.algo = weft_core::algo::GpuAlgo::parse(&v)
+                .map_err(|e| CommError::InvalidArgument(format!("WEFT_ALGO={v:?}: {e}")))?;
         }
         for var in ["WEFT_LL_BUFFSIZE", "NCCL_LL_BUFFSIZE"] {
             if let Some(v) = get(var) {

@@ -145,6 +145,7 @@ fn options_from_the_environment() {
         ("NCCL_PROTO", "LL,Simpel"),
         ("WEFT_PROTO", "allreduc:LL"),
         ("NCCL_LL_BUFFSIZE", "lots"),
+        ("WEFT_ALGO", "tree"),
     ] {
         let err = CommOptions::from_lookup(|k| (k == var).then(|| value.to_string()))
             .expect_err("a bad value is an error");
@@ -155,6 +156,26 @@ fn options_from_the_environment() {
         err.to_string().contains("unknown protocol") && err.to_string().contains("\"Simpel\""),
         "{err}"
     );
+}
+
+#[test]
+fn weft_algo_from_the_environment() {
+    use weft_core::algo::GpuAlgo;
+    let algo = |v: &'static str| {
+        CommOptions::from_lookup(move |k| (k == "WEFT_ALGO").then(|| v.to_string()))
+            .unwrap()
+            .algo
+    };
+    assert_eq!(algo("oneshot"), Some(GpuAlgo::OneShot));
+    assert_eq!(algo("TwoShot"), Some(GpuAlgo::TwoShot));
+    assert_eq!(algo("nvls"), Some(GpuAlgo::Nvls));
+    assert_eq!(algo("ring"), Some(GpuAlgo::Ring));
+    assert_eq!(algo(""), None);
+    assert_eq!(CommOptions::from_lookup(|_| None).unwrap().algo, None);
+    let err = CommOptions::from_lookup(|k| (k == "WEFT_ALGO").then(|| "tree".to_string()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ring, oneshot, twoshot or nvls"), "{err}");
 }
 
 #[test]

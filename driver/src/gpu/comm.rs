@@ -22,17 +22,19 @@ use std::time::{Duration, Instant};
 use weft_core::abi::{
     Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
     DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs,
-    KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS,
-    TreeInfo, WAIT_PEER_START, WAIT_RECV,
+    KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp, RingInfo,
+    STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
+use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
 use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, HostRegistration, IpcMapping, Stream};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::error::GpuError;
-use super::kernels::Kernels;
+use super::kernels::{Kernels, PeerSource};
 use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
+use super::peer::RegionPlan;
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
@@ -54,7 +56,7 @@ fn channel_rings(
     bootstrap: &mut Bootstrap,
     peers: &[GpuPeer],
     opts: &CommOptions,
-) -> Result<(Vec<Vec<u32>>, Option<(u32, u32, String)>), GpuError> {
+) -> Result<(Vec<Vec<u32>>, Option<(u32, u32, String)>, Vec<u32>), GpuError> {
     let explicit = opts.nchannels.unwrap_or(0);
     let comm_peers: Vec<Peer> = peers
         .iter()
@@ -91,23 +93,24 @@ fn channel_rings(
         log::info!("weft: {count} plain ring channel(s): {why}");
         (0..count).map(|_| (0..n).collect()).collect()
     };
-    let (rings, blocked) = match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
-        Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
-            log::info!(
-                "weft: {} channel(s) from the {} ({})",
-                plan.nchannels(),
-                plan.source,
-                plan.note
-            );
-            for line in plan.lines() {
-                log::info!("{line}");
+    let (rings, blocked, heads) =
+        match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
+            Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
+                log::info!(
+                    "weft: {} channel(s) from the {} ({})",
+                    plan.nchannels(),
+                    plan.source,
+                    plan.note
+                );
+                for line in plan.lines() {
+                    log::info!("{line}");
+                }
+                Ok((plan.rings, plan.p2p_blocked, plan.nvls_heads))
             }
-            Ok((plan.rings, plan.p2p_blocked))
-        }
-        Ok(plan) => Ok((plain(&plan.note), None)),
-        Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
-        Err(e) => Ok((plain(&e.to_string()), None)),
-    }?;
+            Ok(plan) => Ok((plain(&plan.note), None, plan.nvls_heads)),
+            Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
+            Err(e) => Ok((plain(&e.to_string()), None, Vec::new())),
+        }?;
     // Plain rings are counted from each rank's own NCCL_MIN/MAX_NCHANNELS: rank 0's count
     // wins, or ranks with different environments would lay out their windows differently.
     let counts = bootstrap.all_gather(&(rings.len() as u32).to_be_bytes())?;
@@ -116,7 +119,7 @@ fn channel_rings(
         .and_then(|c| c.as_slice().try_into().ok())
         .map_or(0, u32::from_be_bytes) as usize;
     if first == rings.len() {
-        return Ok((rings, blocked));
+        return Ok((rings, blocked, heads));
     }
     log::warn!(
         "weft: this rank would build {} channels, rank 0 {first}: using rank 0's (set \
@@ -129,6 +132,7 @@ fn channel_rings(
             .map(|_| (0..n).collect())
             .collect(),
         blocked,
+        heads,
     ))
 }
 
@@ -373,6 +377,71 @@ pub struct GpuComm {
     failed: Option<String>,
     /// Direct writes between ranks of this process (every rank agreed at init).
     direct: bool,
+    /// The algorithm `WEFT_ALGO` forces (the same on every rank, checked at init).
+    algo: Option<GpuAlgo>,
+    /// The peer-pointer algorithms' memory, when `algo` is one of them.
+    peer: Option<PeerRegion>,
+}
+
+/// Every rank's peer region ([`super::peer`]) as mapped here.
+#[derive(Debug)]
+struct PeerRegion {
+    plan: RegionPlan,
+    /// Index r: rank r's region here.
+    ptrs: Vec<u64>,
+    // Dropped before the own window: peers' mappings, then ours.
+    _peers: Vec<PeerWindow>,
+    _window: Window,
+}
+
+impl PeerRegion {
+    /// Allocates this rank's region (zeroed), shares it, and maps every peer's.
+    /// Collective: every rank calls it with the same plan.
+    fn open(
+        ctx: &Arc<Context>,
+        bootstrap: &mut Bootstrap,
+        rank: usize,
+        peers: &[GpuPeer],
+        plan: RegionPlan,
+    ) -> Result<PeerRegion, GpuError> {
+        let buf = DeviceBuffer::alloc(ctx, plan.bytes as usize)?;
+        buf.fill(0)?;
+        let window = Window::Device(buf);
+        let records = bootstrap.all_gather(&window.record()?)?;
+        let my_pid = std::process::id();
+        let mut mapped = Vec::with_capacity(peers.len());
+        let mut ptrs = Vec::with_capacity(peers.len());
+        for (q, (peer, record)) in peers.iter().zip(&records).enumerate() {
+            if q == rank {
+                ptrs.push(window.device_ptr());
+                mapped.push(PeerWindow::Own);
+                continue;
+            }
+            let opened = Window::open_peer(ctx, peer, record, my_pid).map_err(|e| {
+                GpuError::Unreachable {
+                    peer: q,
+                    detail: format!("opening its {} region failed: {e}", plan.algo),
+                }
+            })?;
+            ptrs.push(match &opened {
+                PeerWindow::SameProcess(p) => *p,
+                PeerWindow::Ipc(m) => m.ptr(),
+                _ => {
+                    return Err(GpuError::Unreachable {
+                        peer: q,
+                        detail: format!("its {} region is not device memory", plan.algo),
+                    });
+                }
+            });
+            mapped.push(opened);
+        }
+        Ok(PeerRegion {
+            plan,
+            ptrs,
+            _peers: mapped,
+            _window: window,
+        })
+    }
 }
 
 fn env_flag(names: &[&str]) -> bool {
@@ -439,7 +508,7 @@ impl GpuComm {
             .any(|a| a.first() != Some(&1));
         let n = u32::try_from(nranks)
             .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
-        let (rings, blocked) = channel_rings(&mut bootstrap, &peers, opts)?;
+        let (rings, blocked, nvls_heads) = channel_rings(&mut bootstrap, &peers, opts)?;
         if let Some((a, b, kind)) = &blocked {
             log::info!(
                 "weft: ranks {a} and {b} are {kind} apart, beyond NCCL_P2P_LEVEL: device data \
@@ -493,6 +562,61 @@ impl GpuComm {
             .all_gather(&[u8::from(direct_here)])?
             .iter()
             .all(|a| a.first() == Some(&1));
+        // WEFT_ALGO: every rank must force the same algorithm (or none).
+        let code = |a: Option<GpuAlgo>| a.map_or(0u8, |a| 1 + a as u8);
+        let algos = bootstrap.all_gather(&[code(opts.algo)])?;
+        if let Some(q) = algos
+            .iter()
+            .position(|a| a.first() != Some(&code(opts.algo)))
+        {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {q} and rank {rank} disagree on WEFT_ALGO (this rank: {}): set the same \
+                 value on every rank",
+                opts.algo.map_or("unset", GpuAlgo::name)
+            )));
+        }
+        let peer = match opts.algo {
+            Some(algo) if algo != GpuAlgo::Ring => {
+                if via_host {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "{}",
+                        weft_core::algo::AlgoError::NotPeerMapped { algo }
+                    )));
+                }
+                if algo == GpuAlgo::Nvls && weft_cuda::multicast::OptIn::from_env().is_ok() {
+                    return Err(GpuError::InvalidArgument(
+                        "WEFT_ALGO=nvls with WEFT_NVLS=1: the NVLS multicast form is built \
+                         (weft_cuda::multicast, kernels/cuda/nvls.cu) but this communicator \
+                         does not set up multicast objects yet (they need VMM windows and \
+                         file descriptors passed between processes); unset WEFT_NVLS to run \
+                         the NVLS unicast form"
+                            .to_string(),
+                    ));
+                }
+                let (major, minor) = dev.compute_capability()?;
+                let plan = RegionPlan::new(
+                    algo,
+                    nranks,
+                    &nvls_heads,
+                    major * 10 + minor,
+                    &crate::env::process,
+                )?;
+                if algo == GpuAlgo::Nvls {
+                    log::info!(
+                        "weft: NVLS in its unicast form (no multicast: WEFT_NVLS=1 is not set), \
+                         heads {:?} ({})",
+                        plan.nvls.as_ref().map(|(_, h)| h.ranks().to_vec()),
+                        if nvls_heads.is_empty() {
+                            "every rank: the NVLS search did not run or found none"
+                        } else {
+                            "from the NVLS search"
+                        }
+                    );
+                }
+                Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
+            }
+            _ => None,
+        };
         let status = HostMapped::alloc(
             &ctx,
             FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>(),
@@ -511,6 +635,8 @@ impl GpuComm {
             bootstrap,
             failed: None,
             direct,
+            algo: opts.algo,
+            peer,
         };
         comm.control = comm.build_control()?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
@@ -702,7 +828,8 @@ impl GpuComm {
         self.kernels.supports(dtype)
     }
 
-    /// Compiles and loads the kernels of `dtypes` now rather than at their first call.
+    /// Compiles and loads the kernels of `dtypes` now rather than at their first call (and
+    /// those of the peer-pointer algorithm `WEFT_ALGO` set, if any).
     /// Loading a module waits for the device to be idle, so a rank that loads one while a
     /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks
     /// that share a GPU (tests) call this for every type they use, then a barrier.
@@ -710,14 +837,29 @@ impl GpuComm {
     /// reduces fp8 (compute capability 8.9 and newer; elsewhere its reductions fail when
     /// called, saying why).
     pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
+        // A communicator set to a peer-pointer algorithm (WEFT_ALGO) runs its modules too.
+        let peer = self.peer.as_ref().map(|p| {
+            if p.plan.nvls.is_some() {
+                PeerSource::Nvls
+            } else {
+                PeerSource::Direct
+            }
+        });
+        let load = |d: DataType| -> Result<(), GpuError> {
+            self.kernels.get(d)?;
+            if let Some(source) = peer {
+                self.kernels.peer(source, d)?;
+            }
+            Ok(())
+        };
         for &d in dtypes {
             if d.is_fp8() {
-                self.kernels.get(DataType::Uint8)?;
+                load(DataType::Uint8)?;
                 if !self.kernels.supports(d) {
                     continue;
                 }
             }
-            self.kernels.get(d)?;
+            load(d)?;
         }
         Ok(())
     }
@@ -784,6 +926,9 @@ impl GpuComm {
         let waiting_for = match f.wait {
             WAIT_RECV => "data from",
             WAIT_PEER_START => "the start of this collective (its output buffer's address) on",
+            WAIT_PEER_FLAG => "the one-/two-shot barrier flag of",
+            WAIT_NVLS_POSTED => "NVLS data (a scattered or reduced chunk) from",
+            WAIT_NVLS_FREED => "an NVLS slot to be freed by",
             _ => "a free FIFO slot from",
         };
         match f.code {
@@ -869,6 +1014,22 @@ impl GpuComm {
             )));
         }
         let op = if collective.reduces() { op } else { RedOp::Sum };
+        let caps = PeerCaps {
+            peer_mapped: self.peer.is_some(),
+            nvls_heads: self.peer.as_ref().is_some_and(|p| p.plan.nvls.is_some()),
+        };
+        let algo = weft_core::algo::choose(
+            self.algo,
+            coll,
+            (count * esize) as u64,
+            self.nranks as u32,
+            caps,
+        )
+        .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        if algo != GpuAlgo::Ring {
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.peer_collective(coll, send, recv, count, dtype, op, stream) };
+        }
         let chunk_bytes = sizing.chunk_elems() * esize;
         let work = CollWork {
             send_buff: send,
@@ -914,6 +1075,71 @@ impl GpuComm {
         // live as long as `self`, which synchronizes before freeing them.
         unsafe {
             kernels.ring(op).launch(
+                (nchannels, 1, 1),
+                (kernels.threads(), 1, 1),
+                0,
+                stream,
+                &mut params,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A collective of the peer-pointer algorithm this communicator was set to
+    /// (`WEFT_ALGO`): one launch of `direct.cu` or `nvls.cu` (see [`super::peer`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn peer_collective(
+        &mut self,
+        coll: CollKind,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        let Some(region) = &self.peer else {
+            return Err(GpuError::InvalidArgument(
+                "no peer region: this communicator was not set to a peer-pointer algorithm"
+                    .to_string(),
+            ));
+        };
+        let plan = &region.plan;
+        let source = if plan.nvls.is_some() {
+            PeerSource::Nvls
+        } else {
+            PeerSource::Direct
+        };
+        // An all-gather only moves bytes: fp8 runs the uint8 module (as on the ring).
+        let module = if dtype.is_fp8() && coll == CollKind::AllGather {
+            DataType::Uint8
+        } else {
+            dtype
+        };
+        let kernels = self.kernels.peer(source, module)?;
+        let nchannels = plan.channels(count, dtype, self.nranks);
+        let mut work = plan.work(
+            self.control.ptr(),
+            &region.ptrs,
+            self.rank,
+            coll,
+            send,
+            recv,
+            count as u64,
+            module,
+            op,
+            avg_scale_bits(dtype, op, self.nranks),
+            nchannels,
+        );
+        let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
+        // SAFETY: the peer kernels take one `weft_peer_work` by value, which `params` points
+        // to; the buffers are the caller's promise; the regions live as long as `self`.
+        unsafe {
+            kernels.get(op).launch(
                 (nchannels, 1, 1),
                 (kernels.threads(), 1, 1),
                 0,

@@ -42,12 +42,42 @@ impl TypeKernels {
     }
 }
 
+/// Which source a peer-pointer module comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerSource {
+    /// `direct.cu`: one-shot and two-shot all-reduce.
+    Direct,
+    /// `nvls.cu`: NVLS, multicast and unicast forms.
+    Nvls,
+}
+
+/// The entry points of one peer-pointer module (one element type).
+#[derive(Debug, Clone)]
+pub struct PeerKernels {
+    /// Indexed by `RedOp as usize`.
+    by_op: Vec<Function>,
+    threads: u32,
+}
+
+impl PeerKernels {
+    pub fn get(&self, op: RedOp) -> &Function {
+        &self.by_op[op as usize]
+    }
+
+    /// Threads per block the module was compiled for: launch exactly this many.
+    pub fn threads(&self) -> u32 {
+        self.threads
+    }
+}
+
 /// The modules of one context, by element type.
 #[derive(Debug)]
 pub struct Kernels {
     ctx: Arc<Context>,
     arch: (u32, u32),
     loaded: Mutex<Vec<Option<Arc<TypeKernels>>>>,
+    /// `direct.cu` then `nvls.cu` modules, by element type.
+    peer: Mutex<[Vec<Option<Arc<PeerKernels>>>; 2]>,
 }
 
 impl Kernels {
@@ -57,32 +87,67 @@ impl Kernels {
             ctx: ctx.clone(),
             arch,
             loaded: Mutex::new(vec![None; DataType::ALL.len()]),
+            peer: Mutex::new([
+                vec![None; DataType::ALL.len()],
+                vec![None; DataType::ALL.len()],
+            ]),
         })
     }
 
-    /// Whether this GPU has the kernels of `dtype` (fp8 needs compute capability 8.9).
-    pub fn supports(&self, dtype: DataType) -> bool {
-        weft_kernels::compiles_for(dtype, self.arch)
-    }
-
-    /// The kernels of `dtype`, compiled and loaded on first use.
-    pub fn get(&self, dtype: DataType) -> Result<Arc<TypeKernels>, GpuError> {
-        if !self.supports(dtype) {
-            return Err(GpuError::InvalidArgument(format!(
-                "{dtype} reductions need compute capability {}.{} or newer (the fp8 \
-                 conversion instructions); this is GPU {}, sm_{}{}. All-gather, broadcast \
-                 and send/receive take {dtype} on any GPU; reduce in half or bfloat16 here",
-                weft_kernels::FP8_MIN_ARCH.0,
-                weft_kernels::FP8_MIN_ARCH.1,
-                self.ctx.device().ordinal(),
-                self.arch.0,
-                self.arch.1
-            )));
-        }
-        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(Some(k)) = loaded.get(dtype as usize) {
+    /// The one-/two-shot or NVLS kernels of `dtype`, compiled and loaded on first use.
+    pub fn peer(&self, source: PeerSource, dtype: DataType) -> Result<Arc<PeerKernels>, GpuError> {
+        self.check_supported(dtype)?;
+        let mut loaded = self.peer.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = &mut loaded[source as usize];
+        if let Some(Some(k)) = table.get(dtype as usize) {
             return Ok(k.clone());
         }
+        let (name, text) = match source {
+            PeerSource::Direct => (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
+            PeerSource::Nvls => (weft_kernels::NVLS_NAME, weft_kernels::NVLS),
+        };
+        let (module, threads) = self.compile(name, text, dtype)?;
+        let by_op = RedOp::ALL
+            .iter()
+            .map(|op| {
+                module.function(match source {
+                    PeerSource::Direct => weft_kernels::direct_entry(*op),
+                    PeerSource::Nvls => weft_kernels::nvls_entry(*op),
+                })
+            })
+            .collect::<Result<Vec<Function>, _>>()?;
+        self.check_threads(&by_op, threads)?;
+        let kernels = Arc::new(PeerKernels { by_op, threads });
+        if let Some(slot) = table.get_mut(dtype as usize) {
+            *slot = Some(kernels.clone());
+        }
+        Ok(kernels)
+    }
+
+    fn check_supported(&self, dtype: DataType) -> Result<(), GpuError> {
+        if self.supports(dtype) {
+            return Ok(());
+        }
+        Err(GpuError::InvalidArgument(format!(
+            "{dtype} reductions need compute capability {}.{} or newer (the fp8 \
+             conversion instructions); this is GPU {}, sm_{}{}. All-gather, broadcast \
+             and send/receive take {dtype} on any GPU; reduce in half or bfloat16 here",
+            weft_kernels::FP8_MIN_ARCH.0,
+            weft_kernels::FP8_MIN_ARCH.1,
+            self.ctx.device().ordinal(),
+            self.arch.0,
+            self.arch.1
+        )))
+    }
+
+    /// Compiles (or takes from the cache) and loads `text` for `dtype`; returns the module
+    /// and the threads per block it was compiled for.
+    fn compile(
+        &self,
+        name: &str,
+        text: &str,
+        dtype: DataType,
+    ) -> Result<(Arc<Module>, u32), GpuError> {
         let mut defines = weft_kernels::defines(dtype);
         // A tuning knob for measurements: 16-byte packs in flight per thread.
         if let Some(u) = std::env::var("WEFT_KERNEL_UNROLL")
@@ -106,14 +171,9 @@ impl Kernels {
             defines,
             extra: Vec::new(),
         };
-        let compiled = weft_cuda::compile(
-            weft_kernels::COLLECTIVES_NAME,
-            weft_kernels::COLLECTIVES,
-            weft_kernels::HEADERS,
-            &opts,
-        )?;
+        let compiled = weft_cuda::compile(name, text, weft_kernels::HEADERS, &opts)?;
         log::info!(
-            "weft: {} kernels for sm_{}{} {}",
+            "weft: {name} {} kernels for sm_{}{} {}",
             dtype.name(),
             self.arch.0,
             self.arch.1,
@@ -123,13 +183,11 @@ impl Kernels {
                 "compiled with NVRTC"
             }
         );
-        let module = Module::load(&self.ctx, &compiled.ptx)?;
-        let ring = RedOp::ALL
-            .iter()
-            .map(|op| module.function(weft_kernels::ring_entry(*op)))
-            .collect::<Result<Vec<Function>, _>>()?;
-        let p2p = module.function(weft_kernels::P2P_ENTRY)?;
-        for f in ring.iter().chain(std::iter::once(&p2p)) {
+        Ok((Module::load(&self.ctx, &compiled.ptx)?, threads))
+    }
+
+    fn check_threads(&self, functions: &[Function], threads: u32) -> Result<(), GpuError> {
+        for f in functions {
             let max = f.max_threads_per_block()?;
             if max < threads {
                 return Err(GpuError::InvalidArgument(format!(
@@ -142,6 +200,33 @@ impl Kernels {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Whether this GPU has the kernels of `dtype` (fp8 needs compute capability 8.9).
+    pub fn supports(&self, dtype: DataType) -> bool {
+        weft_kernels::compiles_for(dtype, self.arch)
+    }
+
+    /// The kernels of `dtype`, compiled and loaded on first use.
+    pub fn get(&self, dtype: DataType) -> Result<Arc<TypeKernels>, GpuError> {
+        self.check_supported(dtype)?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(Some(k)) = loaded.get(dtype as usize) {
+            return Ok(k.clone());
+        }
+        let (module, threads) = self.compile(
+            weft_kernels::COLLECTIVES_NAME,
+            weft_kernels::COLLECTIVES,
+            dtype,
+        )?;
+        let ring = RedOp::ALL
+            .iter()
+            .map(|op| module.function(weft_kernels::ring_entry(*op)))
+            .collect::<Result<Vec<Function>, _>>()?;
+        let p2p = module.function(weft_kernels::P2P_ENTRY)?;
+        self.check_threads(&ring, threads)?;
+        self.check_threads(std::slice::from_ref(&p2p), threads)?;
         let kernels = Arc::new(TypeKernels { ring, p2p, threads });
         if let Some(slot) = loaded.get_mut(dtype as usize) {
             *slot = Some(kernels.clone());

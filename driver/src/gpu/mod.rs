@@ -4,6 +4,8 @@
 //!   device-side channel description), collectives and send/recv groups enqueued on the
 //!   caller's stream, timeouts and aborts that name the peer.
 //! - [`layout`]: where each connection's FIFO and counters live in the ranks' windows.
+//! - [`peer`]: the memory of the peer-pointer algorithms (one-shot, two-shot, NVLS in its
+//!   unicast form), set by `WEFT_ALGO`.
 //! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
 //! - [`error`]: [`GpuError`].
 //!
@@ -14,6 +16,7 @@ pub mod comm;
 pub mod error;
 pub mod kernels;
 pub mod layout;
+pub mod peer;
 
 pub use comm::{GpuComm, GpuP2p};
 pub use error::GpuError;

@@ -1,0 +1,273 @@
+//! Which algorithm a GPU collective of one host uses: the ring (the SIMPLE FIFO protocol
+//! over ring channels), one-shot or two-shot all-reduce over peer-mapped windows, or NVLS.
+//!
+//! `WEFT_ALGO` forces one, for measurement ([`GpuAlgo::parse`]); otherwise [`choose`]
+//! decides from the call's size and the rank count. That rule is deliberately the ring for
+//! every call today: one-shot, two-shot and NVLS are built, compile in CI and are unit
+//! tested, but have not run on a GPU yet, so nothing picks them unasked. Once a GPU run has
+//! verified them (every type, op and size against the CPU reference) and measured them
+//! beside the ring, the rule to adopt is the shape NCCL and TensorRT-LLM use: one-shot
+//! below a latency-bound size (tens of KiB, lower as ranks grow, since each rank reads
+//! `n - 1` whole inputs), two-shot up to where the ring's bandwidth wins, NVLS above it on
+//! NVSwitch systems; the thresholds come from that measurement, not from here.
+//!
+//! Every rank must choose alike: the choice depends only on the call, the rank count and
+//! what the communicator agreed on at init.
+
+use core::fmt;
+
+use crate::abi::{CollKind, PEER_MAX_RANKS};
+
+/// A GPU collective algorithm of one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpuAlgo {
+    /// Ring channels with the SIMPLE FIFO protocol: every collective.
+    Ring,
+    /// All-reduce: every rank reads every peer's input and reduces locally.
+    OneShot,
+    /// All-reduce: reduce-scatter by direct reads, all-gather by direct writes.
+    TwoShot,
+    /// All-reduce, reduce-scatter, all-gather through NVLink SHARP (multicast, with the
+    /// `WEFT_NVLS=1` opt-in) or its unicast form over peer-mapped memory.
+    Nvls,
+}
+
+impl GpuAlgo {
+    pub const ALL: &'static [GpuAlgo] = &[
+        GpuAlgo::Ring,
+        GpuAlgo::OneShot,
+        GpuAlgo::TwoShot,
+        GpuAlgo::Nvls,
+    ];
+
+    /// The name `WEFT_ALGO` takes.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GpuAlgo::Ring => "ring",
+            GpuAlgo::OneShot => "oneshot",
+            GpuAlgo::TwoShot => "twoshot",
+            GpuAlgo::Nvls => "nvls",
+        }
+    }
+
+    /// `WEFT_ALGO`'s value: one of the names, any case; empty means "not forced".
+    pub fn parse(value: &str) -> Result<Option<GpuAlgo>, AlgoError> {
+        let v = value.trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        GpuAlgo::ALL
+            .iter()
+            .find(|a| a.name().eq_ignore_ascii_case(v))
+            .copied()
+            .map(Some)
+            .ok_or(AlgoError::UnknownName)
+    }
+
+    /// Whether the algorithm runs `coll`.
+    pub const fn runs(self, coll: CollKind) -> bool {
+        match self {
+            GpuAlgo::Ring => true,
+            GpuAlgo::OneShot | GpuAlgo::TwoShot => matches!(coll, CollKind::AllReduce),
+            GpuAlgo::Nvls => matches!(
+                coll,
+                CollKind::AllReduce | CollKind::ReduceScatter | CollKind::AllGather
+            ),
+        }
+    }
+}
+
+impl fmt::Display for GpuAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the communicator can offer the peer-pointer algorithms (agreed by every rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCaps {
+    /// Every rank maps every other rank's memory (P2P over NVLink or PCIe, one host).
+    pub peer_mapped: bool,
+    /// NVLS heads are known (the NVLS search found one per rank).
+    pub nvls_heads: bool,
+}
+
+/// Why a forced algorithm cannot run a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgoError {
+    /// `WEFT_ALGO` names no algorithm.
+    UnknownName,
+    /// The algorithm does not implement the collective.
+    Collective { algo: GpuAlgo, coll: CollKind },
+    /// More ranks than the peer-pointer kernels address.
+    TooManyRanks { algo: GpuAlgo, nranks: u32 },
+    /// Some rank cannot map another's memory (SHM windows, or across hosts).
+    NotPeerMapped { algo: GpuAlgo },
+    /// NVLS without heads from the NVLS search.
+    NoNvlsHeads,
+}
+
+impl fmt::Display for AlgoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AlgoError::UnknownName => write!(
+                f,
+                "WEFT_ALGO names no algorithm: use ring, oneshot, twoshot or nvls (or unset it)"
+            ),
+            AlgoError::Collective { algo, coll } => write!(
+                f,
+                "WEFT_ALGO={algo} does not run {}: {algo} runs {}; unset WEFT_ALGO or use ring",
+                coll.name(),
+                match algo {
+                    GpuAlgo::Ring => "every collective",
+                    GpuAlgo::OneShot | GpuAlgo::TwoShot => "all-reduce only",
+                    GpuAlgo::Nvls => "all-reduce, reduce-scatter and all-gather",
+                }
+            ),
+            AlgoError::TooManyRanks { algo, nranks } => write!(
+                f,
+                "WEFT_ALGO={algo} with {nranks} ranks: its kernels address at most \
+                 {PEER_MAX_RANKS} ranks of one host; use ring"
+            ),
+            AlgoError::NotPeerMapped { algo } => write!(
+                f,
+                "WEFT_ALGO={algo} needs every rank to map every other rank's GPU memory \
+                 (P2P on one host), and this communicator uses SHM or spans hosts; use ring"
+            ),
+            AlgoError::NoNvlsHeads => write!(
+                f,
+                "WEFT_ALGO=nvls needs NVLS heads from the NVLS channel search, which found \
+                 none (no NVSwitch, or GPUs before sm_90); use ring, oneshot or twoshot"
+            ),
+        }
+    }
+}
+
+/// The algorithm of a call of `coll` on `nranks` ranks of `bytes` per rank: the forced one
+/// (`WEFT_ALGO`), checked against the call and the communicator, or else the ring.
+///
+/// The automatic choice stays the ring until the peer-pointer algorithms have been verified
+/// and measured on a GPU (see the module documentation); `bytes` is part of the signature
+/// for the size rule that measurement will bring.
+pub fn choose(
+    forced: Option<GpuAlgo>,
+    coll: CollKind,
+    bytes: u64,
+    nranks: u32,
+    caps: PeerCaps,
+) -> Result<GpuAlgo, AlgoError> {
+    let _ = bytes;
+    let Some(algo) = forced else {
+        return Ok(GpuAlgo::Ring);
+    };
+    if algo == GpuAlgo::Ring {
+        return Ok(algo);
+    }
+    if !algo.runs(coll) {
+        return Err(AlgoError::Collective { algo, coll });
+    }
+    if nranks as usize > PEER_MAX_RANKS {
+        return Err(AlgoError::TooManyRanks { algo, nranks });
+    }
+    if !caps.peer_mapped {
+        return Err(AlgoError::NotPeerMapped { algo });
+    }
+    if algo == GpuAlgo::Nvls && !caps.nvls_heads {
+        return Err(AlgoError::NoNvlsHeads);
+    }
+    Ok(algo)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use alloc::string::ToString;
+
+    const ALL_CAPS: PeerCaps = PeerCaps {
+        peer_mapped: true,
+        nvls_heads: true,
+    };
+
+    #[test]
+    fn weft_algo_names() {
+        assert_eq!(GpuAlgo::parse("ring"), Ok(Some(GpuAlgo::Ring)));
+        assert_eq!(GpuAlgo::parse(" OneShot "), Ok(Some(GpuAlgo::OneShot)));
+        assert_eq!(GpuAlgo::parse("TWOSHOT"), Ok(Some(GpuAlgo::TwoShot)));
+        assert_eq!(GpuAlgo::parse("nvls"), Ok(Some(GpuAlgo::Nvls)));
+        assert_eq!(GpuAlgo::parse(""), Ok(None));
+        assert_eq!(GpuAlgo::parse("tree"), Err(AlgoError::UnknownName));
+        for a in GpuAlgo::ALL {
+            assert_eq!(GpuAlgo::parse(a.name()), Ok(Some(*a)));
+        }
+    }
+
+    #[test]
+    fn automatic_choice_is_the_ring_until_verified_on_a_gpu() {
+        for &coll in CollKind::ALL {
+            for nranks in 1..=16 {
+                for shift in 0..40 {
+                    let bytes = (1u64 << shift) + 3;
+                    assert_eq!(
+                        choose(None, coll, bytes, nranks, ALL_CAPS),
+                        Ok(GpuAlgo::Ring)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn forced_algorithms_are_checked_against_the_call() {
+        let ar = CollKind::AllReduce;
+        assert_eq!(
+            choose(Some(GpuAlgo::OneShot), ar, 8, 2, ALL_CAPS),
+            Ok(GpuAlgo::OneShot)
+        );
+        assert_eq!(
+            choose(Some(GpuAlgo::Nvls), CollKind::AllGather, 8, 8, ALL_CAPS),
+            Ok(GpuAlgo::Nvls)
+        );
+        assert_eq!(
+            choose(Some(GpuAlgo::Ring), CollKind::Broadcast, 8, 64, ALL_CAPS),
+            Ok(GpuAlgo::Ring)
+        );
+        let e = choose(Some(GpuAlgo::TwoShot), CollKind::AllGather, 8, 2, ALL_CAPS);
+        assert_eq!(
+            e,
+            Err(AlgoError::Collective {
+                algo: GpuAlgo::TwoShot,
+                coll: CollKind::AllGather
+            })
+        );
+        assert!(e.unwrap_err().to_string().contains("all-reduce only"));
+        assert_eq!(
+            choose(Some(GpuAlgo::OneShot), ar, 8, 9, ALL_CAPS),
+            Err(AlgoError::TooManyRanks {
+                algo: GpuAlgo::OneShot,
+                nranks: 9
+            })
+        );
+        let no_p2p = PeerCaps {
+            peer_mapped: false,
+            nvls_heads: true,
+        };
+        assert_eq!(
+            choose(Some(GpuAlgo::TwoShot), ar, 8, 2, no_p2p),
+            Err(AlgoError::NotPeerMapped {
+                algo: GpuAlgo::TwoShot
+            })
+        );
+        let no_heads = PeerCaps {
+            peer_mapped: true,
+            nvls_heads: false,
+        };
+        assert_eq!(
+            choose(Some(GpuAlgo::Nvls), ar, 8, 2, no_heads),
+            Err(AlgoError::NoNvlsHeads)
+        );
+        assert_eq!(
+            choose(Some(GpuAlgo::OneShot), ar, 8, 2, no_heads),
+            Ok(GpuAlgo::OneShot)
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in its
+//! unicast form), and the `weft_peer_work` of a call.
+//!
+//! A communicator that `WEFT_ALGO` sets to one of them allocates, besides its FIFO window, a
+//! *peer region* on every rank, zeroed, the same size on every rank and mapped into every
+//! rank's process like the FIFO windows (the pointer between ranks of one process, a CUDA
+//! IPC handle between processes):
+//!
+//! ```text
+//! FLAGS_AT  one-/two-shot barrier flags: MAX_CHANNELS x PEER_FLAGS_STRIDE bytes
+//! STEPS_AT  this rank's per-channel epochs / NVLS steps (read and written by its own kernels)
+//! DATA_AT   one-/two-shot: the data window (WEFT_DIRECT_WINDOW bytes)
+//!           NVLS: core::nvls::Layout's buffers (data_alloc bytes), then its counters
+//! ```
+//!
+//! The NVLS *multicast* form needs a multicast object bound to VMM memory
+//! (`weft_cuda::multicast`), which this communicator does not set up yet: with the opt-in
+//! (`WEFT_NVLS=1`) it refuses to start rather than quietly run something else; without it
+//! NVLS runs its unicast form over this region.
+
+use weft_core::abi::{
+    CollKind, DataType, MAX_CHANNELS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT,
+    PEER_ALGO_TWO_SHOT, PEER_FLAGS_STRIDE, PEER_MAX_RANKS, PeerWork, RedOp,
+};
+use weft_core::algo::GpuAlgo;
+use weft_core::nvls;
+
+use super::error::GpuError;
+
+/// Offset of the barrier flags in a peer region.
+pub const FLAGS_AT: u64 = 0;
+/// Offset of this rank's per-channel step counters.
+pub const STEPS_AT: u64 = MAX_CHANNELS as u64 * PEER_FLAGS_STRIDE;
+/// Offset of the data (16-byte aligned, and well past the counters).
+pub const DATA_AT: u64 = 64 << 10;
+/// Bytes of a one-/two-shot data window unless `WEFT_DIRECT_WINDOW` says otherwise: a
+/// call's input goes through it in rounds of this size.
+pub const DEFAULT_DIRECT_WINDOW: u64 = 8 << 20;
+/// The granularity NVLS memory is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
+/// form needs no VMM, but keeps the multicast form's sizes).
+pub const NVLS_GRANULARITY: u64 = 2 << 20;
+
+/// What one rank's peer region holds, the same on every rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionPlan {
+    pub algo: GpuAlgo,
+    /// Bytes of the region.
+    pub bytes: u64,
+    /// One-/two-shot: bytes of the data window.
+    pub direct_window: u64,
+    /// NVLS: the layout and its heads (ranks).
+    pub nvls: Option<(nvls::Layout, nvls::Heads)>,
+    /// NVLS: offset of the counters.
+    pub credit_at: u64,
+}
+
+impl RegionPlan {
+    /// The region of `algo` for `nranks` ranks on GPUs of compute capability `sm` (major *
+    /// 10 + minor). `heads`: the NVLS search's, or empty (the unicast form then takes every
+    /// rank in rank order, what the search gives on one NVSwitch host). `env` reads
+    /// `WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS` and `NCCL_NVLS_CHUNKSIZE`.
+    pub fn new(
+        algo: GpuAlgo,
+        nranks: usize,
+        heads: &[u32],
+        sm: u32,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<RegionPlan, GpuError> {
+        if nranks > PEER_MAX_RANKS {
+            return Err(GpuError::InvalidArgument(format!(
+                "WEFT_ALGO={algo} with {nranks} ranks: its kernels address at most \
+                 {PEER_MAX_RANKS} ranks of one host; use ring"
+            )));
+        }
+        let number = |var: &str, default: u64, min: u64, max: u64| -> Result<u64, GpuError> {
+            match env(var) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (min..=max).contains(n))
+                    .ok_or_else(|| {
+                        GpuError::InvalidArgument(format!(
+                            "{var}={v:?}: expected a number from {min} to {max}"
+                        ))
+                    }),
+            }
+        };
+        match algo {
+            GpuAlgo::Ring => Err(GpuError::InvalidArgument(
+                "the ring needs no peer region".to_string(),
+            )),
+            GpuAlgo::OneShot | GpuAlgo::TwoShot => {
+                let window = number(
+                    "WEFT_DIRECT_WINDOW",
+                    DEFAULT_DIRECT_WINDOW,
+                    64 << 10,
+                    1 << 34,
+                )? / 16
+                    * 16;
+                Ok(RegionPlan {
+                    algo,
+                    bytes: DATA_AT + window,
+                    direct_window: window,
+                    nvls: None,
+                    credit_at: 0,
+                })
+            }
+            GpuAlgo::Nvls => {
+                let ranks: Vec<i32> = if heads.is_empty() {
+                    (0..nranks as i32).collect()
+                } else {
+                    heads.iter().map(|&h| h as i32).collect()
+                };
+                let heads = nvls::Heads::new(&ranks)
+                    .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+                // One node: one head per rank (the kernels' shape).
+                let mut sorted = ranks.clone();
+                sorted.sort_unstable();
+                if sorted != (0..nranks as i32).collect::<Vec<i32>>() {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "NVLS heads {ranks:?} for {nranks} ranks: weft's NVLS kernels need one \
+                         head per rank (one NVSwitch host)"
+                    )));
+                }
+                let nchannels = number(
+                    "NCCL_NVLS_NCHANNELS",
+                    u64::from(nvls::default_channels(sm, false)),
+                    1,
+                    u64::from(MAX_CHANNELS),
+                )?;
+                let chunk = number(
+                    "NCCL_NVLS_CHUNKSIZE",
+                    nvls::DEFAULT_CHUNK_SIZE,
+                    16,
+                    u64::from(u32::MAX),
+                )?;
+                let layout = nvls::Layout::new(
+                    heads.len(),
+                    nchannels,
+                    chunk,
+                    NVLS_GRANULARITY,
+                    NVLS_GRANULARITY,
+                )
+                .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+                let credit_at = DATA_AT + layout.data_alloc;
+                Ok(RegionPlan {
+                    algo,
+                    bytes: credit_at + layout.credit_alloc,
+                    direct_window: 0,
+                    nvls: Some((layout, heads)),
+                    credit_at,
+                })
+            }
+        }
+    }
+
+    /// Channels (blocks) of a call of `count` elements of `dtype`.
+    pub fn channels(&self, count: usize, dtype: DataType, nranks: usize) -> u32 {
+        match &self.nvls {
+            Some((layout, _)) => layout.nchannels as u32,
+            // NCCL's 32 KiB of traffic per channel, at most 16 blocks.
+            None => weft_core::sched::channels_for(
+                weft_core::sched::Collective::AllReduce,
+                count,
+                dtype.size_of_elem(),
+                nranks,
+                16,
+            ),
+        }
+    }
+
+    /// The launch descriptor of a call on rank `rank`, with every rank's region at
+    /// `regions[r]` as mapped here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn work(
+        &self,
+        comm: u64,
+        regions: &[u64],
+        rank: usize,
+        coll: CollKind,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: DataType,
+        op: RedOp,
+        red_op_arg: u64,
+        nchannels: u32,
+    ) -> PeerWork {
+        let mut w = PeerWork {
+            comm,
+            send_buff: send,
+            recv_buff: recv,
+            count,
+            red_op_arg,
+            window_bytes: self.direct_window,
+            steps: regions.get(rank).copied().unwrap_or(0) + STEPS_AT,
+            coll: coll as u32,
+            dtype: dtype as u32,
+            redop: op as u32,
+            nchannels,
+            heads: [-1; PEER_MAX_RANKS],
+            ..PeerWork::default()
+        };
+        let flags_at = if self.nvls.is_some() {
+            self.credit_at
+        } else {
+            FLAGS_AT
+        };
+        for (r, base) in regions.iter().enumerate().take(PEER_MAX_RANKS) {
+            w.peer_data[r] = base + DATA_AT;
+            w.peer_flags[r] = base + flags_at;
+        }
+        match (&self.nvls, self.algo) {
+            (Some((layout, heads)), _) => {
+                w.algorithm = PEER_ALGO_NVLS_UNICAST;
+                w.nheads = heads.len() as u32;
+                for (h, &r) in heads.ranks().iter().enumerate().take(PEER_MAX_RANKS) {
+                    w.heads[h] = r;
+                }
+                w.chunk_size = u32::try_from(layout.chunk_size).unwrap_or(u32::MAX);
+                w.layout_channels = layout.nchannels as u32;
+            }
+            (None, GpuAlgo::TwoShot) => w.algorithm = PEER_ALGO_TWO_SHOT,
+            (None, _) => w.algorithm = PEER_ALGO_ONE_SHOT,
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn region_pieces_do_not_overlap() {
+        assert!(FLAGS_AT + MAX_CHANNELS as u64 * PEER_FLAGS_STRIDE <= STEPS_AT);
+        assert!(STEPS_AT + MAX_CHANNELS as u64 * 8 <= DATA_AT);
+        assert_eq!(DATA_AT % 16, 0);
+    }
+
+    #[test]
+    fn one_and_two_shot_regions() {
+        let p = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
+        assert_eq!(p.bytes, DATA_AT + DEFAULT_DIRECT_WINDOW);
+        let p = RegionPlan::new(
+            GpuAlgo::TwoShot,
+            8,
+            &[],
+            90,
+            &env(&[("WEFT_DIRECT_WINDOW", "1000000")]),
+        )
+        .unwrap();
+        assert_eq!(p.direct_window, 1_000_000 / 16 * 16);
+        let w = p.work(
+            0xc0,
+            &[0x1000_0000, 0x2000_0000],
+            1,
+            CollKind::AllReduce,
+            0xa,
+            0xb,
+            77,
+            DataType::Float32,
+            RedOp::Sum,
+            0,
+            3,
+        );
+        assert_eq!(w.algorithm, PEER_ALGO_TWO_SHOT);
+        assert_eq!(w.steps, 0x2000_0000 + STEPS_AT);
+        assert_eq!(w.peer_data[0], 0x1000_0000 + DATA_AT);
+        assert_eq!(w.peer_flags[1], 0x2000_0000 + FLAGS_AT);
+        assert_eq!(w.peer_data[2], 0);
+        assert_eq!(w.window_bytes, p.direct_window);
+        assert_eq!((w.count, w.nchannels, w.layout_channels), (77, 3, 0));
+        let e = RegionPlan::new(GpuAlgo::OneShot, 9, &[], 90, &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("at most 8 ranks"), "{e}");
+        let e = RegionPlan::new(
+            GpuAlgo::OneShot,
+            2,
+            &[],
+            90,
+            &env(&[("WEFT_DIRECT_WINDOW", "12")]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("WEFT_DIRECT_WINDOW"), "{e}");
+    }
+
+    #[test]
+    fn nvls_region_follows_core_nvls() {
+        let p = RegionPlan::new(GpuAlgo::Nvls, 2, &[], 90, &env(&[])).unwrap();
+        let (layout, heads) = p.nvls.as_ref().unwrap();
+        assert_eq!(heads.ranks(), &[0, 1]);
+        // 2 heads x 16 channels x 2 buffers x 8 slots x 128 KiB.
+        assert_eq!(layout.data_alloc, 64 << 20);
+        assert_eq!(p.credit_at, DATA_AT + (64 << 20));
+        assert_eq!(p.bytes, p.credit_at + NVLS_GRANULARITY);
+        let regions = [0x7000_0000_0000u64, 0x7100_0000_0000];
+        let w = p.work(
+            0xc0,
+            &regions,
+            0,
+            CollKind::ReduceScatter,
+            1,
+            2,
+            5,
+            DataType::Bfloat16,
+            RedOp::Max,
+            0,
+            p.channels(5, DataType::Bfloat16, 2),
+        );
+        assert_eq!(w.algorithm, PEER_ALGO_NVLS_UNICAST);
+        assert_eq!(
+            (w.nheads, w.chunk_size, w.layout_channels),
+            (2, 128 << 10, 16)
+        );
+        assert_eq!(w.nchannels, 16);
+        assert_eq!(&w.heads[..3], &[0, 1, -1]);
+        assert_eq!(w.peer_flags[1], regions[1] + p.credit_at);
+        assert_eq!((w.mc_data, w.mc_credit), (0, 0));
+        // Heads from the search, in its order; a set that is not every rank is refused.
+        let p = RegionPlan::new(
+            GpuAlgo::Nvls,
+            4,
+            &[2, 0, 3, 1],
+            90,
+            &env(&[
+                ("NCCL_NVLS_NCHANNELS", "4"),
+                ("NCCL_NVLS_CHUNKSIZE", "65536"),
+            ]),
+        )
+        .unwrap();
+        let (layout, heads) = p.nvls.as_ref().unwrap();
+        assert_eq!(heads.ranks(), &[2, 0, 3, 1]);
+        assert_eq!((layout.nchannels, layout.chunk_size), (4, 65536));
+        let e = RegionPlan::new(GpuAlgo::Nvls, 4, &[0, 1], 90, &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("one head per rank"), "{e}");
+    }
+}

@@ -1,0 +1,203 @@
+// One-shot and two-shot all-reduce over peer-mapped windows: no ring, no FIFO, no host
+// round trip. Every rank has a data window of weft_peer_work.window_bytes and a flag area,
+// both mapped into every rank's process (peer_data[r], peer_flags[r]); the input goes
+// through the window in rounds of at most window_bytes, one block per channel, each block
+// working its own part of every round (core::nvls::channel_part's split) and synchronising
+// with the same block of every other rank through flags, never with the other blocks.
+//
+// One-shot, per round:  copy my input part into my window; barrier; read the part from
+//   every rank's window, reduce (rank order 0..n-1 on every rank, so all ranks get the same
+//   bits), write my output; barrier (nobody overwrites a window a peer still reads).
+// Two-shot, per round:  the round is cut into n segments, my block's piece of each;
+//   copy my input pieces into my window; barrier; reduce segment `rank` from every rank's
+//   window (the reduce-scatter, by direct reads) and store the result into every rank's
+//   window at the same place (the all-gather, by direct writes: only rank s touches
+//   segment s between the two barriers, so this overwrites nothing anyone still reads);
+//   barrier; copy my window's pieces to my output. The next round's copy-in only touches
+//   my own window and peers write into it only after the next first barrier, so two
+//   barriers per round suffice.
+//
+// A barrier on channel c with epoch e: store e (release, system scope) into flag `rank` of
+// channel c in every rank's flag area, then wait until my flag area holds at least e from
+// every rank. Epochs only grow: the block starts from weft_peer_work.steps[c] (device
+// memory, so CUDA graph replays count) and writes back the epochs it used. Every wait polls
+// the abort flag and gives up after the communicator's timeout, naming the peer
+// (WEFT_WAIT_PEER_FLAG).
+//
+// Every element type and operator of the ring kernels, with their exact semantics
+// (reduce.cuh), Avg included.
+#include "weft.h"
+#include "ring_program.cuh"
+#include "reduce.cuh"
+#include "sync.cuh"
+#include "dtype.cuh"
+#include "peer_layout.cuh"
+
+#ifndef WEFT_THREADS
+#define WEFT_THREADS 512
+#endif
+
+namespace weft {
+
+constexpr int DTHREADS = WEFT_THREADS;
+
+// Flag of rank `from` on channel `c` in the flag area at `area`.
+__device__ __forceinline__ u64* peer_flag(u64 area, u32 c, int from) {
+  return (u64*)(area + (u64)c * WEFT_PEER_FLAGS_STRIDE + (u64)from * 8);
+}
+
+// All ranks' block `c` meet here. False when the block must stop (abort or timeout).
+__device__ bool barrier(const Block& b, const weft_peer_work& w, int rank, int nranks, u32 c,
+                        u64 epoch, volatile int* stop) {
+  if (threadIdx.x == 0) {
+    // Every thread's stores to windows precede this: the __syncthreads below orders them
+    // before thread 0's release stores, and the fence makes them visible system-wide.
+    __threadfence_system();
+    for (int p = 0; p < nranks; p++) store_release(peer_flag(w.peer_flags[p], c, rank), epoch);
+    bool ok = true;
+    for (int p = 0; p < nranks && ok; p++)
+      ok = wait_for(b, peer_flag(w.peer_flags[rank], c, p), epoch, p, WEFT_WAIT_PEER_FLAG, c);
+    *stop = ok ? 0 : 1;
+  }
+  __syncthreads();
+  return *stop == 0;
+}
+
+// dst[i] = src[i] for n elements; `volatile_src`: src was written by another GPU.
+template <bool VOLATILE_SRC>
+__device__ void copy_elems(const T* src, T* dst, u64 n) {
+  constexpr u64 PER_PACK = 16 / sizeof(T);
+  const bool aligned = (((uintptr_t)src | (uintptr_t)dst) & 15) == 0;
+  const u64 npacks = aligned ? n / PER_PACK : 0;
+  for (u64 p = threadIdx.x; p < npacks; p += DTHREADS) {
+    uint4 v = VOLATILE_SRC ? load_volatile16((const uint4*)src + p) : ((const uint4*)src)[p];
+    ((uint4*)dst)[p] = v;
+  }
+  for (u64 i = npacks * PER_PACK + threadIdx.x; i < n; i += DTHREADS)
+    dst[i] = VOLATILE_SRC ? load_volatile_elem(src + i) : src[i];
+}
+
+// out[i] = finish(pre(win_0[i]) OP ... OP pre(win_{n-1}[i])) for `len` elements at element
+// offset `off` of every rank's window; with `scatter_back`, the result is also stored into
+// every rank's window at the same place (two-shot's all-gather).
+template <int OP>
+__device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work& w, int nranks,
+                               u64 off, u64 len, T* out, bool scatter_back) {
+  constexpr u64 PER_PACK = 16 / sizeof(T);
+  union Pack {
+    uint4 v;
+    T e[PER_PACK];
+  };
+  // Windows are 16-byte aligned allocations and `off` a multiple of 16 bytes (the channel
+  // and segment splits align to 16 bytes): whole packs, then the last elements.
+  const u64 npacks = len / PER_PACK;
+  for (u64 p = threadIdx.x; p < npacks; p += DTHREADS) {
+    Pack acc;
+    acc.v = load_volatile16((const T*)w.peer_data[0] + off + p * PER_PACK);
+#pragma unroll
+    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.pre(acc.e[j]);
+    for (int r = 1; r < nranks; r++) {
+      Pack x;
+      x.v = load_volatile16((const T*)w.peer_data[r] + off + p * PER_PACK);
+#pragma unroll
+      for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], red.pre(x.e[j]));
+    }
+#pragma unroll
+    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.finish(acc.e[j]);
+    if (out != nullptr) {
+      // The output may be misaligned: element stores.
+#pragma unroll
+      for (u64 j = 0; j < PER_PACK; j++) out[p * PER_PACK + j] = acc.e[j];
+    }
+    if (scatter_back)
+      for (int r = 0; r < nranks; r++) ((uint4*)((T*)w.peer_data[r] + off))[p] = acc.v;
+  }
+  for (u64 i = npacks * PER_PACK + threadIdx.x; i < len; i += DTHREADS) {
+    T v = red.pre(load_volatile_elem((const T*)w.peer_data[0] + off + i));
+    for (int r = 1; r < nranks; r++)
+      v = red.combine(v, red.pre(load_volatile_elem((const T*)w.peer_data[r] + off + i)));
+    v = red.finish(v);
+    if (out != nullptr) out[i] = v;
+    if (scatter_back)
+      for (int r = 0; r < nranks; r++) ((T*)w.peer_data[r])[off + i] = v;
+  }
+}
+
+__device__ __forceinline__ void channel_part(u64 count, u32 nch, u32 c, u64* start, u64* len) {
+  peer_channel_part(count, sizeof(T), nch, c, start, len);
+}
+
+template <int OP>
+__device__ void direct_all_reduce(const weft_peer_work& w) {
+  __shared__ int stop;
+  const weft_dev_comm* comm = (const weft_dev_comm*)w.comm;
+  const int rank = comm->rank;
+  const int nranks = comm->nranks;
+  const u32 c = blockIdx.x;
+  Block b;
+  b.comm = comm;
+  b.abort_flag = (volatile u32*)comm->abort_flag;
+  b.fault = (weft_kernel_fault*)comm->fault;
+  b.fault_index = blockIdx.x;
+  Reduction<T, OP> red;
+  red.avg_scale = *(const T*)&w.red_op_arg;
+  red.nranks = (u64)nranks;
+  u64* steps = (u64*)w.steps + c;
+  u64 epoch = *steps;
+  const T* in = (const T*)w.send_buff;
+  T* out = (T*)w.recv_buff;
+  T* mine = (T*)w.peer_data[rank];
+  const bool two_shot = w.algorithm == WEFT_PEER_ALGO_TWO_SHOT;
+  const u64 round_elems = w.window_bytes / sizeof(T) / align_elems(sizeof(T)) * align_elems(sizeof(T));
+  if (round_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return;  // the host refuses these
+  for (u64 base = 0; base < w.count; base += round_elems) {
+    const u64 n = min_u64(round_elems, w.count - base);
+    if (!two_shot) {
+      u64 s, len;
+      channel_part(n, w.nchannels, c, &s, &len);
+      copy_elems<false>(in + base + s, mine + s, len);
+      __syncthreads();
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+      reduce_windows<OP>(red, w, nranks, s, len, out + base + s, false);
+      __syncthreads();
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+    } else {
+      // Segment g of the round: [g * seg, min((g + 1) * seg, n)).
+      const u64 seg = align_up(div_up(n, (u64)nranks), align_elems(sizeof(T)));
+      for (int g = 0; g < nranks; g++) {
+        u64 g0 = min_u64((u64)g * seg, n), glen = min_u64(seg, n - g0), s, len;
+        channel_part(glen, w.nchannels, c, &s, &len);
+        copy_elems<false>(in + base + g0 + s, mine + g0 + s, len);
+      }
+      __syncthreads();
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+      {
+        u64 g0 = min_u64((u64)rank * seg, n), glen = min_u64(seg, n - g0), s, len;
+        channel_part(glen, w.nchannels, c, &s, &len);
+        reduce_windows<OP>(red, w, nranks, g0 + s, len, nullptr, true);
+      }
+      __syncthreads();
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+      for (int g = 0; g < nranks; g++) {
+        u64 g0 = min_u64((u64)g * seg, n), glen = min_u64(seg, n - g0), s, len;
+        channel_part(glen, w.nchannels, c, &s, &len);
+        copy_elems<true>(mine + g0 + s, out + base + g0 + s, len);
+      }
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x == 0) *steps = epoch;
+}
+
+}  // namespace weft
+
+// One entry point per reduction: weft_peer_work.algorithm picks one-shot or two-shot.
+#define WEFT_DIRECT_ENTRY(name, op)                                                          \
+  extern "C" __global__ void __launch_bounds__(WEFT_THREADS, 1) name(weft_peer_work work) { \
+    weft::direct_all_reduce<op>(work);                                                     \
+  }
+WEFT_DIRECT_ENTRY(weft_direct_sum, weft::OP_SUM)
+WEFT_DIRECT_ENTRY(weft_direct_prod, weft::OP_PROD)
+WEFT_DIRECT_ENTRY(weft_direct_max, weft::OP_MAX)
+WEFT_DIRECT_ENTRY(weft_direct_min, weft::OP_MIN)
+WEFT_DIRECT_ENTRY(weft_direct_avg, weft::OP_AVG)

@@ -1,0 +1,106 @@
+// What every kernel that waits on a peer shares: the GPU clock, acquire loads and release
+// stores at system scope, reads of memory another GPU wrote (past L1), and the one wait loop, which polls the communicator's abort flag
+// and gives up after weft_dev_comm.timeout_ns, recording in the block's weft_kernel_fault
+// which peer and which wait, and raising the abort flag so the other blocks stop too.
+#ifndef WEFT_SYNC_CUH
+#define WEFT_SYNC_CUH
+
+#include "weft.h"
+#include "ring_program.cuh"
+#include "reduce.cuh"
+
+namespace weft {
+
+// Spins between two looks at the abort flag and the clock (the flag lives in host memory:
+// reading it crosses PCIe).
+constexpr u32 SPINS_PER_CHECK = 256;
+
+__device__ __forceinline__ u64 global_timer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ u64 load_acquire(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint4 load_volatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The unsigned integer of each element size.
+template <int N> struct BitsOf;
+template <> struct BitsOf<1> { typedef u8 T; };
+template <> struct BitsOf<2> { typedef u16 T; };
+template <> struct BitsOf<4> { typedef u32 T; };
+template <> struct BitsOf<8> { typedef u64 T; };
+
+// An element of a received slot, past the L1 cache (another GPU wrote it). Every element
+// type is plain bits of its size (an integer, a float, or a struct of one integer).
+template <typename E>
+__device__ __forceinline__ E load_volatile_elem(const E* p) {
+  typedef typename BitsOf<sizeof(E)>::T B;
+  union {
+    B bits;
+    E elem;
+  } r;
+  r.bits = *(const volatile B*)p;
+  return r.elem;
+}
+
+struct Block {
+  const weft_dev_comm* comm;
+  volatile u32* abort_flag;
+  weft_kernel_fault* fault;
+  u32 fault_index;
+};
+
+// Waits (one thread: the one that speaks for its block or warp group) until
+// *counter >= need. False when the block must stop.
+__device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
+                         u32 channel) {
+  if (load_acquire(counter) >= need) return true;
+  u64 start = global_timer();
+  u32 spins = 0;
+  for (;;) {
+    if (load_acquire(counter) >= need) return true;
+    if (++spins < SPINS_PER_CHECK) continue;
+    spins = 0;
+    u32 code = WEFT_FAULT_NONE;
+    u64 now = global_timer();
+    if (*b.abort_flag != 0) {
+      code = WEFT_FAULT_ABORTED;
+    } else if (b.comm->timeout_ns != 0 && now - start > b.comm->timeout_ns) {
+      code = WEFT_FAULT_TIMEOUT;
+    }
+    if (code == WEFT_FAULT_NONE) continue;
+    if (b.fault != nullptr) {
+      volatile weft_kernel_fault* f = b.fault + b.fault_index;
+      f->channel = channel;
+      f->peer = peer;
+      f->wait = kind;
+      f->step = need;
+      f->waited_ns = now - start;
+      __threadfence_system();
+      f->code = code;
+    }
+    *b.abort_flag = 1;
+    __threadfence_system();
+    return false;
+  }
+}
+
+}  // namespace weft
+
+#endif
