@@ -1,5 +1,5 @@
-// weft's collective kernels: NCCL's SIMPLE protocol over ring channels, one block per
-// channel, and the point-to-point kernel of send/recv groups.
+// weft's collective kernels: NCCL's SIMPLE and LL (ll.cuh) protocols over ring channels, one
+// block per channel, and the point-to-point kernel of send/recv groups.
 //
 // Compiled by NVRTC once per element type (-DWEFT_DTYPE=<weft_data_type>), with weft.h
 // (generated from weft_core::abi) giving the structs the host fills:
@@ -14,6 +14,7 @@
 // weft_kernel_fault (host-mapped) and raising the abort flag so the other blocks stop too.
 #include "weft.h"
 #include "ring_program.cuh"
+#include "ll_lines.cuh"
 #include "reduce.cuh"
 
 #ifndef WEFT_DTYPE
@@ -67,6 +68,7 @@ constexpr int THREADS = WEFT_THREADS;
 #define WEFT_UNROLL 8
 #endif
 constexpr int UNROLL = WEFT_UNROLL;
+constexpr int PROTO_LL = 0;
 constexpr int PROTO_SIMPLE = 2;
 // Spins between two looks at the abort flag and the clock (the flag lives in host memory:
 // reading it crosses PCIe).
@@ -131,6 +133,10 @@ struct Fifo {
   bool direct;
   weft_ptr_exchange* exchange;
   u64 ops;  // weft_conn_info.direct_ops
+  // The LL buffer (ll.cuh): 8 slots of ll_step_lines 8-byte lines, in the receiver's memory.
+  // Its steps are this connection's steps too: LL and SIMPLE share `step` and the head.
+  u64* ll_buf;
+  u64 ll_step_lines;
 };
 
 struct Block {
@@ -139,6 +145,24 @@ struct Block {
   weft_kernel_fault* fault;
   u32 fault_index;
 };
+
+// Records why this block gives up (in its host-mapped weft_kernel_fault) and raises the
+// abort flag so that the other blocks, and the host, stop too. One thread per block calls it.
+__device__ void give_up(const Block& b, u32 code, u32 channel, int peer, u32 kind, u64 step,
+                        u64 waited_ns) {
+  if (b.fault != nullptr) {
+    volatile weft_kernel_fault* f = b.fault + b.fault_index;
+    f->channel = channel;
+    f->peer = peer;
+    f->wait = kind;
+    f->step = step;
+    f->waited_ns = waited_ns;
+    __threadfence_system();
+    f->code = code;
+  }
+  *b.abort_flag = 1;
+  __threadfence_system();
+}
 
 // Waits (thread 0 only) until *counter >= need. False when the block must stop.
 __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
@@ -158,18 +182,7 @@ __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer,
       code = WEFT_FAULT_TIMEOUT;
     }
     if (code == WEFT_FAULT_NONE) continue;
-    if (b.fault != nullptr) {
-      volatile weft_kernel_fault* f = b.fault + b.fault_index;
-      f->channel = channel;
-      f->peer = peer;
-      f->wait = kind;
-      f->step = need;
-      f->waited_ns = now - start;
-      __threadfence_system();
-      f->code = code;
-    }
-    *b.abort_flag = 1;
-    __threadfence_system();
+    give_up(b, code, channel, peer, kind, need, now - start);
     return false;
   }
 }
@@ -302,7 +315,16 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
   f.direct = false;
   f.exchange = (weft_ptr_exchange*)c.ptr_exchange;
   f.ops = c.direct_ops;
+  f.ll_buf = (u64*)c.buffs[PROTO_LL];
+  f.ll_step_lines = ll_step_lines(c.buff_sizes[PROTO_LL], c.steps);
 }
+
+}  // namespace weft
+
+// The LL protocol's primitives: they use Fifo, Block, wait_for and give_up above.
+#include "ll.cuh"
+
+namespace weft {
 
 // What one block runs for one primitive of `len` elements: every slice takes one FIFO slot
 // of each connection it uses. Returns false when the block must stop.
@@ -408,6 +430,7 @@ template <int OP>
 __device__ void ring_collective(const weft_kernel_args& args) {
   __shared__ Fifo send, recv;
   __shared__ int stop;
+  __shared__ int ll_failed;
   __shared__ int ring[64];
   __shared__ T* peer_out;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
@@ -432,6 +455,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     // No look at the abort flag here: it lives in host memory, and reading it would hold
     // every thread at the barrier below for a PCIe round trip. Waits look at it.
     stop = 0;
+    ll_failed = 0;
     peer_out = nullptr;
     if (nranks > 1) {
       load_fifo(send, peers[ch->ring.next].send, true, ch->ring.next);
@@ -459,15 +483,25 @@ __device__ void ring_collective(const weft_kernel_args& args) {
             blockIdx.x, ring_ranks, nranks, (u32)comm->rank);
   const T* input = (const T*)w.send_buff;
   T* output = (T*)w.recv_buff;
+  // LL (weft_coll_work.protocol, chosen alike on every rank) on rings of two ranks or more;
+  // a ring of one has no connection and copies as SIMPLE does.
+  const bool ll = w.protocol == PROTO_LL && nranks > 1;
+  LlStop halt;
+  halt.stop = &stop;
+  halt.failed = &ll_failed;
   for (u64 loop = 0; loop < prog.nloops; loop++) {
     for (u32 s = 0; s < prog.steps_per_loop; s++) {
       Step st = prog.step(loop, s);
       if (st.len == 0) continue;
-      if (!run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop))
-        return;
+      const bool ok =
+          ll ? run_step_ll<OP>(b, red, channel, send, recv, st, input, output, reduces, halt)
+             : run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop);
+      if (!ok) return;
     }
   }
-  if (threadIdx.x == 0 && nranks > 1) {
+  // Thread 0 alone reads `stop` here: an LL failure in the last step leaves it set, and a
+  // failed block's counters are not worth keeping (the communicator is aborted).
+  if (threadIdx.x == 0 && nranks > 1 && stop == 0) {
     peers[ch->ring.next].send.step = send.step;
     peers[ch->ring.prev].recv.step = recv.step;
     peers[ch->ring.next].send.direct_ops = send.ops;
@@ -504,6 +538,7 @@ __device__ __forceinline__ void p2p_part(const weft_p2p_op& op, u32 k, u64* offs
 __device__ void p2p_block(const weft_p2p_args& args) {
   __shared__ Fifo fifo;
   __shared__ int stop;
+  __shared__ int ll_failed;
   __shared__ int op_index;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
   if (threadIdx.x == 0) {
@@ -528,6 +563,7 @@ __device__ void p2p_block(const weft_p2p_args& args) {
     // No look at the abort flag here: it lives in host memory, and reading it would hold
     // every thread at the barrier below for a PCIe round trip. Waits look at it.
     stop = 0;
+    ll_failed = 0;
     load_fifo(fifo, op.send ? peer->send : peer->recv, op.send != 0, op.peer);
   }
   __syncthreads();
@@ -535,6 +571,20 @@ __device__ void p2p_block(const weft_p2p_args& args) {
   u64 offset, len;
   p2p_part(op, k, &offset, &len);
   char* user = (char*)op.buff + offset;
+  if (op.protocol == PROTO_LL) {
+    LlStop halt;
+    halt.stop = &stop;
+    halt.failed = &ll_failed;
+    p2p_ll(b, fifo, op.send != 0, (u8*)user, len, k, halt);
+    // Thread 0 alone reads `stop` (see LlStop).
+    if (threadIdx.x == 0 && stop == 0) {
+      if (op.send)
+        peer->send.step = fifo.step;
+      else
+        peer->recv.step = fifo.step;
+    }
+    return;
+  }
   Slicing cut;
   cut.init(len, fifo.step_size / 16 * 16, 16);
   for (u64 s = 0; s < cut.n && len > 0; s++) {

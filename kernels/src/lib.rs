@@ -4,9 +4,13 @@
 //! (`-DWEFT_DTYPE=<weft_data_type>`, see [`defines`]), for the GPU's own architecture;
 //! weft-cuda caches the result on disk. Nothing here needs a CUDA toolkit to build.
 //!
-//! - `cuda/collectives.cu`: the ring kernels (SIMPLE protocol, one block per channel; one
-//!   entry point per reduction, [`ring_entry`]) and the point-to-point kernel
-//!   ([`P2P_ENTRY`]).
+//! - `cuda/collectives.cu`: the ring kernels (SIMPLE and LL protocols, one block per channel;
+//!   one entry point per reduction, [`ring_entry`]) and the point-to-point kernel
+//!   ([`P2P_ENTRY`]); the protocol is the launch's (`weft_coll_work.protocol`,
+//!   `weft_p2p_op.protocol`).
+//! - `cuda/ll.cuh`: the LL protocol's primitives (NCCL's `prims_ll.h` in weft's shape), and
+//!   `cuda/ll_lines.cuh`, its arithmetic (flags, slots, line pairs, cleaning, credit), which
+//!   this crate's tests compile with g++ and compare with weft_core::fifo::ll.
 //! - `cuda/ring_program.cuh`: weft_core::sched's ring program, step for step, compiled
 //!   for the GPU and, in this crate's tests, for the host with g++ to compare the two.
 //! - `cuda/reduce.cuh`: element types and reductions with the CPU executor's semantics.
@@ -26,6 +30,8 @@ pub const COLLECTIVES: &str = include_str!("../cuda/collectives.cu");
 pub const HEADERS: &[(&str, &str)] = &[
     ("weft.h", include_str!("../../driver/include/weft.h")),
     ("ring_program.cuh", include_str!("../cuda/ring_program.cuh")),
+    ("ll.cuh", include_str!("../cuda/ll.cuh")),
+    ("ll_lines.cuh", include_str!("../cuda/ll_lines.cuh")),
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
     ("stdint.h", include_str!("../cuda/stdint.h")),
     ("stddef.h", include_str!("../cuda/stddef.h")),
@@ -67,6 +73,8 @@ pub fn defines(dtype: DataType) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod test {
+    use weft_core::abi::Protocol;
+
     use super::*;
 
     #[test]
@@ -101,6 +109,24 @@ mod test {
             "void __launch_bounds__(weft::THREADS, 1) {P2P_ENTRY}("
         )));
         assert!(COLLECTIVES.contains(&format!("#define WEFT_THREADS {THREADS}\n")));
+    }
+
+    #[test]
+    fn protocol_numbers_match_the_source() {
+        // The kernels branch on weft_coll_work.protocol and weft_p2p_op.protocol with these.
+        for (p, name) in [
+            (Protocol::Ll, "PROTO_LL"),
+            (Protocol::Simple, "PROTO_SIMPLE"),
+        ] {
+            let line = format!("constexpr int {name} = {};", p as u32);
+            assert!(COLLECTIVES.contains(&line), "collectives.cu lacks `{line}`");
+        }
+        let lines = HEADERS.iter().find(|h| h.0 == "ll_lines.cuh").unwrap().1;
+        let mask = format!(
+            "constexpr u64 LL_CLEAN_MASK = {:#x}ull;",
+            weft_core::fifo::ll::NCCL_LL_CLEAN_MASK
+        );
+        assert!(lines.contains(&mask), "ll_lines.cuh lacks `{mask}`");
     }
 
     #[test]

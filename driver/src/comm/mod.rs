@@ -117,6 +117,10 @@ pub struct CommOptions {
     /// [`DEFAULT_LL_LINES`]. `WEFT_LL_BUFFSIZE` / `NCCL_LL_BUFFSIZE` (bytes of the 8 LL
     /// steps, flags included, as in NCCL).
     pub ll_lines: Option<usize>,
+    /// GPU send/receive: bytes per channel up to which a message goes LL (NCCL's rule).
+    /// `None`: never, until LL has run on a GPU (docs/gpu.md; NCCL's default is 16384).
+    /// `WEFT_P2P_LL_THRESHOLD` / `NCCL_P2P_LL_THRESHOLD`.
+    pub p2p_ll_threshold: Option<usize>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -134,6 +138,7 @@ impl Default for CommOptions {
             socket_ifname: None,
             protocols: ProtocolEnable::default(),
             ll_lines: None,
+            p2p_ll_threshold: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
@@ -268,6 +273,16 @@ impl CommOptions {
                 })?;
                 let lines = total / NCCL_STEPS / LL_LINE_BYTES;
                 opts.ll_lines = Some(lines - lines % LL_LINES_GRAIN);
+                break;
+            }
+        }
+        for var in ["WEFT_P2P_LL_THRESHOLD", "NCCL_P2P_LL_THRESHOLD"] {
+            if let Some(v) = get(var) {
+                let bytes: usize = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(var, &v, "bytes per channel, e.g. 16384"))?;
+                opts.p2p_ll_threshold = Some(bytes);
                 break;
             }
         }
