@@ -449,6 +449,122 @@ fn ll_and_simple_calls_interleave_on_one_stream() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// LL across the 32-bit flag's wrap and NCCL's cleaning steps (`(s & 0x7ffffff8) ==
+/// 0x7ffffff8`: the 8 steps before 2^31 and before 2^32), reached by restarting every
+/// connection just before them (`restart_steps_for_test`): small all-reduces in LL, a
+/// large one in SIMPLE now and then, and LL send/recv rounds, every result checked, until
+/// every connection of channel 0 is past the wrap.
+#[test]
+fn ll_crosses_the_flag_wrap_and_its_cleaning_steps() {
+    let Some(n) = multi_ranks() else { return };
+    let settings = Settings {
+        proto: Some("LL,Simple"),
+        p2p_ll_threshold: Some(usize::MAX),
+    };
+    let dtype = DataType::Float32;
+    let esize = dtype.size_of_elem();
+    // 16 MB: SIMPLE by the model on 2 to 8 GPUs (its LL/SIMPLE crossover is below 5 MB there).
+    let large = 4_000_003usize;
+    for start in [0x7fff_ffe0u64, 0xffff_ffe0] {
+        let wrong = run_ranks_with(
+            n,
+            Duration::from_secs(60),
+            settings,
+            move |rank, mut comm| {
+                let stream = Stream::new(comm.context()).unwrap();
+                let ctx = comm.context().clone();
+                let send = DeviceBuffer::alloc(&ctx, large * esize).unwrap();
+                let recv = DeviceBuffer::alloc(&ctx, large * esize).unwrap();
+                prepare(&mut comm);
+                comm.restart_steps_for_test(start).unwrap();
+                let mut failures = Vec::new();
+                let mut seen = Vec::new();
+                for call in 0..160u64 {
+                    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+                    let data = TestData {
+                        dtype,
+                        op: RedOp::Sum,
+                        seed: 500 + call,
+                        nranks: n,
+                    };
+                    let count = if call % 40 == 39 {
+                        large
+                    } else {
+                        1 + (call as usize * 37) % 3000
+                    };
+                    let mut input = vec![0u8; count * esize];
+                    data.fill(rank, 0, &mut input);
+                    send.copy_from_host(&input).unwrap();
+                    recv.copy_from_host(&vec![0xa5u8; count * esize]).unwrap();
+                    if call % 7 == 3 {
+                        let bytes = count * esize;
+                        seen.push(comm.p2p_protocol_for(bytes));
+                        let ops = [
+                            GpuP2p::Send {
+                                peer: next,
+                                buf: send.ptr(),
+                                bytes,
+                            },
+                            GpuP2p::Recv {
+                                peer: prev,
+                                buf: recv.ptr(),
+                                bytes,
+                            },
+                        ];
+                        // SAFETY: both buffers hold `bytes` and outlive the synchronize.
+                        unsafe { comm.group(&ops, &stream) }.unwrap();
+                    } else {
+                        seen.push(
+                            comm.protocol_for(Collective::AllReduce, count, dtype)
+                                .unwrap(),
+                        );
+                        // SAFETY: the buffers outlive the synchronize.
+                        unsafe {
+                            comm.collective(
+                                Collective::AllReduce,
+                                send.ptr(),
+                                recv.ptr(),
+                                count,
+                                dtype,
+                                RedOp::Sum,
+                                &stream,
+                            )
+                        }
+                        .unwrap();
+                    }
+                    comm.synchronize(&stream).unwrap_or_else(|e| {
+                        panic!("rank {rank}: start {start:#x}, call {call}: {e}")
+                    });
+                    let mut out = vec![0u8; count * esize];
+                    recv.copy_to_host(&mut out).unwrap();
+                    let expect = if call % 7 == 3 {
+                        Expect::Recv { from: prev }
+                    } else {
+                        Expect::from(Collective::AllReduce)
+                    };
+                    let w = data.count_wrong(expect, rank, count, &out);
+                    if w > 0 {
+                        failures.push(format!(
+                            "rank {rank}: start {start:#x}, call {call}: {w} wrong"
+                        ));
+                    }
+                }
+                if !(seen.contains(&Protocol::Ll) && seen.contains(&Protocol::Simple)) {
+                    failures.push(format!("rank {rank}: protocols run: {seen:?}"));
+                }
+                comm.finalize().unwrap();
+                failures
+            },
+        );
+        let failures: Vec<String> = wrong.into_iter().flatten().collect();
+        eprintln!(
+            "{n} GPU(s): LL from step {start:#x} across the cleaning steps and the wrap, {} failed",
+            failures.len()
+        );
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
 /// Checks each all-reduce output of [`ll_and_simple_calls_interleave_on_one_stream`].
 fn check_all(
     rank: usize,

@@ -25,6 +25,7 @@ use weft_core::abi::{
     KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, Protocol, RedOp, RingInfo, STEPS,
     TreeInfo, WAIT_PEER_START, WAIT_RECV,
 };
+use weft_core::fifo::ll::{LlGeometry, LlLine};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
 use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, HostRegistration, IpcMapping, Stream};
@@ -536,7 +537,7 @@ impl GpuComm {
             direct,
             protocols,
         };
-        comm.control = comm.build_control()?;
+        comm.control = comm.build_control(0)?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
         comm.bootstrap.barrier()?;
         // Every peer has mapped the SHM segment by now: its name can go.
@@ -617,8 +618,9 @@ impl GpuComm {
         })
     }
 
-    /// Writes `DevComm`, the channels, their peers and rings into device memory.
-    fn build_control(&self) -> Result<DeviceBuffer, GpuError> {
+    /// Writes `DevComm`, the channels, their peers and rings into device memory, every
+    /// connection at FIFO step `first_step` (0 on a fresh communicator).
+    fn build_control(&self, first_step: u64) -> Result<DeviceBuffer, GpuError> {
         let nch = self.layout.nchannels() as usize;
         let n = self.nranks;
         let channels_at = 64usize;
@@ -672,6 +674,7 @@ impl GpuComm {
                         from: r,
                         to: q,
                     })?;
+                    peer.send.step = first_step;
                 }
                 if self.layout.connected(c32, q, r) {
                     peer.recv = self.conn_info(Edge {
@@ -679,6 +682,7 @@ impl GpuComm {
                         from: q,
                         to: r,
                     })?;
+                    peer.recv.step = first_step;
                 }
                 let at = peers_at + (c * n + q as usize) * size_of::<ChannelPeer>();
                 bytes[at..at + size_of::<ChannelPeer>()].copy_from_slice(peer.as_bytes());
@@ -686,6 +690,29 @@ impl GpuComm {
         }
         buf.copy_from_host(&bytes)?;
         Ok(buf)
+    }
+
+    /// Tests only: restarts every connection at FIFO step `step`, as if that many steps had
+    /// gone through each: heads and tails at `step`, the kernels' step counters at `step`,
+    /// every LL line flagged as written at `step - 1` (`LlGeometry::initial_flag`, zero data),
+    /// direct-write counts at 0. A GPU test can then cross the LL flag's 32-bit wrap and its
+    /// cleaning steps without running 2^31 steps first. Collective: every rank calls it with
+    /// the same step and nothing in flight; P2P windows only (device memory).
+    #[doc(hidden)]
+    pub fn restart_steps_for_test(&mut self, step: u64) -> Result<(), GpuError> {
+        self.ctx.synchronize()?;
+        self.bootstrap.barrier()?;
+        let Window::Device(buf) = &self.window else {
+            return Err(GpuError::InvalidArgument(
+                "restart_steps_for_test: SHM windows are not supported".into(),
+            ));
+        };
+        let line = LlLine::pack(0, LlGeometry::nccl(2).map_or(0, |g| g.initial_flag(step)));
+        let image = self.layout.restart_image(self.rank as u32, step, line);
+        buf.copy_from_host(&image)?;
+        self.control = self.build_control(step)?;
+        self.bootstrap.barrier()?;
+        Ok(())
     }
 
     pub fn rank(&self) -> usize {

@@ -182,6 +182,34 @@ impl Layout {
         self.slots_start(rank) + self.into_rank(rank).count() * self.slot_stride()
     }
 
+    /// `rank`'s window as it would be after `step` steps through every connection with
+    /// nothing in flight (tests: `GpuComm::restart_steps_for_test`): each head it holds and
+    /// each tail at `step`, each LL line the word `ll_line` (a line flagged as written at
+    /// `step - 1`), everything else zero.
+    pub fn restart_image(&self, rank: u32, step: u64, ll_line: u64) -> Vec<u8> {
+        let mut image = vec![0u8; self.window_bytes(rank)];
+        let mut put = |at: usize, word: u64| {
+            if let Some(b) = image.get_mut(at..at + 8) {
+                b.copy_from_slice(&word.to_ne_bytes());
+            }
+        };
+        for edge in self.out_of_rank(rank) {
+            if let Some(place) = self.place(edge) {
+                put(place.head, step);
+            }
+        }
+        for edge in self.into_rank(rank) {
+            if let Some(place) = self.place(edge) {
+                put(place.slot, step);
+                let ll = place.slot + self.ll_offset();
+                for at in (ll..ll + self.ll_bytes).step_by(8) {
+                    put(at, ll_line);
+                }
+            }
+        }
+        image
+    }
+
     /// Where `edge` lives, or `None` if it is not a connection.
     pub fn place(&self, edge: Edge) -> Option<EdgePlace> {
         if !self.connected(edge.channel, edge.from, edge.to) {
@@ -282,6 +310,39 @@ mod test {
         assert!(l.connected(2, 3, 2) && !l.connected(2, 2, 3) && l.connected(2, 0, 3));
         assert!(l.connected(1, 3, 1) && l.connected(0, 2, 0));
         assert_eq!(l.into_rank(0).count(), 3 + 3 + 1);
+    }
+
+    #[test]
+    fn a_restart_image_sets_counters_and_lines_and_nothing_else() {
+        let rings = vec![vec![0, 1, 2], vec![2, 1, 0]];
+        let l = Layout::new(rings, 3, 1, 4096, 8 * 16 * 4);
+        let (step, line) = (0xffff_ffe0u64, 0xffff_ffe0_0000_0000u64);
+        let word = |img: &[u8], at: usize| u64::from_ne_bytes(img[at..at + 8].try_into().unwrap());
+        for rank in 0..3 {
+            let img = l.restart_image(rank, step, line);
+            assert_eq!(img.len(), l.window_bytes(rank));
+            let mut expect = 0usize;
+            for e in l.out_of_rank(rank) {
+                assert_eq!(word(&img, l.place(e).unwrap().head), step);
+                expect += 8;
+            }
+            for e in l.into_rank(rank) {
+                let slot = l.place(e).unwrap().slot;
+                assert_eq!(word(&img, slot), step);
+                // The SIMPLE FIFO stays zero; every LL line is the word given.
+                assert_eq!(word(&img, slot + FIFO_OFFSET), 0);
+                for k in 0..l.ll_bytes() / 8 {
+                    assert_eq!(word(&img, slot + l.ll_offset() + 8 * k), line);
+                }
+                expect += 8 + l.ll_bytes();
+            }
+            // Nothing else was written: the non-zero bytes are exactly those.
+            let nonzero_words = img
+                .chunks_exact(8)
+                .filter(|w| w.iter().any(|b| *b != 0))
+                .count();
+            assert_eq!(nonzero_words * 8, expect, "rank {rank}");
+        }
     }
 
     #[test]

@@ -249,6 +249,31 @@ mod test {
         assert!(err.contains("LL128 is not implemented"), "{err}");
     }
 
+    /// What driver/tests/gpu.rs relies on under `NCCL_PROTO=LL,Simple`: all-reduces up to
+    /// 262 KB run LL and from 16 MB SIMPLE, on 2 to 8 GPUs with 16 or 24 channels.
+    #[test]
+    fn the_gpu_tests_sizes_fall_on_both_sides_of_the_crossover() {
+        let both = with("LL,Simple", None);
+        for nranks in 2..=8 {
+            for nchannels in [16, 24] {
+                for bytes in [4u64, 12_000, 262_156] {
+                    assert_eq!(
+                        both.choose(Collective::AllReduce, bytes, nranks, nchannels),
+                        Ok(Protocol::Ll),
+                        "{bytes} B on {nranks} x {nchannels}"
+                    );
+                }
+                for bytes in [16_000_012u64, 32_000_004] {
+                    assert_eq!(
+                        both.choose(Collective::AllReduce, bytes, nranks, nchannels),
+                        Ok(Protocol::Simple),
+                        "{bytes} B on {nranks} x {nchannels}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn send_recv_follow_nccls_threshold_once_it_is_set() {
         let p = with("", Some(NCCL_P2P_LL_THRESHOLD));
