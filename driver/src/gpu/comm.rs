@@ -900,6 +900,11 @@ impl GpuComm {
             .map_err(GpuError::InvalidArgument)
     }
 
+    /// The protocol settings every call chooses from (the same on every rank).
+    pub fn protocols(&self) -> GpuProtocols {
+        self.protocols
+    }
+
     /// The protocol a send or receive of `bytes` runs (both ends compute the same).
     pub fn p2p_protocol_for(&self, bytes: usize) -> Protocol {
         self.protocols
