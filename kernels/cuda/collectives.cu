@@ -426,7 +426,10 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
   return true;
 }
 
-template <int OP>
+// LL: the LL entry points (weft_ring_ll_*), which the host launches for work whose protocol
+// is LL. SIMPLE and LL are separate kernels, as NCCL's device functions are per protocol: LL
+// code in a SIMPLE kernel made ptxas spill registers in its copy loops.
+template <int OP, bool LL>
 __device__ void ring_collective(const weft_kernel_args& args) {
   __shared__ Fifo send, recv;
   __shared__ int stop;
@@ -483,9 +486,9 @@ __device__ void ring_collective(const weft_kernel_args& args) {
             blockIdx.x, ring_ranks, nranks, (u32)comm->rank);
   const T* input = (const T*)w.send_buff;
   T* output = (T*)w.recv_buff;
-  // LL (weft_coll_work.protocol, chosen alike on every rank) on rings of two ranks or more;
-  // a ring of one has no connection and copies as SIMPLE does.
-  const bool ll = w.protocol == PROTO_LL && nranks > 1;
+  // LL on rings of two ranks or more; a ring of one has no connection and copies as SIMPLE
+  // does.
+  const bool ll = LL && nranks > 1;
   LlStop halt;
   halt.stop = &stop;
   halt.failed = &ll_failed;
@@ -493,9 +496,11 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     for (u32 s = 0; s < prog.steps_per_loop; s++) {
       Step st = prog.step(loop, s);
       if (st.len == 0) continue;
-      const bool ok =
-          ll ? run_step_ll<OP>(b, red, channel, send, recv, st, input, output, reduces, halt)
-             : run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop);
+      bool ok;
+      if (LL && ll)
+        ok = run_step_ll<OP>(b, red, channel, send, recv, st, input, output, reduces, halt);
+      else
+        ok = run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop);
       if (!ok) return;
     }
   }
@@ -511,16 +516,25 @@ __device__ void ring_collective(const weft_kernel_args& args) {
 
 }  // namespace weft
 
-// One entry point per reduction; non-reducing collectives use the sum one.
+// One entry point per reduction and protocol; non-reducing collectives use the sum ones.
 #define WEFT_RING_ENTRY(name, op)                                                  \
   extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
-    weft::ring_collective<op>(args);                                               \
+    weft::ring_collective<op, false>(args);                                        \
   }
 WEFT_RING_ENTRY(weft_ring_sum, weft::OP_SUM)
 WEFT_RING_ENTRY(weft_ring_prod, weft::OP_PROD)
 WEFT_RING_ENTRY(weft_ring_max, weft::OP_MAX)
 WEFT_RING_ENTRY(weft_ring_min, weft::OP_MIN)
 WEFT_RING_ENTRY(weft_ring_avg, weft::OP_AVG)
+#define WEFT_RING_LL_ENTRY(name, op)                                               \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
+    weft::ring_collective<op, true>(args);                                         \
+  }
+WEFT_RING_LL_ENTRY(weft_ring_ll_sum, weft::OP_SUM)
+WEFT_RING_LL_ENTRY(weft_ring_ll_prod, weft::OP_PROD)
+WEFT_RING_LL_ENTRY(weft_ring_ll_max, weft::OP_MAX)
+WEFT_RING_LL_ENTRY(weft_ring_ll_min, weft::OP_MIN)
+WEFT_RING_LL_ENTRY(weft_ring_ll_avg, weft::OP_AVG)
 
 namespace weft {
 

@@ -4,9 +4,9 @@
 //! (`-DWEFT_DTYPE=<weft_data_type>`, see [`defines`]), for the GPU's own architecture;
 //! weft-cuda caches the result on disk. Nothing here needs a CUDA toolkit to build.
 //!
-//! - `cuda/collectives.cu`: the ring kernels (SIMPLE and LL protocols, one block per channel;
-//!   one entry point per reduction, [`ring_entry`]) and the point-to-point kernel
-//!   ([`P2P_ENTRY`]); the protocol is the launch's (`weft_coll_work.protocol`,
+//! - `cuda/collectives.cu`: the ring kernels (one block per channel; one entry point per
+//!   reduction and protocol, [`ring_entry`] for SIMPLE, [`ring_ll_entry`] for LL) and the
+//!   point-to-point kernel ([`P2P_ENTRY`]; each of its operations carries its protocol,
 //!   `weft_p2p_op.protocol`).
 //! - `cuda/ll.cuh`: the LL protocol's primitives (NCCL's `prims_ll.h` in weft's shape), and
 //!   `cuda/ll_lines.cuh`, its arithmetic (flags, slots, line pairs, cleaning, credit), which
@@ -53,6 +53,18 @@ pub fn ring_entry(op: RedOp) -> &'static str {
         RedOp::Max => "weft_ring_max",
         RedOp::Min => "weft_ring_min",
         RedOp::Avg => "weft_ring_avg",
+    }
+}
+
+/// The LL ring kernel for `op` (NCCL's LL protocol, `cuda/ll.cuh`; one `weft_kernel_args`
+/// parameter whose work says `protocol` LL). Collectives that do not reduce run the `Sum` one.
+pub fn ring_ll_entry(op: RedOp) -> &'static str {
+    match op {
+        RedOp::Sum => "weft_ring_ll_sum",
+        RedOp::Prod => "weft_ring_ll_prod",
+        RedOp::Max => "weft_ring_ll_max",
+        RedOp::Min => "weft_ring_ll_min",
+        RedOp::Avg => "weft_ring_ll_avg",
     }
 }
 
@@ -103,6 +115,11 @@ mod test {
             assert!(
                 COLLECTIVES.contains(&format!("WEFT_RING_ENTRY({entry},")),
                 "{entry} is not defined in collectives.cu"
+            );
+            let ll = ring_ll_entry(*op);
+            assert!(
+                COLLECTIVES.contains(&format!("WEFT_RING_LL_ENTRY({ll},")),
+                "{ll} is not defined in collectives.cu"
             );
         }
         assert!(COLLECTIVES.contains(&format!(

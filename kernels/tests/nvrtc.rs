@@ -45,11 +45,15 @@ fn check_module(dtype: DataType, arch: (u32, u32), extra: &[String]) -> String {
     let ptx = String::from_utf8_lossy(&c.ptx).into_owned();
     assert!(ptx.contains(&format!(".target sm_{}{}", arch.0, arch.1)));
     for op in RedOp::ALL {
-        let entry = weft_kernels::ring_entry(*op);
-        assert!(
-            ptx.contains(&format!(".entry {entry}(")),
-            "{dtype:?}: {entry} missing"
-        );
+        for entry in [
+            weft_kernels::ring_entry(*op),
+            weft_kernels::ring_ll_entry(*op),
+        ] {
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{dtype:?}: {entry} missing"
+            );
+        }
     }
     assert!(ptx.contains(&format!(".entry {}(", weft_kernels::P2P_ENTRY)));
     // The FIFO protocol's ordering is in the instructions: release stores of the

@@ -1023,7 +1023,7 @@ impl GpuComm {
         // points to; the buffers are the caller's promise; the control block and windows
         // live as long as `self`, which synchronizes before freeing them.
         unsafe {
-            kernels.ring(op).launch(
+            kernels.ring(op, protocol).launch(
                 (nchannels, 1, 1),
                 (kernels.threads(), 1, 1),
                 0,
