@@ -13,7 +13,8 @@
 #   1. the GPU tests (driver/tests/gpu.rs): every collective, type and op on 1 GPU and on
 #      every GPU (one thread per GPU), send/recv, a rank that never joins;
 #   2. `weft perf --device cuda -c` (one process per GPU, every iteration checked) for every
-#      collective on a few sizes, in several types and ops;
+#      collective on a few sizes, in several types and ops; then small sizes with LL forced
+#      (NCCL_PROTO=LL), whose kernels had never run on a GPU when this step was added;
 #   3. the benchmark: weft perf --device cuda --threads and nccl-tests -g N (one process, all
 #      GPUs), 8 B to --max, for each collective in --colls; then weft with a process per GPU,
 #      and both with CUDA graphs (-G 10) up to 256 KiB (all-reduce only with --quick); a table
@@ -91,6 +92,26 @@ for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
     done
 done
 summary+=("weft perf -c: $checks runs correct, $bad failed")
+echo "   $checks correct, $bad failed"
+
+echo "== 2b. the same with LL forced (NCCL_PROTO=LL; send/recv: NCCL_P2P_LL_THRESHOLD past every size)"
+checks=0; bad=0
+for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
+    for spec in "float sum" "half avg" "int64 prod" "uint8 max" "f8e4m3 sum"; do
+        set -- $spec
+        log="$OUTDIR/check-ll-$coll-$1-$2.log"
+        if NCCL_PROTO=LL NCCL_P2P_LL_THRESHOLD=1073741824 "$WEFT" perf "$coll" --device cuda -d "$1" -o "$2" \
+            -b 4 -e 4M -f 16 -n 3 -w 1 -c 1 -r $((NGPUS - 1)) >"$log" 2>&1 \
+            && grep -q "Out of bounds values : 0 OK" "$log"; then
+            checks=$((checks + 1))
+        else
+            bad=$((bad + 1)); STATUS=1
+            echo "   FAILED: LL $coll $spec ($log)"; tail -5 "$log"
+        fi
+        [ "$QUICK" = 1 ] && break
+    done
+done
+summary+=("weft perf -c, LL: $checks runs correct, $bad failed")
 echo "   $checks correct, $bad failed"
 
 echo "== 3. benchmark: weft vs NCCL (nccl-tests), 8 B to $MAX"

@@ -363,6 +363,45 @@ impl TuningModel {
         one_shot_max_bytes: 64 * 1024,
     };
 
+    /// NCCL's own model of a ring over NVLink on Hopper (`src/graph/tuning.cc`,
+    /// `ncclTunerConstantsDefaults`), for the GPU kernels' `nchannels` channels:
+    ///
+    /// - base latency (`baseLatencies[Ring]`): LL 6.6 us, SIMPLE 8.4 us;
+    /// - per hop (`hwLatencies[NVLINK][Ring]`): LL 0.6 us, SIMPLE 3.4 us;
+    /// - bus bandwidth: `nChannels * bwIntra` for SIMPLE, with NCCL's sm90 NVLink channel
+    ///   bandwidth of 20 GB/s (`SM90_NVLINK_BW`, rounded down) for `bwIntra`; LL
+    ///   `min(llMaxBw, busBw * .5)` with `llMaxBws[Hopper-N1]` = 141 GB/s.
+    ///
+    /// No one-shot on the GPU (its kernels run rings only): `one_shot_max_bytes` is 0. The
+    /// GPU communicator offers LL to this model only when the user asked for it through
+    /// `NCCL_PROTO` / `WEFT_PROTO`, because its LL kernels have not run on a GPU yet.
+    pub const fn nvlink(nchannels: u32) -> TuningModel {
+        let channels = if nchannels == 0 { 1 } else { nchannels as u64 };
+        let simple_bw = channels.saturating_mul(20_000);
+        let half = simple_bw / 2;
+        let ll_bw = if half < 141_000 { half } else { 141_000 };
+        let none = ProtocolCosts {
+            base_ns: 0,
+            hop_ns: 0,
+            bus_mbps: 1,
+        };
+        TuningModel {
+            ring_ll: ProtocolCosts {
+                base_ns: 6_600,
+                hop_ns: 600,
+                bus_mbps: ll_bw,
+            },
+            ring_simple: ProtocolCosts {
+                base_ns: 8_400,
+                hop_ns: 3_400,
+                bus_mbps: simple_bw,
+            },
+            one_shot_ll: none,
+            one_shot_simple: none,
+            one_shot_max_bytes: 0,
+        }
+    }
+
     fn costs(&self, choice: Choice) -> Option<ProtocolCosts> {
         match (choice.protocol, choice.one_shot) {
             (Protocol::Ll, false) => Some(self.ring_ll),
@@ -678,6 +717,58 @@ mod test {
             !m.choose(Collective::AllReduce, big, 2, set(&[Ll]), ProtocolSet::ALL)
                 .unwrap()
                 .one_shot
+        );
+    }
+
+    #[test]
+    fn the_nvlink_model_is_nccls_and_never_one_shot() {
+        use Protocol::*;
+        let both = set(&[Ll, Simple]);
+        let m = TuningModel::nvlink(16);
+        assert_eq!(m.ring_simple.bus_mbps, 320_000);
+        assert_eq!(m.ring_ll.bus_mbps, 141_000);
+        // Few channels: LL is half of SIMPLE's bandwidth.
+        assert_eq!(TuningModel::nvlink(2).ring_ll.bus_mbps, 20_000);
+        assert_eq!(TuningModel::nvlink(0), TuningModel::nvlink(1));
+        // 8 B all-reduce on 2 GPUs: NCCL's 6.6 + 2 x 0.6 us for LL, 8.4 + 2 x 3.4 for SIMPLE.
+        let ll = Choice {
+            protocol: Ll,
+            one_shot: false,
+        };
+        let simple = Choice {
+            protocol: Simple,
+            one_shot: false,
+        };
+        assert_eq!(m.predict_ns(Collective::AllReduce, 8, 2, ll), Some(7_800));
+        assert_eq!(
+            m.predict_ns(Collective::AllReduce, 8, 2, simple),
+            Some(15_200)
+        );
+        for nranks in [2usize, 4, 8] {
+            for c in ALL_COLLECTIVES {
+                let picks: std::vec::Vec<Choice> = (0..31)
+                    .map(|shift| {
+                        m.choose(c, 1 << shift, nranks, both, ProtocolSet::ALL)
+                            .unwrap()
+                    })
+                    .collect();
+                assert!(picks.iter().all(|p| !p.one_shot), "{c:?} on {nranks}");
+                assert_eq!(picks[0], ll, "{c:?} on {nranks}");
+                assert_eq!(picks[30], simple, "{c:?} on {nranks}");
+                let flips = picks.windows(2).filter(|w| w[0] != w[1]).count();
+                assert_eq!(flips, 1, "{c:?} on {nranks}: {picks:?}");
+            }
+        }
+        // With LL alone enabled (NCCL_PROTO=LL), LL at every size.
+        assert_eq!(
+            m.choose(
+                Collective::AllGather,
+                1 << 30,
+                2,
+                set(&[Ll]),
+                ProtocolSet::ALL
+            ),
+            Some(ll)
         );
     }
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 3
+#define WEFT_ABI_VERSION 4
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -292,8 +292,8 @@ typedef struct weft_coll_work {
   // FIFO steps per chunk (a multiple of `slice_steps`).
   uint32_t chunk_steps;
   // 1: ranks joined by a `CONN_DIRECT_WRITE` connection send final results
-  // straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
-  // the FIFO. The same on every rank, or the two ends would disagree on where data lands.
+  // straight into the receiver's output (all-reduce, all-gather, broadcast, SIMPLE only);
+  // 0: through the FIFO. The same on every rank, or the two ends would disagree on where data lands.
   uint32_t direct;
 } weft_coll_work;
 
@@ -513,6 +513,10 @@ typedef struct weft_p2p_op {
   uint32_t send;
   uint32_t block_lo;
   uint32_t nchannels;
+  // `Protocol` (LL or SIMPLE): both ends of a message must use the same one, which they
+  // compute from its byte count (NCCL's `NCCL_P2P_LL_THRESHOLD` rule).
+  uint32_t protocol;
+  uint32_t reserved;
 } weft_p2p_op;
 
 // The parameter of the point-to-point kernel: a group's sends and receives, run at once

@@ -12,6 +12,9 @@
 //! rank; they were written without a GPU and have not run on one yet: these tests are their
 //! first check. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
 //! which no test sets).
+//! The same again with LL forced (`NCCL_PROTO=LL`, and `NCCL_P2P_LL_THRESHOLD` past every
+//! message for send/recv), LL and SIMPLE calls interleaved on one stream (they share each
+//! connection's step counter and head), and a rank that skips an LL call.
 //!
 //! Where no GPU (or no libcuda) is found, each test prints why it did not run and passes:
 //! CI has no GPU; scripts/gpu-test.sh runs these on the GPU machines.
@@ -24,9 +27,10 @@ use weft::comm::CommOptions;
 use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
 use weft::gpu::{GpuComm, GpuError, GpuP2p};
 use weft::verify::{Expect, TestData};
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_core::algo::GpuAlgo;
 use weft_core::sched::Collective;
+use weft_core::tune::ProtocolEnable;
 use weft_cuda::{DeviceBuffer, Stream};
 
 /// The GPUs to use, or `None` (with the reason printed) where there are none.
@@ -50,14 +54,42 @@ fn run_ranks<T: Send + 'static>(
     timeout: Duration,
     body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
-    run_ranks_with(nranks, timeout, None, body)
+    run_ranks_with(nranks, timeout, Settings::default(), body)
 }
 
-/// [`run_ranks`] with every rank's communicator set to `algo` (as `WEFT_ALGO` does).
+/// Protocol settings every rank of a test starts with (the same on all, as init demands).
+#[derive(Debug, Clone, Copy, Default)]
+struct Settings {
+    /// `NCCL_PROTO`'s value; `None`: unset (every call SIMPLE).
+    proto: Option<&'static str>,
+    /// `NCCL_P2P_LL_THRESHOLD`; `None`: unset (send/recv SIMPLE).
+    p2p_ll_threshold: Option<usize>,
+    /// The algorithm every call must use (as `WEFT_ALGO` does); `None`: the automatic choice.
+    algo: Option<GpuAlgo>,
+}
+
+impl Settings {
+    /// LL for every collective and every send/recv.
+    const LL: Settings = Settings {
+        proto: Some("LL"),
+        p2p_ll_threshold: Some(usize::MAX),
+        algo: None,
+    };
+
+    /// Every call through `algo`.
+    fn algo(algo: GpuAlgo) -> Settings {
+        Settings {
+            algo: Some(algo),
+            ..Settings::default()
+        }
+    }
+}
+
+/// [`run_ranks`] with protocol and algorithm settings.
 fn run_ranks_with<T: Send + 'static>(
     nranks: usize,
     timeout: Duration,
-    algo: Option<GpuAlgo>,
+    settings: Settings,
     body: impl Fn(usize, GpuComm) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
     // WEFT_TIMEOUT shortens the tests' deadline (a hang then fails sooner).
@@ -73,10 +105,12 @@ fn run_ranks_with<T: Send + 'static>(
         .map(|rank| {
             let (id, body) = (id.clone(), body.clone());
             std::thread::spawn(move || {
-                let opts = CommOptions {
-                    algo,
-                    ..CommOptions::loopback(timeout)
-                };
+                let mut opts = CommOptions::loopback(timeout);
+                if let Some(proto) = settings.proto {
+                    opts.protocols = ProtocolEnable::parse(proto).unwrap();
+                }
+                opts.p2p_ll_threshold = settings.p2p_ll_threshold;
+                opts.algo = settings.algo;
                 let comm =
                     GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
@@ -221,39 +255,57 @@ fn run_case(
 }
 
 fn every_collective_on(nranks: usize) {
+    every_collective_with(nranks, Settings::default(), Protocol::Simple);
+}
+
+/// Every case under `settings`, each of which must run `protocol` (checked before the call).
+fn every_collective_with(nranks: usize, settings: Settings, protocol: Protocol) {
     let cases = cases(nranks);
     let total = cases.len();
     let started = Instant::now();
-    let wrong = run_ranks(nranks, Duration::from_secs(60), move |rank, mut comm| {
-        let stream = Stream::new(comm.context()).unwrap();
-        let biggest = cases
-            .iter()
-            .map(|c| c.count * nranks * c.dtype.size_of_elem())
-            .max()
-            .unwrap_or(0);
-        let buffers = Buffers::new(&comm, biggest);
-        prepare(&mut comm);
-        let mut failures = Vec::new();
-        let mut skipped = 0usize;
-        for c in &cases {
-            // fp8 reductions where the GPU lacks them: fp8_reductions_are_refused_clearly.
-            if c.coll.reduces() && !comm.can_reduce(c.dtype) {
-                skipped += 1;
-                continue;
+    let wrong = run_ranks_with(
+        nranks,
+        Duration::from_secs(60),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let biggest = cases
+                .iter()
+                .map(|c| c.count * nranks * c.dtype.size_of_elem())
+                .max()
+                .unwrap_or(0);
+            let buffers = Buffers::new(&comm, biggest);
+            prepare(&mut comm);
+            let mut failures = Vec::new();
+            let mut skipped = 0usize;
+            for c in &cases {
+                // fp8 reductions where the GPU lacks them: fp8_reductions_are_refused_clearly.
+                if c.coll.reduces() && !comm.can_reduce(c.dtype) {
+                    skipped += 1;
+                    continue;
+                }
+                let runs = comm.protocol_for(c.coll, c.count, c.dtype).unwrap();
+                // A ring of one rank copies without a connection: its protocol is moot.
+                if nranks > 1 && runs != protocol {
+                    failures.push(format!(
+                        "rank {rank}: {c:?}: runs {runs:?}, not {protocol:?}"
+                    ));
+                    continue;
+                }
+                let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
+                if w > 0 {
+                    failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
+                }
             }
-            let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
-            if w > 0 {
-                failures.push(format!("rank {rank}: {c:?}: {w} wrong"));
-            }
-        }
-        comm.finalize().unwrap();
-        (failures, skipped)
-    });
+            comm.finalize().unwrap();
+            (failures, skipped)
+        },
+    );
     let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
     let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
     eprintln!(
-        "{nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped: compute \
-         capability below 8.9), {} failed, {:.1} s",
+        "{nranks} GPU(s), {protocol:?}: {total} calls per rank ({skipped} fp8 reductions \
+         skipped: compute capability below 8.9), {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
@@ -292,6 +344,265 @@ fn multi_ranks() -> Option<usize> {
 fn every_collective_type_and_op_on_every_gpu() {
     let Some(n) = multi_ranks() else { return };
     every_collective_on(n);
+}
+
+/// LL forced (`NCCL_PROTO=LL`): every collective, type and op, in and out of place, the
+/// same cases as SIMPLE's, every element checked.
+#[test]
+fn every_collective_type_and_op_in_ll_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    every_collective_with(n, Settings::LL, Protocol::Ll);
+}
+
+/// LL and SIMPLE calls back to back on one stream, no synchronisation between them: both
+/// protocols advance the same step counter and head of each connection, so a SIMPLE call
+/// after LL ones (and the reverse) must find its slots and credits where the other left
+/// them. `NCCL_PROTO=LL,Simple` lets the model choose: LL for the small calls, SIMPLE for
+/// the large ones (checked). Then the same in a CUDA graph replayed three times.
+#[test]
+fn ll_and_simple_calls_interleave_on_one_stream() {
+    let Some(n) = multi_ranks() else { return };
+    let settings = Settings {
+        proto: Some("LL,Simple"),
+        p2p_ll_threshold: None,
+        algo: None,
+    };
+    let dtype = DataType::Float32;
+    let esize = dtype.size_of_elem();
+    // Small and large alternating, odd counts; more LL calls than FIFO slots in a row.
+    let counts = [
+        7usize, 1000, 4_000_003, 3, 65_539, 5, 9, 11, 13, 15, 17, 19, 21, 8_000_001, 1,
+    ];
+    let biggest = counts.iter().max().copied().unwrap_or(0);
+    let wrong = run_ranks_with(
+        n,
+        Duration::from_secs(60),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let ctx = comm.context().clone();
+            let send = DeviceBuffer::alloc(&ctx, biggest * esize).unwrap();
+            let outs: Vec<DeviceBuffer> = counts
+                .iter()
+                .map(|c| DeviceBuffer::alloc(&ctx, c * esize).unwrap())
+                .collect();
+            prepare(&mut comm);
+            let protocols: Vec<Protocol> = counts
+                .iter()
+                .map(|&c| comm.protocol_for(Collective::AllReduce, c, dtype).unwrap())
+                .collect();
+            let mut failures = Vec::new();
+            if !(protocols.contains(&Protocol::Ll) && protocols.contains(&Protocol::Simple)) {
+                failures.push(format!(
+                    "rank {rank}: the model chose {protocols:?}, not both"
+                ));
+            }
+            let data = TestData {
+                dtype,
+                op: RedOp::Sum,
+                seed: 300,
+                nranks: n,
+            };
+            let mut input = vec![0u8; biggest * esize];
+            data.fill(rank, 0, &mut input);
+            send.copy_from_host(&input).unwrap();
+            let run_all = |what: &str, comm: &mut GpuComm, failures: &mut Vec<String>| {
+                for (c, out) in counts.iter().zip(&outs) {
+                    out.copy_from_host(&vec![0xa5u8; c * esize]).unwrap();
+                }
+                comm.barrier().unwrap();
+                let graph = what == "graph";
+                if graph {
+                    weft_cuda::Graph::begin_capture(&stream).unwrap();
+                }
+                for (&c, out) in counts.iter().zip(&outs) {
+                    // SAFETY: the buffers outlive the synchronize below.
+                    unsafe {
+                        comm.collective(
+                            Collective::AllReduce,
+                            send.ptr(),
+                            out.ptr(),
+                            c,
+                            dtype,
+                            RedOp::Sum,
+                            &stream,
+                        )
+                    }
+                    .unwrap_or_else(|e| panic!("rank {rank}: {c} elements: {e}"));
+                }
+                if graph {
+                    let g = weft_cuda::Graph::end_capture(&stream).unwrap();
+                    for replay in 0..3 {
+                        for (c, out) in counts.iter().zip(&outs) {
+                            out.copy_from_host(&vec![0xa5u8; c * esize]).unwrap();
+                        }
+                        comm.barrier().unwrap();
+                        g.launch(&stream).unwrap();
+                        comm.synchronize(&stream).unwrap();
+                        check_all(
+                            rank,
+                            &format!("graph replay {replay}"),
+                            &counts,
+                            &outs,
+                            &data,
+                            failures,
+                        );
+                        comm.barrier().unwrap();
+                    }
+                } else {
+                    comm.synchronize(&stream).unwrap();
+                    check_all(rank, what, &counts, &outs, &data, failures);
+                }
+            };
+            run_all("back to back", &mut comm, &mut failures);
+            run_all("graph", &mut comm, &mut failures);
+            comm.finalize().unwrap();
+            failures
+        },
+    );
+    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    eprintln!(
+        "{n} GPU(s): LL and SIMPLE interleaved, back to back and in graph replays, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// LL across the 32-bit flag's wrap and NCCL's cleaning steps (`(s & 0x7ffffff8) ==
+/// 0x7ffffff8`: the 8 steps before 2^31 and before 2^32), reached by restarting every
+/// connection just before them (`restart_steps_for_test`): small all-reduces in LL, a
+/// large one in SIMPLE now and then, and LL send/recv rounds, every result checked, until
+/// every connection of channel 0 is past the wrap.
+#[test]
+fn ll_crosses_the_flag_wrap_and_its_cleaning_steps() {
+    let Some(n) = multi_ranks() else { return };
+    let settings = Settings {
+        proto: Some("LL,Simple"),
+        p2p_ll_threshold: Some(usize::MAX),
+        algo: None,
+    };
+    let dtype = DataType::Float32;
+    let esize = dtype.size_of_elem();
+    // 16 MB: SIMPLE by the model on 2 to 8 GPUs (its LL/SIMPLE crossover is below 5 MB there).
+    let large = 4_000_003usize;
+    for start in [0x7fff_ffe0u64, 0xffff_ffe0] {
+        let wrong = run_ranks_with(
+            n,
+            Duration::from_secs(60),
+            settings,
+            move |rank, mut comm| {
+                let stream = Stream::new(comm.context()).unwrap();
+                let ctx = comm.context().clone();
+                let send = DeviceBuffer::alloc(&ctx, large * esize).unwrap();
+                let recv = DeviceBuffer::alloc(&ctx, large * esize).unwrap();
+                prepare(&mut comm);
+                comm.restart_steps_for_test(start).unwrap();
+                let mut failures = Vec::new();
+                let mut seen = Vec::new();
+                for call in 0..160u64 {
+                    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+                    let data = TestData {
+                        dtype,
+                        op: RedOp::Sum,
+                        seed: 500 + call,
+                        nranks: n,
+                    };
+                    let count = if call % 40 == 39 {
+                        large
+                    } else {
+                        1 + (call as usize * 37) % 3000
+                    };
+                    let mut input = vec![0u8; count * esize];
+                    data.fill(rank, 0, &mut input);
+                    send.copy_from_host(&input).unwrap();
+                    recv.copy_from_host(&vec![0xa5u8; count * esize]).unwrap();
+                    if call % 7 == 3 {
+                        let bytes = count * esize;
+                        seen.push(comm.p2p_protocol_for(bytes));
+                        let ops = [
+                            GpuP2p::Send {
+                                peer: next,
+                                buf: send.ptr(),
+                                bytes,
+                            },
+                            GpuP2p::Recv {
+                                peer: prev,
+                                buf: recv.ptr(),
+                                bytes,
+                            },
+                        ];
+                        // SAFETY: both buffers hold `bytes` and outlive the synchronize.
+                        unsafe { comm.group(&ops, &stream) }.unwrap();
+                    } else {
+                        seen.push(
+                            comm.protocol_for(Collective::AllReduce, count, dtype)
+                                .unwrap(),
+                        );
+                        // SAFETY: the buffers outlive the synchronize.
+                        unsafe {
+                            comm.collective(
+                                Collective::AllReduce,
+                                send.ptr(),
+                                recv.ptr(),
+                                count,
+                                dtype,
+                                RedOp::Sum,
+                                &stream,
+                            )
+                        }
+                        .unwrap();
+                    }
+                    comm.synchronize(&stream).unwrap_or_else(|e| {
+                        panic!("rank {rank}: start {start:#x}, call {call}: {e}")
+                    });
+                    let mut out = vec![0u8; count * esize];
+                    recv.copy_to_host(&mut out).unwrap();
+                    let expect = if call % 7 == 3 {
+                        Expect::Recv { from: prev }
+                    } else {
+                        Expect::from(Collective::AllReduce)
+                    };
+                    let w = data.count_wrong(expect, rank, count, &out);
+                    if w > 0 {
+                        failures.push(format!(
+                            "rank {rank}: start {start:#x}, call {call}: {w} wrong"
+                        ));
+                    }
+                }
+                if !(seen.contains(&Protocol::Ll) && seen.contains(&Protocol::Simple)) {
+                    failures.push(format!("rank {rank}: protocols run: {seen:?}"));
+                }
+                comm.finalize().unwrap();
+                failures
+            },
+        );
+        let failures: Vec<String> = wrong.into_iter().flatten().collect();
+        eprintln!(
+            "{n} GPU(s): LL from step {start:#x} across the cleaning steps and the wrap, {} failed",
+            failures.len()
+        );
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
+/// Checks each all-reduce output of [`ll_and_simple_calls_interleave_on_one_stream`].
+fn check_all(
+    rank: usize,
+    what: &str,
+    counts: &[usize],
+    outs: &[DeviceBuffer],
+    data: &TestData,
+    failures: &mut Vec<String>,
+) {
+    let esize = data.dtype.size_of_elem();
+    for (&c, out) in counts.iter().zip(outs) {
+        let mut host = vec![0u8; c * esize];
+        out.copy_to_host(&mut host).unwrap();
+        let w = data.count_wrong(Expect::from(Collective::AllReduce), rank, c, &host);
+        if w > 0 {
+            failures.push(format!("rank {rank}: {what}: all-reduce of {c}: {w} wrong"));
+        }
+    }
 }
 
 /// Direct writes (ranks of one process) when collectives follow each other on the stream
@@ -413,51 +724,70 @@ fn direct_writes_back_to_back_and_in_graph_replays() {
 #[test]
 fn send_recv_groups_on_every_gpu() {
     let Some(n) = multi_ranks() else { return };
+    send_recv_groups_with(n, Settings::default(), Protocol::Simple);
+}
+
+/// LL forced for every message (`NCCL_P2P_LL_THRESHOLD` past the largest).
+#[test]
+fn send_recv_groups_in_ll_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    send_recv_groups_with(n, Settings::LL, Protocol::Ll);
+}
+
+/// A ring of sends and receives of odd sizes under `settings`, each message running
+/// `protocol` (checked before the call), every byte checked.
+fn send_recv_groups_with(n: usize, settings: Settings, protocol: Protocol) {
     let counts = [1usize, 4097, 3 << 20, 40_000_001];
-    let wrong = run_ranks(n, Duration::from_secs(60), move |rank, mut comm| {
-        let stream = Stream::new(comm.context()).unwrap();
-        // Allocated once and every kernel loaded before any rank launches one: a module
-        // load or a free waits for the whole device, which would stall ranks sharing it.
-        let b = Buffers::new(&comm, counts[3]);
-        prepare(&mut comm);
-        let (send, recv) = (&b.send, &b.recv);
-        let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-        let mut wrong = 0usize;
-        for (k, &bytes) in counts.iter().enumerate() {
-            let data = TestData {
-                dtype: DataType::Uint8,
-                op: RedOp::Sum,
-                seed: 77 + k as u64,
-                nranks: n,
-            };
-            let mut input = vec![0u8; bytes];
-            data.fill(rank, 0, &mut input);
-            send.copy_from_host(&input).unwrap();
-            // Poisoned the way the collectives' outputs are (a copy, not a device memset).
-            recv.copy_from_host(&vec![0xa5u8; bytes]).unwrap();
-            let ops = [
-                GpuP2p::Send {
-                    peer: next,
-                    buf: send.ptr(),
-                    bytes,
-                },
-                GpuP2p::Recv {
-                    peer: prev,
-                    buf: recv.ptr(),
-                    bytes,
-                },
-            ];
-            // SAFETY: both buffers hold `bytes` and outlive the synchronize.
-            unsafe { comm.group(&ops, &stream) }.unwrap();
-            comm.synchronize(&stream)
-                .unwrap_or_else(|e| panic!("rank {rank}: send/recv of {bytes} bytes: {e}"));
-            let mut out = vec![0u8; bytes];
-            recv.copy_to_host(&mut out).unwrap();
-            wrong += data.count_wrong(Expect::Recv { from: prev }, rank, bytes, &out);
-        }
-        comm.finalize().unwrap();
-        wrong
-    });
+    let wrong = run_ranks_with(
+        n,
+        Duration::from_secs(60),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            // Allocated once and every kernel loaded before any rank launches one: a module
+            // load or a free waits for the whole device, which would stall ranks sharing it.
+            let b = Buffers::new(&comm, counts[3]);
+            prepare(&mut comm);
+            let (send, recv) = (&b.send, &b.recv);
+            let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+            let mut wrong = 0usize;
+            for (k, &bytes) in counts.iter().enumerate() {
+                assert_eq!(comm.p2p_protocol_for(bytes), protocol, "{bytes} bytes");
+                let data = TestData {
+                    dtype: DataType::Uint8,
+                    op: RedOp::Sum,
+                    seed: 77 + k as u64,
+                    nranks: n,
+                };
+                let mut input = vec![0u8; bytes];
+                data.fill(rank, 0, &mut input);
+                send.copy_from_host(&input).unwrap();
+                // Poisoned the way the collectives' outputs are (a copy, not a device memset).
+                recv.copy_from_host(&vec![0xa5u8; bytes]).unwrap();
+                let ops = [
+                    GpuP2p::Send {
+                        peer: next,
+                        buf: send.ptr(),
+                        bytes,
+                    },
+                    GpuP2p::Recv {
+                        peer: prev,
+                        buf: recv.ptr(),
+                        bytes,
+                    },
+                ];
+                // SAFETY: both buffers hold `bytes` and outlive the synchronize.
+                unsafe { comm.group(&ops, &stream) }.unwrap();
+                comm.synchronize(&stream)
+                    .unwrap_or_else(|e| panic!("rank {rank}: send/recv of {bytes} bytes: {e}"));
+                let mut out = vec![0u8; bytes];
+                recv.copy_to_host(&mut out).unwrap();
+                wrong += data.count_wrong(Expect::Recv { from: prev }, rank, bytes, &out);
+            }
+            comm.finalize().unwrap();
+            wrong
+        },
+    );
     assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
 }
 
@@ -605,38 +935,57 @@ fn a_rank_that_skips_a_call_is_named_within_the_timeout() {
     if multi_ranks().is_none() {
         return;
     }
+    a_skipped_call_is_named(Settings::default());
+}
+
+/// The same with LL: every thread of rank 0's blocks polls its own lines, and the first to
+/// give up names the peer.
+#[test]
+fn a_rank_that_skips_an_ll_call_is_named_within_the_timeout() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    a_skipped_call_is_named(Settings::LL);
+}
+
+fn a_skipped_call_is_named(settings: Settings) {
     let gate = Arc::new(Barrier::new(2));
-    let results = run_ranks(2, Duration::from_secs(3), move |rank, mut comm| {
-        let stream = Stream::new(comm.context()).unwrap();
-        let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
-        buf.fill(1).unwrap();
-        comm.prepare(&[DataType::Float32]).unwrap();
-        comm.barrier().unwrap();
-        let mut outcome = None;
-        if rank == 0 {
-            let t = Instant::now();
-            // SAFETY: the buffer outlives the synchronize.
-            let r = unsafe {
-                comm.collective(
-                    Collective::AllReduce,
-                    buf.ptr(),
-                    buf.ptr(),
-                    16 << 20,
-                    DataType::Float32,
-                    RedOp::Sum,
-                    &stream,
-                )
-            };
-            let r = r.and_then(|()| comm.synchronize(&stream));
-            outcome = Some((
-                r.map_err(|e: GpuError| (e.culprit(), e.to_string())),
-                t.elapsed(),
-            ));
-        }
-        // Rank 1 sat out; both now leave without finalize (their FIFOs disagree).
-        gate.wait();
-        outcome
-    });
+    let results = run_ranks_with(
+        2,
+        Duration::from_secs(3),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
+            buf.fill(1).unwrap();
+            comm.prepare(&[DataType::Float32]).unwrap();
+            comm.barrier().unwrap();
+            let mut outcome = None;
+            if rank == 0 {
+                let t = Instant::now();
+                // SAFETY: the buffer outlives the synchronize.
+                let r = unsafe {
+                    comm.collective(
+                        Collective::AllReduce,
+                        buf.ptr(),
+                        buf.ptr(),
+                        16 << 20,
+                        DataType::Float32,
+                        RedOp::Sum,
+                        &stream,
+                    )
+                };
+                let r = r.and_then(|()| comm.synchronize(&stream));
+                outcome = Some((
+                    r.map_err(|e: GpuError| (e.culprit(), e.to_string())),
+                    t.elapsed(),
+                ));
+            }
+            // Rank 1 sat out; both now leave without finalize (their FIFOs disagree).
+            gate.wait();
+            outcome
+        },
+    );
     let (result, took) = results[0].clone().expect("rank 0 ran");
     let (culprit, text) = result.expect_err("the all-reduce cannot finish without rank 1");
     assert_eq!(culprit, Some(1), "{text}");
@@ -645,7 +994,7 @@ fn a_rank_that_skips_a_call_is_named_within_the_timeout() {
         took < Duration::from_secs(15),
         "gave up only after {took:?}: {text}"
     );
-    eprintln!("rank 0 gave up after {took:?}: {text}");
+    eprintln!("{settings:?}: rank 0 gave up after {took:?}: {text}");
 }
 
 /// The cases of a peer-pointer algorithm: the collectives it runs, every type and operator,
@@ -718,7 +1067,7 @@ fn every_case_with(algo: GpuAlgo) {
     let wrong = run_ranks_with(
         nranks,
         Duration::from_secs(60),
-        Some(algo),
+        Settings::algo(algo),
         move |rank, mut comm| {
             let stream = Stream::new(comm.context()).unwrap();
             let biggest = cases
@@ -787,7 +1136,7 @@ fn peer_algorithms_name_a_rank_that_skips_a_call() {
         let results = run_ranks_with(
             2,
             Duration::from_secs(3),
-            Some(algo),
+            Settings::algo(algo),
             move |rank, mut comm| {
                 let stream = Stream::new(comm.context()).unwrap();
                 let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();

@@ -1,5 +1,5 @@
-// weft's collective kernels: NCCL's SIMPLE protocol over ring channels, one block per
-// channel, and the point-to-point kernel of send/recv groups.
+// weft's collective kernels: NCCL's SIMPLE and LL (ll.cuh) protocols over ring channels, one
+// block per channel, and the point-to-point kernel of send/recv groups.
 //
 // Compiled by NVRTC once per element type (-DWEFT_DTYPE=<weft_data_type>), with weft.h
 // (generated from weft_core::abi) giving the structs the host fills:
@@ -14,6 +14,7 @@
 // weft_kernel_fault (host-mapped) and raising the abort flag so the other blocks stop too.
 #include "weft.h"
 #include "ring_program.cuh"
+#include "ll_lines.cuh"
 #include "reduce.cuh"
 #include "sync.cuh"
 #include "dtype.cuh"
@@ -31,6 +32,7 @@ constexpr int THREADS = WEFT_THREADS;
 #define WEFT_UNROLL 8
 #endif
 constexpr int UNROLL = WEFT_UNROLL;
+constexpr int PROTO_LL = 0;
 constexpr int PROTO_SIMPLE = 2;
 
 // One connection end as a block works it (copied from weft_conn_info into shared memory).
@@ -48,6 +50,10 @@ struct Fifo {
   bool direct;
   weft_ptr_exchange* exchange;
   u64 ops;  // weft_conn_info.direct_ops
+  // The LL buffer (ll.cuh): 8 slots of ll_step_lines 8-byte lines, in the receiver's memory.
+  // Its steps are this connection's steps too: LL and SIMPLE share `step` and the head.
+  u64* ll_buf;
+  u64 ll_step_lines;
 };
 
 // The block's data movement for one slice: out1 (and out2 if set) = finish(pre(a) OP fifo),
@@ -178,7 +184,16 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
   f.direct = false;
   f.exchange = (weft_ptr_exchange*)c.ptr_exchange;
   f.ops = c.direct_ops;
+  f.ll_buf = (u64*)c.buffs[PROTO_LL];
+  f.ll_step_lines = ll_step_lines(c.buff_sizes[PROTO_LL], c.steps);
 }
+
+}  // namespace weft
+
+// The LL protocol's primitives: they use Fifo, Block, wait_for and give_up above.
+#include "ll.cuh"
+
+namespace weft {
 
 // What one block runs for one primitive of `len` elements: every slice takes one FIFO slot
 // of each connection it uses. Returns false when the block must stop.
@@ -280,10 +295,14 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
   return true;
 }
 
-template <int OP>
+// LL: the LL entry points (weft_ring_ll_*), which the host launches for work whose protocol
+// is LL. SIMPLE and LL are separate kernels, as NCCL's device functions are per protocol: LL
+// code in a SIMPLE kernel made ptxas spill registers in its copy loops.
+template <int OP, bool LL>
 __device__ void ring_collective(const weft_kernel_args& args) {
   __shared__ Fifo send, recv;
   __shared__ int stop;
+  __shared__ int ll_failed;
   __shared__ int ring[64];
   __shared__ T* peer_out;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
@@ -308,6 +327,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     // No look at the abort flag here: it lives in host memory, and reading it would hold
     // every thread at the barrier below for a PCIe round trip. Waits look at it.
     stop = 0;
+    ll_failed = 0;
     peer_out = nullptr;
     if (nranks > 1) {
       load_fifo(send, peers[ch->ring.next].send, true, ch->ring.next);
@@ -335,15 +355,27 @@ __device__ void ring_collective(const weft_kernel_args& args) {
             blockIdx.x, ring_ranks, nranks, (u32)comm->rank);
   const T* input = (const T*)w.send_buff;
   T* output = (T*)w.recv_buff;
+  // LL on rings of two ranks or more; a ring of one has no connection and copies as SIMPLE
+  // does.
+  const bool ll = LL && nranks > 1;
+  LlStop halt;
+  halt.stop = &stop;
+  halt.failed = &ll_failed;
   for (u64 loop = 0; loop < prog.nloops; loop++) {
     for (u32 s = 0; s < prog.steps_per_loop; s++) {
       Step st = prog.step(loop, s);
       if (st.len == 0) continue;
-      if (!run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop))
-        return;
+      bool ok;
+      if (LL && ll)
+        ok = run_step_ll<OP>(b, red, channel, send, recv, st, input, output, reduces, halt);
+      else
+        ok = run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop);
+      if (!ok) return;
     }
   }
-  if (threadIdx.x == 0 && nranks > 1) {
+  // Thread 0 alone reads `stop` here: an LL failure in the last step leaves it set, and a
+  // failed block's counters are not worth keeping (the communicator is aborted).
+  if (threadIdx.x == 0 && nranks > 1 && stop == 0) {
     peers[ch->ring.next].send.step = send.step;
     peers[ch->ring.prev].recv.step = recv.step;
     peers[ch->ring.next].send.direct_ops = send.ops;
@@ -353,16 +385,25 @@ __device__ void ring_collective(const weft_kernel_args& args) {
 
 }  // namespace weft
 
-// One entry point per reduction; non-reducing collectives use the sum one.
+// One entry point per reduction and protocol; non-reducing collectives use the sum ones.
 #define WEFT_RING_ENTRY(name, op)                                                  \
   extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
-    weft::ring_collective<op>(args);                                               \
+    weft::ring_collective<op, false>(args);                                        \
   }
 WEFT_RING_ENTRY(weft_ring_sum, weft::OP_SUM)
 WEFT_RING_ENTRY(weft_ring_prod, weft::OP_PROD)
 WEFT_RING_ENTRY(weft_ring_max, weft::OP_MAX)
 WEFT_RING_ENTRY(weft_ring_min, weft::OP_MIN)
 WEFT_RING_ENTRY(weft_ring_avg, weft::OP_AVG)
+#define WEFT_RING_LL_ENTRY(name, op)                                               \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
+    weft::ring_collective<op, true>(args);                                         \
+  }
+WEFT_RING_LL_ENTRY(weft_ring_ll_sum, weft::OP_SUM)
+WEFT_RING_LL_ENTRY(weft_ring_ll_prod, weft::OP_PROD)
+WEFT_RING_LL_ENTRY(weft_ring_ll_max, weft::OP_MAX)
+WEFT_RING_LL_ENTRY(weft_ring_ll_min, weft::OP_MIN)
+WEFT_RING_LL_ENTRY(weft_ring_ll_avg, weft::OP_AVG)
 
 namespace weft {
 
@@ -380,6 +421,7 @@ __device__ __forceinline__ void p2p_part(const weft_p2p_op& op, u32 k, u64* offs
 __device__ void p2p_block(const weft_p2p_args& args) {
   __shared__ Fifo fifo;
   __shared__ int stop;
+  __shared__ int ll_failed;
   __shared__ int op_index;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
   if (threadIdx.x == 0) {
@@ -404,6 +446,7 @@ __device__ void p2p_block(const weft_p2p_args& args) {
     // No look at the abort flag here: it lives in host memory, and reading it would hold
     // every thread at the barrier below for a PCIe round trip. Waits look at it.
     stop = 0;
+    ll_failed = 0;
     load_fifo(fifo, op.send ? peer->send : peer->recv, op.send != 0, op.peer);
   }
   __syncthreads();
@@ -411,6 +454,20 @@ __device__ void p2p_block(const weft_p2p_args& args) {
   u64 offset, len;
   p2p_part(op, k, &offset, &len);
   char* user = (char*)op.buff + offset;
+  if (op.protocol == PROTO_LL) {
+    LlStop halt;
+    halt.stop = &stop;
+    halt.failed = &ll_failed;
+    p2p_ll(b, fifo, op.send != 0, (u8*)user, len, k, halt);
+    // Thread 0 alone reads `stop` (see LlStop).
+    if (threadIdx.x == 0 && stop == 0) {
+      if (op.send)
+        peer->send.step = fifo.step;
+      else
+        peer->recv.step = fifo.step;
+    }
+    return;
+  }
   Slicing cut;
   cut.init(len, fifo.step_size / 16 * 16, 16);
   for (u64 s = 0; s < cut.n && len > 0; s++) {

@@ -66,6 +66,25 @@ struct Block {
   u32 fault_index;
 };
 
+// Records why this block gives up (in its host-mapped weft_kernel_fault) and raises the
+// abort flag so that the other blocks, and the host, stop too. One thread per block (or warp
+// group) calls it.
+__device__ void give_up(const Block& b, u32 code, u32 channel, int peer, u32 kind, u64 step,
+                        u64 waited_ns) {
+  if (b.fault != nullptr) {
+    volatile weft_kernel_fault* f = b.fault + b.fault_index;
+    f->channel = channel;
+    f->peer = peer;
+    f->wait = kind;
+    f->step = step;
+    f->waited_ns = waited_ns;
+    __threadfence_system();
+    f->code = code;
+  }
+  *b.abort_flag = 1;
+  __threadfence_system();
+}
+
 // Waits (one thread: the one that speaks for its block or warp group) until
 // *counter >= need. False when the block must stop.
 __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
@@ -85,18 +104,7 @@ __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer,
       code = WEFT_FAULT_TIMEOUT;
     }
     if (code == WEFT_FAULT_NONE) continue;
-    if (b.fault != nullptr) {
-      volatile weft_kernel_fault* f = b.fault + b.fault_index;
-      f->channel = channel;
-      f->peer = peer;
-      f->wait = kind;
-      f->step = need;
-      f->waited_ns = now - start;
-      __threadfence_system();
-      f->code = code;
-    }
-    *b.abort_flag = 1;
-    __threadfence_system();
+    give_up(b, code, channel, peer, kind, need, now - start);
     return false;
   }
 }

@@ -4,9 +4,13 @@
 //! (`-DWEFT_DTYPE=<weft_data_type>`, see [`defines`]), for the GPU's own architecture;
 //! weft-cuda caches the result on disk. Nothing here needs a CUDA toolkit to build.
 //!
-//! - `cuda/collectives.cu`: the ring kernels (SIMPLE protocol, one block per channel; one
-//!   entry point per reduction, [`ring_entry`]) and the point-to-point kernel
-//!   ([`P2P_ENTRY`]).
+//! - `cuda/collectives.cu`: the ring kernels (one block per channel; one entry point per
+//!   reduction and protocol, [`ring_entry`] for SIMPLE, [`ring_ll_entry`] for LL) and the
+//!   point-to-point kernel ([`P2P_ENTRY`]; each of its operations carries its protocol,
+//!   `weft_p2p_op.protocol`).
+//! - `cuda/ll.cuh`: the LL protocol's primitives (NCCL's `prims_ll.h` in weft's shape), and
+//!   `cuda/ll_lines.cuh`, its arithmetic (flags, slots, line pairs, cleaning, credit), which
+//!   this crate's tests compile with g++ and compare with weft_core::fifo::ll.
 //! - `cuda/direct.cu`: one-shot and two-shot all-reduce over peer-mapped windows
 //!   ([`direct_entry`]).
 //! - `cuda/nvls.cu`: NVLS all-reduce, reduce-scatter and all-gather with `multimem`
@@ -55,6 +59,8 @@ pub const SOURCES: &[(&str, &str)] = &[
 pub const HEADERS: &[(&str, &str)] = &[
     ("weft.h", include_str!("../../driver/include/weft.h")),
     ("ring_program.cuh", include_str!("../cuda/ring_program.cuh")),
+    ("ll.cuh", include_str!("../cuda/ll.cuh")),
+    ("ll_lines.cuh", include_str!("../cuda/ll_lines.cuh")),
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
     ("sync.cuh", include_str!("../cuda/sync.cuh")),
     ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
@@ -127,6 +133,18 @@ pub fn nvls_multimem_reduces(dtype: DataType, op: RedOp) -> bool {
     }
 }
 
+/// The LL ring kernel for `op` (NCCL's LL protocol, `cuda/ll.cuh`; one `weft_kernel_args`
+/// parameter whose work says `protocol` LL). Collectives that do not reduce run the `Sum` one.
+pub fn ring_ll_entry(op: RedOp) -> &'static str {
+    match op {
+        RedOp::Sum => "weft_ring_ll_sum",
+        RedOp::Prod => "weft_ring_ll_prod",
+        RedOp::Max => "weft_ring_ll_max",
+        RedOp::Min => "weft_ring_ll_min",
+        RedOp::Avg => "weft_ring_ll_avg",
+    }
+}
+
 /// The oldest compute capability the fp8 modules (`Float8E4M3`, `Float8E5M2`) compile for:
 /// their conversions are `cvt` instructions of sm_89 (PTX ISA 7.8). `collectives.cu` stops
 /// with an `#error` below it; the driver checks first and says so.
@@ -144,6 +162,8 @@ pub fn defines(dtype: DataType) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod test {
+    use weft_core::abi::Protocol;
+
     use super::*;
 
     #[test]
@@ -176,6 +196,11 @@ mod test {
             assert!(
                 COLLECTIVES.contains(&format!("WEFT_RING_ENTRY({entry},")),
                 "{entry} is not defined in collectives.cu"
+            );
+            let ll = ring_ll_entry(*op);
+            assert!(
+                COLLECTIVES.contains(&format!("WEFT_RING_LL_ENTRY({ll},")),
+                "{ll} is not defined in collectives.cu"
             );
         }
         assert!(COLLECTIVES.contains(&format!(
@@ -255,6 +280,24 @@ mod test {
             }
         }
         assert_eq!(n, 20);
+    }
+
+    #[test]
+    fn protocol_numbers_match_the_source() {
+        // The kernels branch on weft_coll_work.protocol and weft_p2p_op.protocol with these.
+        for (p, name) in [
+            (Protocol::Ll, "PROTO_LL"),
+            (Protocol::Simple, "PROTO_SIMPLE"),
+        ] {
+            let line = format!("constexpr int {name} = {};", p as u32);
+            assert!(COLLECTIVES.contains(&line), "collectives.cu lacks `{line}`");
+        }
+        let lines = HEADERS.iter().find(|h| h.0 == "ll_lines.cuh").unwrap().1;
+        let mask = format!(
+            "constexpr u64 LL_CLEAN_MASK = {:#x}ull;",
+            weft_core::fifo::ll::NCCL_LL_CLEAN_MASK
+        );
+        assert!(lines.contains(&mask), "ll_lines.cuh lacks `{mask}`");
     }
 
     #[test]

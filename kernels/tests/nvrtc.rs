@@ -1,5 +1,5 @@
-//! Every kernel module (one per element type) compiles with NVRTC for sm_80 and sm_90,
-//! with every entry point the driver looks up; the fp8 modules compile for sm_89 and sm_90,
+//! Every kernel module (one per element type, SIMPLE and LL) compiles with NVRTC for sm_80
+//! and sm_90, with every entry point the driver looks up; the fp8 modules compile for sm_89 and sm_90,
 //! through NVRTC's assembler too (their conversions are inline PTX, which NVRTC otherwise
 //! passes through unchecked), and are refused, with an error naming the reason, for sm_86. NVRTC needs no GPU; where
 //! it cannot be loaded the tests say so and pass, unless WEFT_REQUIRE_NVRTC=1 (scripts/test
@@ -45,20 +45,27 @@ fn check_module(dtype: DataType, arch: (u32, u32), extra: &[String]) -> String {
     let ptx = String::from_utf8_lossy(&c.ptx).into_owned();
     assert!(ptx.contains(&format!(".target sm_{}{}", arch.0, arch.1)));
     for op in RedOp::ALL {
-        let entry = weft_kernels::ring_entry(*op);
-        assert!(
-            ptx.contains(&format!(".entry {entry}(")),
-            "{dtype:?}: {entry} missing"
-        );
+        for entry in [
+            weft_kernels::ring_entry(*op),
+            weft_kernels::ring_ll_entry(*op),
+        ] {
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{dtype:?}: {entry} missing"
+            );
+        }
     }
     assert!(ptx.contains(&format!(".entry {}(", weft_kernels::P2P_ENTRY)));
     // The FIFO protocol's ordering is in the instructions: release stores of the
-    // counters, acquire loads when polling, volatile loads of received slots.
+    // counters, acquire loads when polling, volatile loads of received slots; and LL's
+    // line pairs, each stored and polled as two 8-byte words in one vector access.
     for needle in [
         "st.release.sys.global.u64",
         "ld.acquire.sys.global.u64",
         "ld.volatile.global.v4.u32",
         "%globaltimer",
+        "st.volatile.global.v2.u64",
+        "ld.volatile.global.v2.u64",
     ] {
         assert!(ptx.contains(needle), "{dtype:?}: no {needle}");
     }

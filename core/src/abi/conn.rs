@@ -162,6 +162,20 @@ impl ConnInfo {
                 value: 0,
             });
         }
+        // The kernels cut the LL buffer into 8 slots of whole 16-byte line pairs.
+        if let Some((_, size)) = self.buffer(Protocol::Ll) {
+            let slots_fit = self.steps == STEPS
+                && crate::fifo::ll::LlGeometry::for_buffer(
+                    usize::try_from(size).unwrap_or(usize::MAX),
+                )
+                .is_ok();
+            if !slots_fit {
+                return Err(ParseError::BadField {
+                    field: "conn ll buff_size",
+                    value: u64::from(size),
+                });
+            }
+        }
         if let Some((_, size)) = self.buffer(Protocol::Simple) {
             let needed = self.step_size.checked_mul(self.steps);
             if self.step_size == 0 || needed.is_none_or(|n| n > size) {
@@ -348,5 +362,13 @@ mod test {
             }),
             ("conn step_size", 0)
         );
+        // LL: 8 slots of whole 16-byte pairs (512 KiB is NCCL's default).
+        let ll = |size: u32| ConnInfo {
+            buff_sizes: [size, 0, 8 * 524_288],
+            ..valid()
+        };
+        assert!(ll(512 << 10).validate().is_ok());
+        assert_eq!(bad(ll(8 * 16 + 8)), ("conn ll buff_size", 136));
+        assert_eq!(bad(ll(8 * 24)), ("conn ll buff_size", 192));
     }
 }

@@ -42,7 +42,7 @@ pub use work::{CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp};
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's
 /// meaning or an enum's numbers, so a kernel or C caller built against another `weft.h`
 /// can refuse to run instead of misreading memory.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Number of FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const NUM_PROTOCOLS: usize = 3;

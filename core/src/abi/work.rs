@@ -47,8 +47,8 @@ pub struct CollWork {
     /// FIFO steps per chunk (a multiple of `slice_steps`).
     pub chunk_steps: u32,
     /// 1: ranks joined by a `CONN_DIRECT_WRITE` connection send final results
-    /// straight into the receiver's output (all-reduce, all-gather, broadcast); 0: through
-    /// the FIFO. The same on every rank, or the two ends would disagree on where data lands.
+    /// straight into the receiver's output (all-reduce, all-gather, broadcast, SIMPLE only);
+    /// 0: through the FIFO. The same on every rank, or the two ends would disagree on where data lands.
     pub direct: u32,
 }
 
@@ -126,6 +126,8 @@ impl CollWork {
             coll,
             CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
         );
+        // Direct writes are SIMPLE's: LL lines always go through the connection's buffer.
+        let direct_ok = direct_ok && protocol == Protocol::Simple;
         if self.direct > 1 || (self.direct == 1 && !direct_ok) {
             return Err(bad("work direct", self.direct));
         }
@@ -186,16 +188,21 @@ pub struct P2pOp {
     pub send: u32,
     pub block_lo: u32,
     pub nchannels: u32,
+    /// `Protocol` (LL or SIMPLE): both ends of a message must use the same one, which they
+    /// compute from its byte count (NCCL's `NCCL_P2P_LL_THRESHOLD` rule).
+    pub protocol: u32,
+    pub reserved: u32,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<P2pOp>() == 32);
+    assert!(size_of::<P2pOp>() == 40);
     assert!(offset_of!(P2pOp, bytes) == 8);
     assert!(offset_of!(P2pOp, peer) == 16);
     assert!(offset_of!(P2pOp, send) == 20);
     assert!(offset_of!(P2pOp, block_lo) == 24);
     assert!(offset_of!(P2pOp, nchannels) == 28);
+    assert!(offset_of!(P2pOp, protocol) == 32);
 };
 
 /// The parameter of the point-to-point kernel: a group's sends and receives, run at once
@@ -215,7 +222,7 @@ pub struct P2pArgs {
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<P2pArgs>() == 16 + 32 * P2P_MAX_OPS);
+    assert!(size_of::<P2pArgs>() == 16 + 40 * P2P_MAX_OPS);
     assert!(offset_of!(P2pArgs, nops) == 8);
     assert!(offset_of!(P2pArgs, ops) == 16);
 };
@@ -350,6 +357,14 @@ mod test {
             "work chunk_steps"
         );
         assert_eq!(field(CollWork { direct: 2, ..w }), "work direct");
+        assert_eq!(
+            field(CollWork {
+                direct: 1,
+                protocol: Protocol::Ll as u32,
+                ..w
+            }),
+            "work direct"
+        );
         let reduce = CollWork {
             coll: CollKind::ReduceScatter as u32,
             ..w

@@ -68,6 +68,43 @@ pub const LL_FLAG_BITS: u32 = 32;
 /// lines per step, that is 8192 of weft's 8-byte lines (32 KiB of data, 64 KiB per step).
 pub const NCCL_LL_LINES_PER_STEP: usize = 8 * 512 * 2;
 
+/// Bytes of one *line pair*: two lines back to back (NCCL's 16-byte `ncclLLFifoLine`), which
+/// a GPU thread stores with one vector store of two 8-byte words and polls with one vector
+/// load ([`pair_words`], [`pair_data`]). Each word is one line, stored and loaded as a single
+/// 8-byte access, so the pair's 16 bytes need not land at once: a reader accepts the pair
+/// only when both halves carry the step's flag.
+pub const LL_PAIR_BYTES: usize = 2 * LL_LINE_BYTES;
+/// Payload bytes of a line pair.
+pub const LL_PAIR_DATA_BYTES: usize = 2 * LL_DATA_BYTES;
+/// NCCL's default LL buffer (`NCCL_LL_BUFFSIZE`): 8 steps of [`NCCL_LL_LINES_PER_STEP`]
+/// lines, 512 KiB.
+pub const NCCL_LL_BUFFER_BYTES: usize = NCCL_STEPS * NCCL_LL_LINES_PER_STEP * LL_LINE_BYTES;
+/// NCCL's `NCCL_LL_CLEAN_MASK` for 32-bit flags and 8 slots: the sender cleans the slot of
+/// step `s` when `s & mask == mask` ([`LlGeometry::cleans`]).
+pub const NCCL_LL_CLEAN_MASK: u64 = 0x7fff_fff8;
+
+/// The two words a GPU thread stores for 8 payload bytes `data` (little-endian: bytes 0..4
+/// in the first line) under `flag`: two [`LlLine::pack`]ed lines. The kernels' `ll_store`
+/// computes exactly this.
+pub const fn pair_words(data: u64, flag: u32) -> [u64; 2] {
+    [
+        LlLine::pack(data as u32, flag),
+        LlLine::pack((data >> 32) as u32, flag),
+    ]
+}
+
+/// The 8 payload bytes of a loaded pair if both of its lines carry `flag`; `None` means "not
+/// (completely) written yet" and the reader polls again. The kernels' `ll_try_load`.
+pub const fn pair_data(words: [u64; 2], flag: u32) -> Option<u64> {
+    match (
+        LlLine::data_if(words[0], flag),
+        LlLine::data_if(words[1], flag),
+    ) {
+        (Some(lo), Some(hi)) => Some((lo as u64) | ((hi as u64) << 32)),
+        _ => None,
+    }
+}
+
 /// One LL line as it lies in memory: 4 data bytes, then the 4-byte flag, both little-endian
 /// (the GPU's and x86's byte order, and NCCL's `ncclLLFifoLine` halves).
 ///
@@ -197,6 +234,37 @@ impl LlGeometry {
     /// Lines that carry `bytes` of payload.
     pub fn lines_for(bytes: usize) -> usize {
         bytes.div_ceil(LL_DATA_BYTES)
+    }
+
+    /// NCCL's 8 slots over a buffer of `buffer_bytes` (`weft_conn_info.buff_sizes[LL]`), as
+    /// the GPU kernels divide it: each slot a whole number of line pairs. A size that does
+    /// not divide into 8 slots of whole pairs is refused rather than rounded, because both
+    /// ends must compute the same slots.
+    pub fn for_buffer(buffer_bytes: usize) -> Result<Self, FifoError> {
+        let slot_bytes = buffer_bytes / NCCL_STEPS;
+        let whole = slot_bytes > 0
+            && slot_bytes.is_multiple_of(LL_PAIR_BYTES)
+            && buffer_bytes.is_multiple_of(NCCL_STEPS);
+        if !whole {
+            return Err(FifoError::BadGeometry {
+                field: "ll buffer_bytes",
+                value: u64::try_from(buffer_bytes).unwrap_or(u64::MAX),
+            });
+        }
+        Self::nccl(slot_bytes / LL_LINE_BYTES)
+    }
+
+    /// Line pairs per slot (an odd line count leaves its last line out of every pair).
+    pub fn pairs_per_step(&self) -> usize {
+        self.lines_per_step() / 2
+    }
+
+    /// Line pairs that carry `bytes` of payload: pairs `0 .. pairs_for(bytes)` of the slot,
+    /// the last zero-padded. They cover the [`LlGeometry::lines_for`] lines a line-by-line
+    /// reader polls, and one line more when `bytes % 8` is 1 to 4: that line carries the
+    /// step's flag and zero data, which such a reader never looks at (as if cleaned).
+    pub fn pairs_for(bytes: usize) -> usize {
+        bytes.div_ceil(LL_PAIR_DATA_BYTES)
     }
 
     fn flag_mask(&self) -> u64 {
@@ -449,6 +517,75 @@ mod test {
             (Some(8192), Some(16383), None)
         );
         assert_eq!((LlGeometry::lines_for(0), LlGeometry::lines_for(5)), (0, 2));
+    }
+
+    #[test]
+    fn gpu_line_pairs_are_two_lines_a_line_reader_accepts() {
+        let g = LlGeometry::for_buffer(NCCL_LL_BUFFER_BYTES).unwrap();
+        assert_eq!(g, LlGeometry::nccl(NCCL_LL_LINES_PER_STEP).unwrap());
+        assert_eq!((g.pairs_per_step(), g.step_data_bytes()), (4096, 32 * 1024));
+        assert_eq!(NCCL_LL_BUFFER_BYTES, 512 * 1024);
+        // Slots of whole pairs only: 8 x 16 bytes at least, a multiple of 8 x 16.
+        for bad in [0, 8, 120, 8 * 16 + 8, 8 * 24] {
+            assert!(
+                matches!(
+                    LlGeometry::for_buffer(bad),
+                    Err(FifoError::BadGeometry {
+                        field: "ll buffer_bytes",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(LlGeometry::for_buffer(8 * 16).unwrap().lines_per_step(), 2);
+        assert_eq!(
+            (
+                LlGeometry::pairs_for(0),
+                LlGeometry::pairs_for(1),
+                LlGeometry::pairs_for(8),
+                LlGeometry::pairs_for(9)
+            ),
+            (0, 1, 1, 2)
+        );
+        // A message written pair by pair (as a GPU thread does) reads back line by line
+        // (as core's receiver and the CPU executor do), for every length and alignment of
+        // the last pair, and a pair with one half stale is not accepted.
+        let flag = 0x8000_0001;
+        let message: std::vec::Vec<u8> = (0..37u8).map(|b| b.wrapping_mul(29) ^ 0x5a).collect();
+        for n in 0..=message.len() {
+            let mut lines = std::vec![0u64; 2 * LlGeometry::pairs_for(n) + 2];
+            for p in 0..LlGeometry::pairs_for(n) {
+                let mut bytes = [0u8; 8];
+                let end = n.min(8 * p + 8);
+                bytes[..end - 8 * p].copy_from_slice(&message[8 * p..end]);
+                let words = pair_words(u64::from_le_bytes(bytes), flag);
+                lines[2 * p..2 * p + 2].copy_from_slice(&words);
+                assert_eq!(pair_data(words, flag), Some(u64::from_le_bytes(bytes)));
+                assert_eq!(pair_data([words[0], 0], flag), None);
+                assert_eq!(pair_data([0, words[1]], flag), None);
+                assert_eq!(pair_data(words, flag + 1), None);
+            }
+            let mut read = std::vec::Vec::new();
+            for line in &lines[..LlGeometry::lines_for(n)] {
+                let data = LlLine::data_if(*line, flag).expect("a line of the message is fresh");
+                read.extend_from_slice(&data.to_le_bytes());
+            }
+            read.truncate(n);
+            assert_eq!(read, &message[..n], "{n} bytes");
+            // The extra half of a short last pair is fresh, with zero data.
+            if n % 8 != 0 && n % 8 <= 4 {
+                let extra = lines[LlGeometry::lines_for(n)];
+                assert_eq!(LlLine::data_if(extra, flag), Some(0), "{n} bytes");
+            }
+        }
+        // The kernels' clean mask is core's cleaning rule for 32-bit flags and 8 slots.
+        for step in [0x7fff_fff7u64, 0x7fff_fff8, 0xffff_ffff, 0x1_7fff_fffc] {
+            assert_eq!(
+                g.cleans(step),
+                step & NCCL_LL_CLEAN_MASK == NCCL_LL_CLEAN_MASK
+            );
+        }
     }
 
     #[test]

@@ -63,6 +63,30 @@ impl ChunkSizing {
         })
     }
 
+    /// Sizes of NCCL's LL ring (`enqueue.cc`: outside SIMPLE rings `chunkSteps` and
+    /// `sliceSteps` are 1, and an LL chunk is half a step's bytes, its payload): every
+    /// primitive moves at most one step of `step_data_bytes` payload bytes, rounded down to
+    /// [`GRAIN_BYTES`] and to whole elements.
+    pub fn one_step(step_data_bytes: usize, elem_size: usize) -> Result<Self, SchedError> {
+        if elem_size == 0 {
+            return Err(SchedError::ZeroElementSize);
+        }
+        let grains = step_data_bytes.saturating_sub(step_data_bytes % GRAIN_BYTES);
+        let elems = grains.checked_div(elem_size).unwrap_or(0);
+        if elems == 0 {
+            return Err(SchedError::BufferTooSmall {
+                buffer_bytes: step_data_bytes.saturating_mul(STEPS),
+                min_bytes: GRAIN_BYTES.max(elem_size).saturating_mul(STEPS),
+            });
+        }
+        Ok(ChunkSizing {
+            step_elems: elems,
+            chunk_elems: elems,
+            chunk_steps: 1,
+            slice_steps: 1,
+        })
+    }
+
     /// Elements one FIFO slot holds.
     pub const fn step_elems(&self) -> usize {
         self.step_elems
@@ -177,6 +201,30 @@ mod test {
         let odd = ChunkSizing::new(Collective::AllGather, 8 * 1000 + 7, 8).unwrap();
         assert_eq!(odd.step_elems(), 1000 / 8);
         assert_eq!(odd.chunk_elems(), 3584 / 8);
+    }
+
+    #[test]
+    fn ll_chunks_are_one_step_of_payload() {
+        // NCCL's LL step: 64 KiB of lines, 32 KiB of payload.
+        for elem in [1usize, 2, 4, 8] {
+            let s = ChunkSizing::one_step(32 * 1024, elem).unwrap();
+            assert_eq!(s.chunk_elems(), 32 * 1024 / elem);
+            assert_eq!(
+                (s.chunk_steps(), s.slice_steps(), s.slices_per_chunk()),
+                (1, 1, 1)
+            );
+            assert_eq!(s.step_elems(), s.chunk_elems());
+        }
+        // Rounded down to the grain, never above the step.
+        assert_eq!(ChunkSizing::one_step(1000, 8).unwrap().chunk_elems(), 64);
+        assert!(matches!(
+            ChunkSizing::one_step(511, 1),
+            Err(SchedError::BufferTooSmall { .. })
+        ));
+        assert!(matches!(
+            ChunkSizing::one_step(4096, 0),
+            Err(SchedError::ZeroElementSize)
+        ));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::status::{CallError, weft_status};
 // each is written out here and checked against core at compile time.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 3;
+pub const WEFT_ABI_VERSION: u32 = 4;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.

@@ -122,6 +122,10 @@ pub struct CommOptions {
     /// (`weft_core::algo::choose`, the ring until the others are verified on a GPU). Every
     /// rank must set the same. The CPU executor ignores it.
     pub algo: Option<weft_core::algo::GpuAlgo>,
+    /// GPU send/receive: bytes per channel up to which a message goes LL (NCCL's rule).
+    /// `None`: never, until LL has run on a GPU (docs/gpu.md; NCCL's default is 16384).
+    /// `WEFT_P2P_LL_THRESHOLD` / `NCCL_P2P_LL_THRESHOLD`.
+    pub p2p_ll_threshold: Option<usize>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -140,6 +144,7 @@ impl Default for CommOptions {
             protocols: ProtocolEnable::default(),
             ll_lines: None,
             algo: None,
+            p2p_ll_threshold: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
@@ -278,6 +283,16 @@ impl CommOptions {
                 })?;
                 let lines = total / NCCL_STEPS / LL_LINE_BYTES;
                 opts.ll_lines = Some(lines - lines % LL_LINES_GRAIN);
+                break;
+            }
+        }
+        for var in ["WEFT_P2P_LL_THRESHOLD", "NCCL_P2P_LL_THRESHOLD"] {
+            if let Some(v) = get(var) {
+                let bytes: usize = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(var, &v, "bytes per channel, e.g. 16384"))?;
+                opts.p2p_ll_threshold = Some(bytes);
                 break;
             }
         }

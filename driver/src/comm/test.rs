@@ -214,6 +214,26 @@ fn nccl_proto_and_ll_buffer_from_the_environment() {
     );
     assert_eq!(o.ll_lines, Some(1536));
     assert_eq!(get(&[("NCCL_LL_BUFFSIZE", "0")]).ll_lines, Some(0));
+    // The GPU's send/receive LL threshold: unset by default, WEFT_ before NCCL_.
+    assert_eq!(get(&[]).p2p_ll_threshold, None);
+    assert_eq!(
+        get(&[("NCCL_P2P_LL_THRESHOLD", "16384")]).p2p_ll_threshold,
+        Some(16384)
+    );
+    assert_eq!(
+        get(&[
+            ("NCCL_P2P_LL_THRESHOLD", "16384"),
+            ("WEFT_P2P_LL_THRESHOLD", "0")
+        ])
+        .p2p_ll_threshold,
+        Some(0)
+    );
+    let err = CommOptions::from_lookup(|k: &str| {
+        (k == "NCCL_P2P_LL_THRESHOLD").then(|| "16k".to_string())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("NCCL_P2P_LL_THRESHOLD=\"16k\""), "{err}");
 }
 
 /// NCCL_PROTO=LL on a communicator whose connections are NET (no LL buffers) leaves the

@@ -26,6 +26,7 @@ use weft_core::abi::{
     STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
+use weft_core::fifo::ll::{LlGeometry, LlLine};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
 use weft_cuda::{Context, Device, DeviceBuffer, HostMapped, HostRegistration, IpcMapping, Stream};
@@ -35,6 +36,7 @@ use super::error::GpuError;
 use super::kernels::{Kernels, PeerSource};
 use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
 use super::peer::RegionPlan;
+use super::protocol::GpuProtocols;
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
@@ -381,6 +383,8 @@ pub struct GpuComm {
     algo: Option<GpuAlgo>,
     /// The peer-pointer algorithms' memory, when `algo` is one of them.
     peer: Option<PeerRegion>,
+    /// How calls choose LL or SIMPLE (every rank has the same, checked at init).
+    protocols: GpuProtocols,
 }
 
 /// Every rank's peer region ([`super::peer`]) as mapped here.
@@ -484,7 +488,21 @@ impl GpuComm {
                  (WEFT_BUFFSIZE / NCCL_BUFFSIZE holds 8 steps)"
             )));
         }
+        let protocols = GpuProtocols::from_options(opts);
+        protocols.validate().map_err(GpuError::InvalidArgument)?;
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
+        // Ranks that chose protocols differently would wait on each other's ends of a
+        // connection until the timeout: refuse at init instead.
+        let mine = protocols.encode();
+        let theirs = bootstrap.all_gather(&mine)?;
+        if let Some((q, other)) = theirs.iter().enumerate().find(|(_, o)| **o != mine) {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {q} runs with {}, this rank with {}: set NCCL_PROTO, NCCL_LL_BUFFSIZE and \
+                 NCCL_P2P_LL_THRESHOLD (or their WEFT_ names) alike on every rank",
+                GpuProtocols::describe(other),
+                GpuProtocols::describe(&mine)
+            )));
+        }
         let me = GpuPeer {
             host_hash: identity::host_hash(),
             pid: std::process::id(),
@@ -516,7 +534,13 @@ impl GpuComm {
             );
         }
         let via_host = unreachable || blocked.is_some();
-        let layout = Layout::new(rings, n, P2P_CHANNELS, step_bytes);
+        let layout = Layout::new(
+            rings,
+            n,
+            P2P_CHANNELS,
+            step_bytes,
+            protocols.ll_buffer_bytes(),
+        );
         let r = rank as u32;
         let bytes = layout.window_bytes(r);
 
@@ -637,18 +661,22 @@ impl GpuComm {
             direct,
             algo: opts.algo,
             peer,
+            protocols,
         };
-        comm.control = comm.build_control()?;
+        comm.control = comm.build_control(0)?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
         comm.bootstrap.barrier()?;
         // Every peer has mapped the SHM segment by now: its name can go.
         comm.window.unlink();
         log::info!(
-            "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via {}, {} KiB FIFO steps",
+            "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via {}, {} KiB FIFO \
+             steps, {} KiB LL buffers, NCCL_PROTO={}",
             me.bus_id,
             comm.layout.nchannels(),
             comm.transport_name(),
-            step_bytes / 1024
+            step_bytes / 1024,
+            protocols.ll_buffer_bytes() / 1024,
+            protocols.enable
         );
         Ok(comm)
     }
@@ -693,6 +721,10 @@ impl GpuComm {
         buffs[Protocol::Simple.index()] = slot + FIFO_OFFSET as u64;
         sizes[Protocol::Simple.index()] =
             u32::try_from(self.layout.fifo_bytes()).unwrap_or(u32::MAX);
+        if self.layout.ll_bytes() > 0 {
+            buffs[Protocol::Ll.index()] = slot + self.layout.ll_offset() as u64;
+            sizes[Protocol::Ll.index()] = u32::try_from(self.layout.ll_bytes()).unwrap_or(0);
+        }
         Ok(ConnInfo {
             buffs,
             buff_sizes: sizes,
@@ -712,8 +744,9 @@ impl GpuComm {
         })
     }
 
-    /// Writes `DevComm`, the channels, their peers and rings into device memory.
-    fn build_control(&self) -> Result<DeviceBuffer, GpuError> {
+    /// Writes `DevComm`, the channels, their peers and rings into device memory, every
+    /// connection at FIFO step `first_step` (0 on a fresh communicator).
+    fn build_control(&self, first_step: u64) -> Result<DeviceBuffer, GpuError> {
         let nch = self.layout.nchannels() as usize;
         let n = self.nranks;
         let channels_at = 64usize;
@@ -767,6 +800,7 @@ impl GpuComm {
                         from: r,
                         to: q,
                     })?;
+                    peer.send.step = first_step;
                 }
                 if self.layout.connected(c32, q, r) {
                     peer.recv = self.conn_info(Edge {
@@ -774,6 +808,7 @@ impl GpuComm {
                         from: q,
                         to: r,
                     })?;
+                    peer.recv.step = first_step;
                 }
                 let at = peers_at + (c * n + q as usize) * size_of::<ChannelPeer>();
                 bytes[at..at + size_of::<ChannelPeer>()].copy_from_slice(peer.as_bytes());
@@ -781,6 +816,29 @@ impl GpuComm {
         }
         buf.copy_from_host(&bytes)?;
         Ok(buf)
+    }
+
+    /// Tests only: restarts every connection at FIFO step `step`, as if that many steps had
+    /// gone through each: heads and tails at `step`, the kernels' step counters at `step`,
+    /// every LL line flagged as written at `step - 1` (`LlGeometry::initial_flag`, zero data),
+    /// direct-write counts at 0. A GPU test can then cross the LL flag's 32-bit wrap and its
+    /// cleaning steps without running 2^31 steps first. Collective: every rank calls it with
+    /// the same step and nothing in flight; P2P windows only (device memory).
+    #[doc(hidden)]
+    pub fn restart_steps_for_test(&mut self, step: u64) -> Result<(), GpuError> {
+        self.ctx.synchronize()?;
+        self.bootstrap.barrier()?;
+        let Window::Device(buf) = &self.window else {
+            return Err(GpuError::InvalidArgument(
+                "restart_steps_for_test: SHM windows are not supported".into(),
+            ));
+        };
+        let line = LlLine::pack(0, LlGeometry::nccl(2).map_or(0, |g| g.initial_flag(step)));
+        let image = self.layout.restart_image(self.rank as u32, step, line);
+        buf.copy_from_host(&image)?;
+        self.control = self.build_control(step)?;
+        self.bootstrap.barrier()?;
+        Ok(())
     }
 
     pub fn rank(&self) -> usize {
@@ -959,6 +1017,45 @@ impl GpuComm {
         )))
     }
 
+    /// The protocol a call of `collective` on `count` elements of `dtype` runs (LL or
+    /// SIMPLE; see [`super::protocol`]), the same on every rank; an error when the protocol
+    /// settings leave none the kernels can run.
+    pub fn protocol_for(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<Protocol, GpuError> {
+        // NCCL's nBytes: the whole output of an all-gather, the whole input of a
+        // reduce-scatter (count is per rank for both).
+        let per_rank = match collective {
+            Collective::AllGather | Collective::ReduceScatter => self.nranks,
+            _ => 1,
+        };
+        let bytes = count
+            .saturating_mul(dtype.size_of_elem())
+            .saturating_mul(per_rank);
+        self.protocols
+            .choose(
+                collective,
+                u64::try_from(bytes).unwrap_or(u64::MAX),
+                self.nranks,
+                self.layout.nchannels(),
+            )
+            .map_err(GpuError::InvalidArgument)
+    }
+
+    /// The protocol settings every call chooses from (the same on every rank).
+    pub fn protocols(&self) -> GpuProtocols {
+        self.protocols
+    }
+
+    /// The protocol a send or receive of `bytes` runs (both ends compute the same).
+    pub fn p2p_protocol_for(&self, bytes: usize) -> Protocol {
+        self.protocols
+            .p2p(bytes, p2p_channels_for(bytes, self.layout.p2p_channels()))
+    }
+
     /// Enqueues `collective` on `stream`: `count` elements as in NCCL's API (per rank for
     /// reduce-scatter and all-gather), from device memory `send` to device memory `recv`
     /// (equal for in place; in-place all-gather and reduce-scatter use NCCL's layout).
@@ -991,11 +1088,22 @@ impl GpuComm {
             return Ok(());
         }
         let esize = dtype.size_of_elem();
-        let sizing = ChunkSizing::new(collective, self.layout.fifo_bytes(), esize)
-            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        let protocol = self.protocol_for(collective, count, dtype)?;
+        let sizing = match protocol {
+            // NCCL's LL ring: one step's payload per chunk and slice.
+            Protocol::Ll => ChunkSizing::one_step(self.protocols.ll_step_data_bytes(), esize),
+            _ => ChunkSizing::new(collective, self.layout.fifo_bytes(), esize),
+        }
+        .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        // LL moves twice the bytes and NCCL counts its traffic 4 times
+        // (`trafficPerByte *= 4` in enqueue.cc): it spreads over more channels sooner.
+        let traffic_count = match protocol {
+            Protocol::Ll => count.saturating_mul(4),
+            _ => count,
+        };
         let nchannels = channels_for(
             collective,
-            count,
+            traffic_count,
             esize,
             self.nranks,
             self.layout.nchannels(),
@@ -1042,14 +1150,16 @@ impl GpuComm {
             dtype: dtype as u32,
             redop: op as u32,
             algorithm: Algorithm::Ring as u32,
-            protocol: Protocol::Simple as u32,
+            protocol: protocol as u32,
             channel_lo: 0,
             channel_count: nchannels,
             slice_steps: 1,
             chunk_steps: u32::try_from(sizing.chunk_steps()).unwrap_or(u32::MAX),
-            // The kernel uses it on connections flagged CONN_DIRECT_WRITE only.
+            // The kernel uses it on connections flagged CONN_DIRECT_WRITE only; LL lines
+            // always go through the connection's buffer.
             direct: u32::from(
                 self.direct
+                    && protocol == Protocol::Simple
                     && matches!(
                         coll,
                         CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
@@ -1074,7 +1184,7 @@ impl GpuComm {
         // points to; the buffers are the caller's promise; the control block and windows
         // live as long as `self`, which synchronizes before freeing them.
         unsafe {
-            kernels.ring(op).launch(
+            kernels.ring(op, protocol).launch(
                 (nchannels, 1, 1),
                 (kernels.threads(), 1, 1),
                 0,
@@ -1212,6 +1322,8 @@ impl GpuComm {
                 send: u32::from(send),
                 block_lo: blocks,
                 nchannels: nch,
+                protocol: self.protocols.p2p(bytes, nch) as u32,
+                reserved: 0,
             };
             launch.nops += 1;
             blocks += nch;

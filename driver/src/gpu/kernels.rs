@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_cuda::{CompileOptions, Context, Function, Module};
 
 use super::error::GpuError;
@@ -21,14 +21,19 @@ use super::error::GpuError;
 pub struct TypeKernels {
     /// Indexed by `RedOp as usize`.
     ring: Vec<Function>,
+    /// The LL ring kernels, indexed by `RedOp as usize`.
+    ring_ll: Vec<Function>,
     p2p: Function,
     threads: u32,
 }
 
 impl TypeKernels {
-    /// The ring kernel for `op`.
-    pub fn ring(&self, op: RedOp) -> &Function {
-        &self.ring[op as usize]
+    /// The ring kernel for `op` under `protocol` (LL, or SIMPLE for anything else).
+    pub fn ring(&self, op: RedOp, protocol: Protocol) -> &Function {
+        match protocol {
+            Protocol::Ll => &self.ring_ll[op as usize],
+            _ => &self.ring[op as usize],
+        }
     }
 
     /// The point-to-point kernel.
@@ -224,10 +229,20 @@ impl Kernels {
             .iter()
             .map(|op| module.function(weft_kernels::ring_entry(*op)))
             .collect::<Result<Vec<Function>, _>>()?;
+        let ring_ll = RedOp::ALL
+            .iter()
+            .map(|op| module.function(weft_kernels::ring_ll_entry(*op)))
+            .collect::<Result<Vec<Function>, _>>()?;
         let p2p = module.function(weft_kernels::P2P_ENTRY)?;
         self.check_threads(&ring, threads)?;
+        self.check_threads(&ring_ll, threads)?;
         self.check_threads(std::slice::from_ref(&p2p), threads)?;
-        let kernels = Arc::new(TypeKernels { ring, p2p, threads });
+        let kernels = Arc::new(TypeKernels {
+            ring,
+            ring_ll,
+            p2p,
+            threads,
+        });
         if let Some(slot) = loaded.get_mut(dtype as usize) {
             *slot = Some(kernels.clone());
         }

@@ -4,8 +4,9 @@
 //! ranks of its host (an IPC handle, or the pointer itself within one process). A
 //! connection `a -> b` on channel `c` keeps, as NCCL's P2P transport in write mode:
 //!
-//! - in the receiver `b`'s window, a *receive slot*: the tail counter (slots `a` posted) and
-//!   the FIFO of `STEPS` slots of `step_bytes`, which `a` writes over NVLink;
+//! - in the receiver `b`'s window, a *receive slot*: the tail counter (slots `a` posted), the
+//!   FIFO of `STEPS` slots of `step_bytes`, which `a` writes over NVLink, and after it the LL
+//!   buffer of `ll_bytes` (8 slots of flagged lines, no tail: `weft_core::fifo::ll`);
 //! - in the sender `a`'s window, the head counter (slots `b` freed), which `b` writes, and
 //!   [`EXCHANGE_OFFSET`] bytes after it the `weft_ptr_exchange` where `b` publishes its
 //!   output buffer for direct writes (ranks of one process).
@@ -48,13 +49,14 @@ pub struct Layout {
     nranks: u32,
     p2p_channels: u32,
     step_bytes: usize,
+    ll_bytes: usize,
 }
 
 /// The addresses one connection end uses, as offsets into two windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EdgePlace {
-    /// Offset of the receive slot (tail at +0, FIFO at +[`FIFO_OFFSET`]) in the receiver's
-    /// window.
+    /// Offset of the receive slot (tail at +0, FIFO at +[`FIFO_OFFSET`], LL buffer at
+    /// +[`Layout::ll_offset`]) in the receiver's window.
     pub slot: usize,
     /// Offset of the head counter in the sender's window.
     pub head: usize,
@@ -62,15 +64,34 @@ pub struct EdgePlace {
 
 impl Layout {
     /// `rings`: one ring per channel (each a permutation of `0..nranks`); `p2p_channels`:
-    /// channels that connect every pair (at most the number of rings).
-    pub fn new(rings: Vec<Vec<u32>>, nranks: u32, p2p_channels: u32, step_bytes: usize) -> Self {
+    /// channels that connect every pair (at most the number of rings); `step_bytes`: a
+    /// SIMPLE FIFO step; `ll_bytes`: each connection's LL buffer (0: none).
+    pub fn new(
+        rings: Vec<Vec<u32>>,
+        nranks: u32,
+        p2p_channels: u32,
+        step_bytes: usize,
+        ll_bytes: usize,
+    ) -> Self {
         let p2p_channels = p2p_channels.min(u32::try_from(rings.len()).unwrap_or(u32::MAX));
         Layout {
             rings,
             nranks,
             p2p_channels,
             step_bytes,
+            ll_bytes,
         }
+    }
+
+    /// Bytes of each connection's LL buffer (0: none).
+    pub fn ll_bytes(&self) -> usize {
+        self.ll_bytes
+    }
+
+    /// Bytes from a receive slot's start to its LL buffer: after the SIMPLE FIFO, on a page
+    /// of its own (the kernels need 16-byte alignment for their line pairs).
+    pub fn ll_offset(&self) -> usize {
+        (FIFO_OFFSET + self.fifo_bytes()).next_multiple_of(FIFO_OFFSET)
     }
 
     pub fn nchannels(&self) -> u32 {
@@ -148,7 +169,7 @@ impl Layout {
     }
 
     fn slot_stride(&self) -> usize {
-        (FIFO_OFFSET + self.fifo_bytes()).next_multiple_of(FIFO_OFFSET)
+        (self.ll_offset() + self.ll_bytes).next_multiple_of(FIFO_OFFSET)
     }
 
     /// Where the receive slots of `rank`'s window start (after its head counters).
@@ -159,6 +180,34 @@ impl Layout {
     /// Bytes of `rank`'s window.
     pub fn window_bytes(&self, rank: u32) -> usize {
         self.slots_start(rank) + self.into_rank(rank).count() * self.slot_stride()
+    }
+
+    /// `rank`'s window as it would be after `step` steps through every connection with
+    /// nothing in flight (tests: `GpuComm::restart_steps_for_test`): each head it holds and
+    /// each tail at `step`, each LL line the word `ll_line` (a line flagged as written at
+    /// `step - 1`), everything else zero.
+    pub fn restart_image(&self, rank: u32, step: u64, ll_line: u64) -> Vec<u8> {
+        let mut image = vec![0u8; self.window_bytes(rank)];
+        let mut put = |at: usize, word: u64| {
+            if let Some(b) = image.get_mut(at..at + 8) {
+                b.copy_from_slice(&word.to_ne_bytes());
+            }
+        };
+        for edge in self.out_of_rank(rank) {
+            if let Some(place) = self.place(edge) {
+                put(place.head, step);
+            }
+        }
+        for edge in self.into_rank(rank) {
+            if let Some(place) = self.place(edge) {
+                put(place.slot, step);
+                let ll = place.slot + self.ll_offset();
+                for at in (ll..ll + self.ll_bytes).step_by(8) {
+                    put(at, ll_line);
+                }
+            }
+        }
+        image
     }
 
     /// Where `edge` lives, or `None` if it is not a connection.
@@ -185,11 +234,13 @@ mod test {
 
     #[test]
     fn two_ranks_have_one_connection_each_way_per_channel() {
-        let l = Layout::new(plain(24, 2), 2, 4, 512 << 10);
+        let l = Layout::new(plain(24, 2), 2, 4, 512 << 10, 512 << 10);
         assert_eq!(l.into_rank(0).count(), 24);
         assert_eq!(l.out_of_rank(1).count(), 24);
-        // 24 heads fit in one 4 KiB page; 24 slots of 4 KiB + 4 MiB.
-        assert_eq!(l.window_bytes(0), 4096 + 24 * (4096 + (4 << 20)));
+        // 24 heads fit in one 4 KiB page; 24 slots of 4 KiB + 4 MiB + 512 KiB of LL lines.
+        let slot = 4096 + (4 << 20) + (512 << 10);
+        assert_eq!(l.window_bytes(0), 4096 + 24 * slot);
+        assert_eq!(l.ll_offset(), 4096 + (4 << 20));
         let p = l
             .place(Edge {
                 channel: 3,
@@ -200,7 +251,7 @@ mod test {
         assert_eq!(
             p,
             EdgePlace {
-                slot: 4096 + 3 * (4096 + (4 << 20)),
+                slot: 4096 + 3 * slot,
                 head: 3 * HEAD_STRIDE
             }
         );
@@ -225,7 +276,11 @@ mod test {
     #[test]
     fn places_never_overlap_and_fit_their_windows() {
         let rings: Vec<Vec<u32>> = vec![vec![0, 1, 2, 3], vec![0, 2, 1, 3], vec![3, 2, 1, 0]];
-        let l = Layout::new(rings, 4, 2, 8192);
+        // An LL buffer that is not a whole number of pages: the next slot still starts on one.
+        let l = Layout::new(rings, 4, 2, 8192, 8 * 16 * 33);
+        let used = l.ll_offset() + l.ll_bytes();
+        assert!(l.ll_offset() >= FIFO_OFFSET + l.fifo_bytes());
+        assert!(l.ll_offset().is_multiple_of(16));
         for rank in 0..4 {
             let mut slots: Vec<usize> = l
                 .into_rank(rank)
@@ -238,13 +293,14 @@ mod test {
             slots.sort_unstable();
             heads.sort_unstable();
             for w in slots.windows(2) {
-                assert!(w[1] - w[0] >= FIFO_OFFSET + l.fifo_bytes());
+                assert!(w[1] - w[0] >= used, "slots overlap");
+                assert!(w[1].is_multiple_of(FIFO_OFFSET));
             }
             for w in heads.windows(2) {
                 assert!(w[1] - w[0] >= HEAD_STRIDE);
             }
             let last = *slots.last().unwrap();
-            assert!(last + FIFO_OFFSET + l.fifo_bytes() <= l.window_bytes(rank));
+            assert!(last + used <= l.window_bytes(rank));
             assert!(
                 heads.last().unwrap() + HEAD_STRIDE <= slots[0],
                 "heads run into the slots"
@@ -257,12 +313,45 @@ mod test {
     }
 
     #[test]
+    fn a_restart_image_sets_counters_and_lines_and_nothing_else() {
+        let rings = vec![vec![0, 1, 2], vec![2, 1, 0]];
+        let l = Layout::new(rings, 3, 1, 4096, 8 * 16 * 4);
+        let (step, line) = (0xffff_ffe0u64, 0xffff_ffe0_0000_0000u64);
+        let word = |img: &[u8], at: usize| u64::from_ne_bytes(img[at..at + 8].try_into().unwrap());
+        for rank in 0..3 {
+            let img = l.restart_image(rank, step, line);
+            assert_eq!(img.len(), l.window_bytes(rank));
+            let mut expect = 0usize;
+            for e in l.out_of_rank(rank) {
+                assert_eq!(word(&img, l.place(e).unwrap().head), step);
+                expect += 8;
+            }
+            for e in l.into_rank(rank) {
+                let slot = l.place(e).unwrap().slot;
+                assert_eq!(word(&img, slot), step);
+                // The SIMPLE FIFO stays zero; every LL line is the word given.
+                assert_eq!(word(&img, slot + FIFO_OFFSET), 0);
+                for k in 0..l.ll_bytes() / 8 {
+                    assert_eq!(word(&img, slot + l.ll_offset() + 8 * k), line);
+                }
+                expect += 8 + l.ll_bytes();
+            }
+            // Nothing else was written: the non-zero bytes are exactly those.
+            let nonzero_words = img
+                .chunks_exact(8)
+                .filter(|w| w.iter().any(|b| *b != 0))
+                .count();
+            assert_eq!(nonzero_words * 8, expect, "rank {rank}");
+        }
+    }
+
+    #[test]
     fn every_side_computes_the_same_place() {
         // The sender's and the receiver's view of an edge come from the same function of
         // the rings; both must agree whichever rank computes it.
         let rings = vec![vec![1, 0, 2], vec![2, 1, 0]];
-        let a = Layout::new(rings.clone(), 3, 1, 4096);
-        let b = Layout::new(rings, 3, 1, 4096);
+        let a = Layout::new(rings.clone(), 3, 1, 4096, 512 << 10);
+        let b = Layout::new(rings, 3, 1, 4096, 512 << 10);
         for from in 0..3 {
             for to in 0..3 {
                 for channel in 0..2 {

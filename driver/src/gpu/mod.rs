@@ -3,9 +3,11 @@
 //! - [`comm`]: [`GpuComm`], one rank on one GPU: init (bootstrap, peers, P2P windows, the
 //!   device-side channel description), collectives and send/recv groups enqueued on the
 //!   caller's stream, timeouts and aborts that name the peer.
-//! - [`layout`]: where each connection's FIFO and counters live in the ranks' windows.
+//! - [`layout`]: where each connection's FIFO, LL buffer and counters live in the ranks'
+//!   windows.
 //! - [`peer`]: the memory of the peer-pointer algorithms (one-shot, two-shot, NVLS in its
 //!   unicast form), set by `WEFT_ALGO`.
+//! - [`protocol`]: which protocol (LL or SIMPLE) a call runs, alike on every rank.
 //! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
 //! - [`error`]: [`GpuError`].
 //!
@@ -17,6 +19,7 @@ pub mod error;
 pub mod kernels;
 pub mod layout;
 pub mod peer;
+pub mod protocol;
 
 pub use comm::{GpuComm, GpuP2p};
 pub use error::GpuError;

@@ -955,6 +955,20 @@ fn run_rank(
             },
             step_bytes / 1024
         );
+        if let Backend::Cuda(g) = &r.backend {
+            // Which protocols the sizes below may run: LL only where a setting asked for it
+            // (the GPU's LL kernels are opt-in until verified on a GPU, docs/gpu.md).
+            let p = g.comm.protocols();
+            let _ = writeln!(
+                out,
+                "#  protocols: {} (NCCL_PROTO {}), {} KiB LL buffers, send/recv LL {}",
+                p.available(),
+                p.enable,
+                p.ll_buffer_bytes() / 1024,
+                p.p2p_ll_threshold
+                    .map_or("never".to_string(), |t| format!("up to {t} B per channel"))
+            );
+        }
         let _ = writeln!(out, "#");
         let _ = writeln!(
             out,

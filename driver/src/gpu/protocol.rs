@@ -1,0 +1,307 @@
+//! Which protocol a GPU call runs, LL or SIMPLE, decided alike on every rank.
+//!
+//! Collectives: `weft_core::tune`'s model of NCCL's ring on NVLink ([`TuningModel::nvlink`])
+//! over the protocols `NCCL_PROTO` / `WEFT_PROTO` enable for the collective, as NCCL's tuner
+//! picks. Send/receive: NCCL's rule (`enqueue.cc`), LL when the message is at most
+//! `NCCL_P2P_LL_THRESHOLD` bytes per channel it uses.
+//!
+//! **LL is opt-in until it has run on a GPU.** The LL kernels (`kernels/cuda/ll.cuh`) are
+//! compiled and their arithmetic is checked against `weft_core::fifo::ll` in CI, but no GPU
+//! has executed them yet. So without a protocol setting, every call runs SIMPLE, the
+//! protocol the GPU tests have verified: the model is offered LL only when `NCCL_PROTO` /
+//! `WEFT_PROTO` (`CommOptions::protocols`) is set to something other than its default (every
+//! protocol), and send/receive use LL only when `NCCL_P2P_LL_THRESHOLD` /
+//! `WEFT_P2P_LL_THRESHOLD` is set (NCCL's default, 16 KiB, is
+//! [`NCCL_P2P_LL_THRESHOLD`]). Once the GPU tests have passed with LL forced, these two
+//! gates are what to remove.
+//!
+//! Every rank must choose alike, or the two ends of a connection run different protocols
+//! and wait on each other until the timeout: the choice depends only on the call, the rank
+//! and channel counts and these settings, which [`GpuProtocols::encode`] lets the
+//! communicator compare across ranks at init.
+
+use weft_core::abi::Protocol;
+use weft_core::fifo::NCCL_STEPS;
+use weft_core::fifo::ll::{LL_DATA_BYTES, LL_LINE_BYTES, LlGeometry, NCCL_LL_LINES_PER_STEP};
+use weft_core::sched::Collective;
+use weft_core::tune::{ProtocolEnable, ProtocolSet, TuningModel};
+
+use crate::comm::CommOptions;
+
+/// NCCL's default `NCCL_P2P_LL_THRESHOLD`: send/receive go LL up to this many bytes per
+/// channel (NCCL `src/enqueue.cc`, `ncclParamP2pLLThreshold`).
+pub const NCCL_P2P_LL_THRESHOLD: usize = 16384;
+
+/// The protocol settings of a GPU communicator: the same on every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuProtocols {
+    /// `NCCL_PROTO` / `WEFT_PROTO`, per collective.
+    pub enable: ProtocolEnable,
+    /// 8-byte lines per LL step of every connection (0: no LL buffers, LL never runs).
+    pub ll_lines: usize,
+    /// Send/receive go LL up to this many bytes per channel; `None`: never (the default,
+    /// see the module documentation).
+    pub p2p_ll_threshold: Option<usize>,
+}
+
+impl GpuProtocols {
+    /// The settings `opts` asks for: its protocols, its LL buffer (`NCCL_LL_BUFFSIZE`; NCCL's
+    /// 512 KiB by default) and its send/receive threshold.
+    pub fn from_options(opts: &CommOptions) -> Self {
+        GpuProtocols {
+            enable: opts.protocols,
+            ll_lines: opts.ll_lines.unwrap_or(NCCL_LL_LINES_PER_STEP),
+            p2p_ll_threshold: opts.p2p_ll_threshold,
+        }
+    }
+
+    /// Bytes of each connection's LL buffer (8 steps of lines), 0 for none.
+    pub fn ll_buffer_bytes(&self) -> usize {
+        self.ll_lines
+            .saturating_mul(LL_LINE_BYTES)
+            .saturating_mul(NCCL_STEPS)
+    }
+
+    /// Payload bytes of one LL step.
+    pub fn ll_step_data_bytes(&self) -> usize {
+        self.ll_lines.saturating_mul(LL_DATA_BYTES)
+    }
+
+    /// Checks that the LL buffer is one the kernels can cut: 8 slots of whole line pairs.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ll_lines == 0 {
+            return Ok(());
+        }
+        LlGeometry::for_buffer(self.ll_buffer_bytes())
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "an LL buffer of {} lines per step: {e}; set NCCL_LL_BUFFSIZE to a multiple \
+                     of 2048 (8 steps of 128 lines), or 0 for none",
+                    self.ll_lines
+                )
+            })
+    }
+
+    /// The protocols the kernels may run here for an automatic choice (see the module
+    /// documentation: LL only once a protocol setting asked for it).
+    pub fn available(&self) -> ProtocolSet {
+        let simple = ProtocolSet::of(&[Protocol::Simple]);
+        if self.ll_lines > 0 && self.enable != ProtocolEnable::default() {
+            simple.with(Protocol::Ll)
+        } else {
+            simple
+        }
+    }
+
+    /// The protocol of `collective` moving `bytes` (NCCL's `nBytes`: the whole output of an
+    /// all-gather, the whole input of a reduce-scatter) over `nranks` ranks and a
+    /// communicator of `nchannels` channels; an error naming the setting when it leaves
+    /// nothing the kernels run.
+    pub fn choose(
+        &self,
+        collective: Collective,
+        bytes: u64,
+        nranks: usize,
+        nchannels: u32,
+    ) -> Result<Protocol, String> {
+        let enabled = self.enable.for_collective(collective);
+        let available = self.available();
+        TuningModel::nvlink(nchannels)
+            .choose(
+                collective,
+                bytes,
+                nranks,
+                enabled.intersect(available),
+                ProtocolSet::NONE,
+            )
+            .map(|c| c.protocol)
+            .ok_or_else(|| {
+                format!(
+                    "NCCL_PROTO enables {enabled} for {}, but the GPU kernels can run {available} \
+                     on this communicator (LL needs an LL buffer, NCCL_LL_BUFFSIZE not 0; LL128 \
+                     is not implemented): enable Simple",
+                    collective.name()
+                )
+            })
+    }
+
+    /// The protocol of a send or receive of `bytes` spread over `nchannels` channels: LL up
+    /// to the threshold per channel (NCCL: `bytes <= nChannels * NCCL_P2P_LL_THRESHOLD`).
+    /// Both ends compute it from the same byte count.
+    pub fn p2p(&self, bytes: usize, nchannels: u32) -> Protocol {
+        let ll = self.ll_lines > 0
+            && self.p2p_ll_threshold.is_some_and(|t| {
+                bytes <= t.saturating_mul(usize::try_from(nchannels).unwrap_or(usize::MAX))
+            });
+        if ll { Protocol::Ll } else { Protocol::Simple }
+    }
+
+    /// The settings as bytes, for comparing across ranks.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(18);
+        out.extend_from_slice(&self.enable.to_bits().to_be_bytes());
+        out.extend_from_slice(&(self.ll_lines as u64).to_be_bytes());
+        let threshold = self.p2p_ll_threshold.map_or(u64::MAX, |t| t as u64);
+        out.extend_from_slice(&threshold.to_be_bytes());
+        out
+    }
+
+    /// What another rank's [`GpuProtocols::encode`] says, for an error message.
+    pub fn describe(bytes: &[u8]) -> String {
+        let Some(enable) = bytes.get(0..2).and_then(|b| b.try_into().ok()) else {
+            return "a malformed record".to_string();
+        };
+        let word = |at: usize| {
+            bytes
+                .get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_be_bytes)
+        };
+        let threshold = match word(10) {
+            u64::MAX => "unset".to_string(),
+            t => t.to_string(),
+        };
+        format!(
+            "NCCL_PROTO={}, {} LL lines per step, NCCL_P2P_LL_THRESHOLD {threshold}",
+            ProtocolEnable::from_bits(u16::from_be_bytes(enable)),
+            word(2)
+        )
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn with(proto: &str, threshold: Option<usize>) -> GpuProtocols {
+        GpuProtocols {
+            enable: ProtocolEnable::parse(proto).unwrap(),
+            ll_lines: NCCL_LL_LINES_PER_STEP,
+            p2p_ll_threshold: threshold,
+        }
+    }
+
+    const ALL: [Collective; 5] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: 1 },
+        Collective::Reduce { root: 0 },
+    ];
+
+    #[test]
+    fn without_a_setting_every_call_runs_simple() {
+        let p = GpuProtocols::from_options(&CommOptions::default());
+        assert_eq!(p.ll_lines, NCCL_LL_LINES_PER_STEP);
+        assert_eq!(p.ll_buffer_bytes(), 512 << 10);
+        assert_eq!(p.ll_step_data_bytes(), 32 << 10);
+        assert_eq!(p.validate(), Ok(()));
+        for c in ALL {
+            for bytes in [1u64, 8, 4096, 1 << 20, 1 << 30] {
+                assert_eq!(
+                    p.choose(c, bytes, 2, 24),
+                    Ok(Protocol::Simple),
+                    "{c:?} {bytes}"
+                );
+            }
+        }
+        assert_eq!(p.p2p(8, 1), Protocol::Simple);
+        // The default spelled out is still the default.
+        assert_eq!(with("LL,LL128,Simple", None).available(), p.available());
+    }
+
+    #[test]
+    fn nccl_proto_ll_forces_ll_and_a_list_lets_the_model_choose() {
+        let ll = with("LL", None);
+        for c in ALL {
+            assert_eq!(ll.choose(c, 1 << 30, 4, 24), Ok(Protocol::Ll), "{c:?}");
+        }
+        let both = with("LL,Simple", None);
+        assert_eq!(
+            both.choose(Collective::AllReduce, 8, 2, 24),
+            Ok(Protocol::Ll)
+        );
+        assert_eq!(
+            both.choose(Collective::AllReduce, 64 << 20, 2, 24),
+            Ok(Protocol::Simple)
+        );
+        // Per collective, as NCCL parses it.
+        let mixed = with("Simple;allgather:LL", None);
+        assert_eq!(
+            mixed.choose(Collective::AllGather, 1 << 20, 2, 8),
+            Ok(Protocol::Ll)
+        );
+        assert_eq!(
+            mixed.choose(Collective::AllReduce, 8, 2, 8),
+            Ok(Protocol::Simple)
+        );
+        // No LL buffer: NCCL_PROTO=LL has nothing to run, and says so.
+        let none = GpuProtocols { ll_lines: 0, ..ll };
+        let err = none
+            .choose(Collective::Broadcast { root: 0 }, 8, 2, 8)
+            .unwrap_err();
+        assert!(err.contains("NCCL_PROTO enables LL for Broadcast"), "{err}");
+        assert!(err.contains("can run Simple"), "{err}");
+        let err = with("LL128", None)
+            .choose(Collective::AllReduce, 8, 2, 8)
+            .unwrap_err();
+        assert!(err.contains("LL128 is not implemented"), "{err}");
+    }
+
+    /// What driver/tests/gpu.rs relies on under `NCCL_PROTO=LL,Simple`: all-reduces up to
+    /// 262 KB run LL and from 16 MB SIMPLE, on 2 to 8 GPUs with 16 or 24 channels.
+    #[test]
+    fn the_gpu_tests_sizes_fall_on_both_sides_of_the_crossover() {
+        let both = with("LL,Simple", None);
+        for nranks in 2..=8 {
+            for nchannels in [16, 24] {
+                for bytes in [4u64, 12_000, 262_156] {
+                    assert_eq!(
+                        both.choose(Collective::AllReduce, bytes, nranks, nchannels),
+                        Ok(Protocol::Ll),
+                        "{bytes} B on {nranks} x {nchannels}"
+                    );
+                }
+                for bytes in [16_000_012u64, 32_000_004] {
+                    assert_eq!(
+                        both.choose(Collective::AllReduce, bytes, nranks, nchannels),
+                        Ok(Protocol::Simple),
+                        "{bytes} B on {nranks} x {nchannels}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn send_recv_follow_nccls_threshold_once_it_is_set() {
+        let p = with("", Some(NCCL_P2P_LL_THRESHOLD));
+        assert_eq!(p.p2p(16384, 1), Protocol::Ll);
+        assert_eq!(p.p2p(16385, 1), Protocol::Simple);
+        assert_eq!(p.p2p(4 * 16384, 4), Protocol::Ll);
+        let forced = with("", Some(usize::MAX));
+        assert_eq!(forced.p2p(40_000_001, 4), Protocol::Ll);
+        let no_buffer = GpuProtocols {
+            ll_lines: 0,
+            ..forced
+        };
+        assert_eq!(no_buffer.p2p(8, 1), Protocol::Simple);
+    }
+
+    #[test]
+    fn records_differ_when_settings_do_and_describe_them() {
+        let a = with("LL", Some(4096));
+        let b = with("LL", None);
+        assert_ne!(a.encode(), b.encode());
+        assert_eq!(a.encode(), with("ll", Some(4096)).encode());
+        assert_eq!(
+            GpuProtocols::describe(&a.encode()),
+            "NCCL_PROTO=LL, 8192 LL lines per step, NCCL_P2P_LL_THRESHOLD 4096"
+        );
+        assert!(GpuProtocols::describe(&b.encode()).ends_with("NCCL_P2P_LL_THRESHOLD unset"));
+        assert_eq!(GpuProtocols::describe(&[1]), "a malformed record");
+        let odd = GpuProtocols { ll_lines: 3, ..a };
+        assert!(odd.validate().unwrap_err().contains("NCCL_LL_BUFFSIZE"));
+    }
+}
