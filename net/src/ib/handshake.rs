@@ -618,7 +618,8 @@ fn step_connect(
                         NetError::new(
                             NetErrorKind::PeerClosed,
                             "the listener closed the verbs handshake instead of answering: it \
-                             could not set up its side (its log says why)",
+                             could not set up its side, or refused this connector's nonce (a \
+                             stale handle from an earlier listen); its log says which",
                         )
                         .peer(peer)
                         .hint(
