@@ -156,7 +156,10 @@ pub(super) unsafe fn isend(
         match posted {
             Ok(Some(req)) => partial.reqs[r] = Some(req),
             Ok(None) => {
-                comm.partial = Some(partial);
+                // Nothing posted on any rail: nothing to finish later either.
+                if partial.reqs.iter().any(Option::is_some) {
+                    comm.partial = Some(partial);
+                }
                 return Ok(None);
             }
             Err(e) => return Err(e),
@@ -221,7 +224,10 @@ pub(super) unsafe fn irecv(
         match unsafe { backends.irecv(rail, &parts) } {
             Ok(Some(req)) => partial.reqs[r] = Some(req),
             Ok(None) => {
-                comm.partial = Some(partial);
+                // Nothing posted on any rail: nothing to finish later either.
+                if partial.reqs.iter().any(Option::is_some) {
+                    comm.partial = Some(partial);
+                }
                 return Ok(None);
             }
             Err(e) => return Err(e),

@@ -284,6 +284,31 @@ impl MeshNet {
         Ok(net)
     }
 
+    /// One line for logs: the addresses, the transport, the rails, and the backends'
+    /// settings that apply to rails.
+    pub fn describe(&self) -> String {
+        let nics: Vec<String> = self.nics.iter().map(|n| self.describe_nic(n)).collect();
+        let socket = self.socket.config();
+        let mut line = format!(
+            "[{}], WEFT_MESH_TRANSPORT {:?}, up to {} rails per connection; socket rails: {} \
+             threads x {} sockets per connection",
+            nics.join(", "),
+            self.config.transport,
+            self.config.max_rails,
+            socket.threads,
+            socket.sockets_per_thread
+        );
+        if let Some(ib) = &self.ib {
+            let c = ib.config();
+            line.push_str(&format!(
+                "; verbs rails: {} QP(s) per connection, connect timeout {} s",
+                c.qps_per_connection,
+                c.connect_timeout.as_secs()
+            ));
+        }
+        line
+    }
+
     fn describe_nic(&self, n: &MeshNic) -> String {
         match n.port.and_then(|p| self.ports.get(p)) {
             Some(p) => format!("{}/{} ({})", n.addr, n.prefix_len, p.describe()),
@@ -354,7 +379,10 @@ impl Net for MeshNet {
             // A registration is made on the rails of one comm (their ports, their PDs): a
             // comm to another peer may take other NICs.
             reg_is_global: false,
-            speed_mbps: self.nics.iter().map(|n| n.speed_mbps).max().unwrap_or(0),
+            // NCCL's default for a NIC that reports no speed (virtual ones): 10 Gb/s.
+            speed_mbps: Some(self.nics.iter().map(|n| n.speed_mbps).max().unwrap_or(0))
+                .filter(|&s| s > 0)
+                .unwrap_or(10_000),
             port: 1,
             latency_us: 0.0,
             max_comms: 65_536,
