@@ -28,6 +28,7 @@ tests=(
     "fault-wrong-gid|2|300|FAULT=wrong-gid sh tests/vm/faults.sh"
     "fault-stray|2|300|FAULT=stray sh tests/vm/faults.sh"
     "fault-no-subnet|3|300|FAULT=no-subnet sh tests/vm/faults.sh"
+    "fault-stale-nonce|2|300|FAULT=stale-nonce sh tests/vm/faults.sh"
 )
 
 echo "== building what the VMs run"

@@ -301,6 +301,8 @@ impl IbListenComm {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    // The mesh listens on an IPv6 socket: name IPv4 peers `a.b.c.d`.
+                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                     stream.set_nonblocking(true).map_err(|e| {
                         NetError::io("set an accepted socket nonblocking", &e).peer(peer)
                     })?;
@@ -379,7 +381,11 @@ impl IbListenComm {
                 if hello.nonce != self.handle.nonce {
                     return Err(NetError::new(
                         NetErrorKind::Protocol,
-                        "verbs handshake with another listener's nonce (a stale handle?)",
+                        format!(
+                            "verbs handshake with nonce {:#x}, this listener's is {:#x}: a stale \
+                             handle (from an earlier listen) or a connector of another run",
+                            hello.nonce, self.handle.nonce
+                        ),
                     )
                     .peer(peer));
                 }
@@ -623,8 +629,9 @@ fn step_connect(
                         )
                         .peer(peer)
                         .hint(
-                            "the usual cause is a GID index that differs between the ends \
-                             (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must pick the same address \
+                            "the usual causes: a handle from an earlier listen (its nonce is \
+                             stale), or GID indexes of different address families at the two \
+                             ends (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must pick the same \
                              family on both)",
                         )
                     } else {

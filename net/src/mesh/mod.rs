@@ -922,6 +922,26 @@ mod tests {
         a.close_listen(listen).unwrap();
     }
 
+    /// IPv6 end to end: the handle carries `::1/128`, the rail connects to it from it.
+    #[test]
+    fn sockets_over_ipv6() {
+        let a = socket_mesh(&[("lo", "::1", 128)]);
+        let b = socket_mesh(&[("lo", "::1", 128)]);
+        let (handle, mut listen) = a.listen(0).unwrap();
+        let entries = MeshListenHandle::parse(&handle).unwrap().core;
+        assert_eq!(entries.entries()[0].addr, "::1".parse::<IpAddr>().unwrap());
+        let (mut send, mut recv) = connect_pair(&a, &b, &handle, &mut listen);
+        assert!(
+            send.rails()[0].starts_with("rail 0: ::1 over sockets from ::1/128"),
+            "{:?}",
+            send.rails()
+        );
+        let msgs: Vec<(usize, u32)> = SIZES[..7].iter().map(|&n| (n, 1)).collect();
+        exchange(&b, &a, &mut send, &mut recv, &msgs, 1, |n| n + 1);
+        b.close_send(send).unwrap();
+        a.close_recv(recv).unwrap();
+    }
+
     /// Two subnets on loopback (127.0.0.0/24 and 127.0.1.0/24) are two NIC pairs: the
     /// connection takes both as rails, each from its own local address, and every message
     /// is cut over them and put back in order, smaller than its buffer or not.
