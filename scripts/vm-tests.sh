@@ -5,7 +5,7 @@
 #   scripts/vm-tests.sh              # all
 #   scripts/vm-tests.sh ib-pair perf-mesh   # some, by name (see the list below)
 #
-# On the 2-core build machine the whole set takes about 6 minutes (TCG, 1 vCPU per VM).
+# On the 2-core build machine the whole set takes about 8 minutes (TCG, 1 vCPU per VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-target}"

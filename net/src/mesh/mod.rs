@@ -478,7 +478,17 @@ impl Net for MeshNet {
                 from.push(nic.addr);
             }
             let line = format!("NET/mesh: connect: {}", words.join("; "));
-            if self.config.debug {
+            // Both ends have RDMA ports, yet no pair of them shares a subnet: the rails take
+            // another network (a management one?) over sockets. Say so where it shows.
+            let socket_fallback = rails.iter().any(|r| r.kind == RailKind::Socket)
+                && self.nics.iter().any(|n| n.port.is_some())
+                && peer.core.entries().iter().any(|e| e.gid_index != NO_VERBS);
+            if socket_fallback {
+                log::warn!(
+                    "{line}: both ends have RDMA ports but none of their pairs shares a subnet, \
+                     so sockets carry this connection (WEFT_MESH_TRANSPORT=ib refuses instead)"
+                );
+            } else if self.config.debug {
                 log::warn!("{line}");
             } else {
                 log::info!("{line}");
