@@ -23,6 +23,7 @@ tests=(
     "mesh-rails|2|500|sh tests/vm/mesh-rails.sh|--ab-links 2"
     "perf-ib|2|400|WEFT_VM_PERF_TRANSPORT=ib sh tests/vm/perf.sh"
     "perf-mesh|3|500|WEFT_VM_PERF_TRANSPORT=mesh sh tests/vm/perf.sh"
+    "perf-mesh-socket|3|500|WEFT_VM_PERF_TRANSPORT=mesh WEFT_VM_NO_RDMA=2 sh tests/vm/perf.sh"
     "fault-link-down|2|300|FAULT=link-down sh tests/vm/faults.sh"
     "fault-vm-killed|2|300|FAULT=vm-killed sh tests/vm/faults.sh"
     "fault-wrong-gid|2|300|FAULT=wrong-gid sh tests/vm/faults.sh"

@@ -12,7 +12,7 @@
 //!   with sockets where one has none; several disjoint pairs of the best speed are several
 //!   rails, and each message is cut over them ([`stripe`]) and put back in order. With no
 //!   shared subnet it fails at once with every address it compared;
-//! - connect and accept never block ([`handshake`]: each rail's backend handshake, then a
+//! - connect and accept never block (`handshake`: each rail's backend handshake, then a
 //!   rail hello that groups the rails; a deadline on every step), and a connector that does
 //!   not repeat the listen's nonce is refused, naming it.
 //!
