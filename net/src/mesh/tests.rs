@@ -409,3 +409,137 @@ fn a_stale_nonce_is_refused_and_the_listener_goes_on() {
     b.close_send(send).unwrap();
     a.close_recv(recv).unwrap();
 }
+
+/// A send that rail 0 takes and rail 1 cannot take yet (its 32 slots are busy) stays
+/// half-posted: another call is refused with what was posted, the retry of the same call
+/// posts the rest once rail 1 has room, and the message arrives whole.
+#[test]
+fn a_half_posted_send_is_finished_by_its_retry() {
+    let a = socket_mesh(&[("lo", "127.0.0.1", 24), ("lo1", "127.0.1.1", 24)]);
+    let b = socket_mesh(&[("lo", "127.0.0.2", 24), ("lo1", "127.0.1.2", 24)]);
+    let (handle, mut listen) = a.listen(0).unwrap();
+    let (mut send, mut recv) = connect_pair(&a, &b, &handle, &mut listen);
+    assert_eq!(send.rails.len(), 2);
+    let (tx, rx) = (b.backends(), a.backends());
+    // Fill rail 1's request slots with empty messages of its own (tag 999).
+    let empty = [0u8; 1];
+    // SAFETY: `empty` outlives every request on it (all completed below).
+    let rail_mr = unsafe {
+        tx.reg_mr(
+            CommRef::Send(&send.rails[1]),
+            empty.as_ptr().cast_mut(),
+            1,
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..crate::NET_MAX_REQUESTS {
+        // SAFETY: as above.
+        let r = unsafe { tx.isend(&mut send.rails[1], empty.as_ptr(), 0, 999, &rail_mr) };
+        fillers.push(r.unwrap().expect("rail 1 has a free slot"));
+    }
+    let msg = pattern(300_001, 5);
+    let mut buf = vec![0u8; msg.len()];
+    // SAFETY: `msg` and `buf` outlive their registrations and requests.
+    let smr = unsafe {
+        b.reg_mr(
+            CommRef::Send(&send),
+            msg.as_ptr().cast_mut(),
+            msg.len(),
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let rmr = unsafe {
+        a.reg_mr(
+            CommRef::Recv(&recv),
+            buf.as_mut_ptr(),
+            buf.len(),
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let first = unsafe { b.isend(&mut send, msg.as_ptr(), msg.len(), 4, &smr) }.unwrap();
+    assert!(
+        first.is_none(),
+        "rail 1 has no free slot, yet the send was posted"
+    );
+    // SAFETY: as above.
+    let other = unsafe { b.isend(&mut send, msg.as_ptr(), 10, 4, &smr) }.unwrap_err();
+    assert!(
+        other.to_string().contains("posted on some rails only"),
+        "{other}"
+    );
+    // The receiver takes rail 1's fillers, which frees its slots.
+    let mut zero = [0u8; 1];
+    // SAFETY: `zero` outlives the receives on it.
+    let zmr = unsafe {
+        rx.reg_mr(
+            CommRef::Recv(&recv.rails[1]),
+            zero.as_mut_ptr(),
+            1,
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for mut f in fillers {
+        let bufs = [RecvBuffer {
+            data: zero.as_mut_ptr(),
+            size: 0,
+            tag: 999,
+            mr: &zmr,
+        }];
+        // SAFETY: as above.
+        let mut r = unsafe { rx.irecv(&mut recv.rails[1], &bufs) }
+            .unwrap()
+            .expect("a free receive slot");
+        let (mut sent, mut got) = (false, false);
+        while !(sent && got) {
+            assert!(Instant::now() < deadline, "the fillers did not complete");
+            sent = sent || tx.test(&mut f).unwrap().is_some();
+            got = got || rx.test(&mut r).unwrap().is_some();
+        }
+    }
+    // The retry of the same call posts rail 1's part; the message arrives whole.
+    let mut sreq = loop {
+        assert!(Instant::now() < deadline, "the retry was never posted");
+        // SAFETY: as above.
+        if let Some(r) = unsafe { b.isend(&mut send, msg.as_ptr(), msg.len(), 4, &smr) }.unwrap() {
+            break r;
+        }
+    };
+    let bufs = [RecvBuffer {
+        data: buf.as_mut_ptr(),
+        size: buf.len(),
+        tag: 4,
+        mr: &rmr,
+    }];
+    // SAFETY: as above.
+    let mut rreq = unsafe { a.irecv(&mut recv, &bufs) }
+        .unwrap()
+        .expect("posted");
+    let (mut sent, mut got) = (None, None);
+    while sent.is_none() || got.is_none() {
+        assert!(Instant::now() < deadline, "the retried send did not arrive");
+        if sent.is_none() {
+            sent = b.test(&mut sreq).unwrap();
+        }
+        if got.is_none() {
+            got = a.test(&mut rreq).unwrap();
+        }
+    }
+    assert_eq!(got.unwrap().sizes(), [msg.len()]);
+    assert!(buf == msg, "the retried message differs");
+    // Nothing was posted twice: the next message matches on both rails.
+    exchange(&b, &a, &mut send, &mut recv, &[(196_611, 8)], 1, |n| n);
+    tx.dereg_mr(rail_mr).unwrap();
+    rx.dereg_mr(zmr).unwrap();
+    b.dereg_mr(smr).unwrap();
+    a.dereg_mr(rmr).unwrap();
+    b.close_send(send).unwrap();
+    a.close_recv(recv).unwrap();
+}
