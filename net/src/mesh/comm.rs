@@ -6,6 +6,10 @@
 //! posted yet). Rails already posted cannot be taken back, so the comm keeps the message
 //! half-posted and the caller's retry of the same call posts the rest; a different call in
 //! between is refused (NCCL retries the same one).
+//!
+//! A failure on one rail closes the rails that still carry parts of that request before the
+//! error is returned, so that, as within one backend, nothing writes into the caller's
+//! buffers once the caller has been told the request ended; the connection is dead after it.
 
 use super::rail::{Backends, RailMr, RailRecv, RailRequest, RailSend};
 use super::stripe::{part, placement};
@@ -162,7 +166,10 @@ pub(super) unsafe fn isend(
                 }
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                close_rails(&partial.reqs);
+                return Err(e);
+            }
         }
     }
     Ok(Some(MeshRequest {
@@ -230,7 +237,10 @@ pub(super) unsafe fn irecv(
                 }
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                close_rails(&partial.reqs);
+                return Err(e);
+            }
         }
     }
     Ok(Some(MeshRequest {
@@ -240,6 +250,13 @@ pub(super) unsafe fn irecv(
             bufs: bufs.iter().map(|b| (b.data as usize, b.size)).collect(),
         },
     }))
+}
+
+/// Closes the rails of the parts still in flight, after a failure of one.
+fn close_rails(reqs: &[Option<RailRequest>]) {
+    for r in reqs.iter().flatten() {
+        r.close_comm();
+    }
 }
 
 /// Progresses every rail's part; done when all are.
@@ -253,6 +270,7 @@ pub(super) fn test(
             "test of a mesh request that already completed",
         ));
     }
+    let mut failed = None;
     for (r, slot) in request.reqs.iter_mut().enumerate() {
         let Some(req) = slot.as_mut() else { continue };
         match backends.test(req) {
@@ -262,11 +280,17 @@ pub(super) fn test(
             }
             Ok(None) => {}
             Err(e) => {
-                // The rail's error names its peer address, which names the rail.
-                request.kind = RequestKind::Done;
-                return Err(e);
+                *slot = None;
+                failed = Some(e);
+                break;
             }
         }
+    }
+    if let Some(e) = failed {
+        // The rail's error names its peer address, which names the rail.
+        close_rails(&request.reqs);
+        request.kind = RequestKind::Done;
+        return Err(e);
     }
     if request.reqs.iter().any(Option::is_some) {
         return Ok(None);

@@ -33,6 +33,16 @@ pub enum RailRequest {
     Socket(SocketRequest),
 }
 
+impl RailRequest {
+    /// Closes the rail this request is on: nothing writes into its buffers afterwards.
+    pub fn close_comm(&self) {
+        match self {
+            RailRequest::Ib(r) => r.close_comm(),
+            RailRequest::Socket(r) => r.close_comm(),
+        }
+    }
+}
+
 /// The two backends a rail may belong to.
 #[derive(Clone, Copy)]
 pub struct Backends<'a> {

@@ -543,3 +543,78 @@ fn a_half_posted_send_is_finished_by_its_retry() {
     b.close_send(send).unwrap();
     a.close_recv(recv).unwrap();
 }
+
+/// A failure on one rail closes the rail still carrying the rest of the message before the
+/// error is returned. The receiver posts only on rail 0, a buffer of 1 000 bytes: the send's
+/// part on rail 0 (73 728 of 140 000 bytes) fails, its part on rail 1 can never complete
+/// (nothing was posted there), and once the send's error is out rail 1 is closed.
+#[test]
+fn a_failed_rail_closes_the_others_before_the_error_returns() {
+    let a = socket_mesh(&[("lo", "127.0.0.1", 24), ("lo1", "127.0.1.1", 24)]);
+    let b = socket_mesh(&[("lo", "127.0.0.2", 24), ("lo1", "127.0.1.2", 24)]);
+    let (handle, mut listen) = a.listen(0).unwrap();
+    let (mut send, mut recv) = connect_pair(&a, &b, &handle, &mut listen);
+    assert_eq!((send.rails.len(), recv.rails.len()), (2, 2));
+    let (tx, rx) = (b.backends(), a.backends());
+    let msg = pattern(140_000, 9);
+    let mut small = vec![0u8; 1000];
+    // SAFETY: `msg` and `small` outlive their registrations and requests.
+    let smr = unsafe {
+        b.reg_mr(
+            CommRef::Send(&send),
+            msg.as_ptr().cast_mut(),
+            msg.len(),
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let rmr = unsafe {
+        rx.reg_mr(
+            CommRef::Recv(&recv.rails[0]),
+            small.as_mut_ptr(),
+            1000,
+            PtrKind::Host,
+        )
+    }
+    .unwrap();
+    let bufs = [RecvBuffer {
+        data: small.as_mut_ptr(),
+        size: 1000,
+        tag: 1,
+        mr: &rmr,
+    }];
+    // SAFETY: as above.
+    let mut rreq = unsafe { rx.irecv(&mut recv.rails[0], &bufs) }
+        .unwrap()
+        .expect("posted");
+    // SAFETY: as above.
+    let mut sreq = unsafe { b.isend(&mut send, msg.as_ptr(), msg.len(), 1, &smr) }
+        .unwrap()
+        .expect("posted");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let err = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the overflow never failed the send"
+        );
+        let _ = rx.test(&mut rreq);
+        match b.test(&mut sreq) {
+            Ok(None) => {}
+            Ok(Some(c)) => panic!("the send completed: {:?}", c.sizes()),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err.kind(), crate::NetErrorKind::Truncated { .. }),
+        "{err}"
+    );
+    // Rail 1 is closed: posting on it is refused.
+    // SAFETY: as above (nothing is posted).
+    let e = unsafe { tx.isend(&mut send.rails[1], msg.as_ptr(), 1, 2, &smr.rails[1]) }.unwrap_err();
+    assert!(e.to_string().contains("closed"), "{e}");
+    rx.dereg_mr(rmr).unwrap();
+    b.dereg_mr(smr).unwrap();
+    let _ = b.close_send(send);
+    let _ = a.close_recv(recv);
+}

@@ -365,6 +365,15 @@ pub struct SocketRequest {
     generation: u32,
 }
 
+impl SocketRequest {
+    /// Closes the comm this request belongs to: its data threads are stopped and joined, so no
+    /// thread touches its buffers afterwards (the mesh backend's answer to a failure on another
+    /// rail of the same connection).
+    pub(crate) fn close_comm(&self) {
+        self.conn.close();
+    }
+}
+
 impl Net for SocketNet {
     type ListenComm = SocketListenComm;
     type SendComm = SocketSendComm;
