@@ -39,6 +39,10 @@ vm-killed)
         ( while [ ! -e "$dir/started" ]; do sleep 0.2; done; sleep 1
           echo 0 > "$dir/vm$WEFT_VM_INDEX.rc"; sync; echo o > /proc/sysrq-trigger ) &
         "$bin" stream send "$dir" || true
+        # The send ends only if VM a went away first (its kernel crashed, say): then the
+        # power-off never comes; end now rather than at the deadline.
+        for _ in $(seq 60); do [ -e "$dir/started" ] && break; sleep 1; done
+        [ -e "$dir/started" ] || { echo "faults.sh: the transfer never started" >&2; exit 1; }
         sleep 600
     fi ;;
 wrong-gid)
