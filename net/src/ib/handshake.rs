@@ -31,7 +31,8 @@ pub const STRAY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between tries of a refused connect.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-fn random_u64() -> u64 {
+/// A random 64-bit value (getrandom; the clock and pid if that fails): PSNs and nonces.
+pub(crate) fn random_u64() -> u64 {
     let mut v = 0u64;
     // SAFETY: getrandom writes at most 8 bytes into `v`.
     let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, 0) };

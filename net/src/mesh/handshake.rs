@@ -23,6 +23,7 @@ use super::plan::{Rail, RailKind};
 use super::rail::{Backends, RailMr, RailRecv, RailRequest, RailSend};
 use crate::ib::device::Port;
 use crate::ib::handshake::poll_connect_to;
+pub(super) use crate::ib::handshake::random_u64;
 use crate::ib::wire::ListenHandle;
 use crate::ib::{IbConfig, IbConnecting, IbListenComm};
 use crate::socket::{SocketConnecting, SocketListenComm};
@@ -79,20 +80,6 @@ impl RailHello {
             return Err(format!("a rail hello for rail {} of {}", h.index, h.count));
         }
         Ok(h)
-    }
-}
-
-pub(super) fn random_u64() -> u64 {
-    let mut v = 0u64;
-    // SAFETY: getrandom writes at most 8 bytes into `v`.
-    let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, 0) };
-    if n == 8 {
-        v
-    } else {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
-            ^ (u64::from(std::process::id()) << 32)
     }
 }
 
