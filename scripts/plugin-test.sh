@@ -4,7 +4,8 @@
 # library, loading it as NCCL does (dlopen + dlsym of ncclNetPlugin_v11 .. v8), in one process
 # and then in two (sender and receiver; the receiver killed mid-transfer). Prints
 # "N passed, M failed" per mode and exits non-zero on a failure. HARNESS_VERBOSE=1 shows the plugin's
-# log lines. Pass a path to test another build of the library instead:
+# log lines. Then both modes again over the mesh backend on sockets (WEFT_NET_BACKEND=mesh
+# WEFT_MESH_TRANSPORT=socket, HARNESS_BACKEND=mesh-socket). Pass a path to test another build of the library instead:
 #
 #   scripts/plugin-test.sh
 #   scripts/plugin-test.sh target/release/libnccl-net-weft.so
@@ -24,4 +25,9 @@ mkdir -p "$(dirname "$harness")"
 lib="$(realpath "$lib")"
 timeout 600 "$harness" "$lib"
 echo "-- two processes"
+timeout 600 "$harness" "$lib" --two-process
+echo "-- mesh backend over sockets, one process"
+export HARNESS_BACKEND=mesh-socket WEFT_NET_BACKEND=mesh WEFT_MESH_TRANSPORT=socket
+timeout 600 "$harness" "$lib"
+echo "-- mesh backend, two processes"
 timeout 600 "$harness" "$lib" --two-process

@@ -4,7 +4,7 @@
 # links them with qemu socket netdevs (one subnet per link), brings an rxe device up on every
 # link, runs one command in every VM and collects what each printed. Everything has a deadline.
 #
-#   scripts/rdma-vms.sh [--vms 2|3] [--deadline SECONDS] [--mem MIB] [--work DIR] -- COMMAND...
+#   scripts/rdma-vms.sh [--vms 2|3] [--ab-links 1|2] [--deadline SECONDS] [--mem MIB] [--work DIR] -- COMMAND...
 #
 # Each VM sees this machine's root file system read-only (9p), so binaries built here run there
 # unchanged, at the same paths; --work DIR (default target/vm/run-<time>) is shared read-write
@@ -16,6 +16,8 @@
 # Links and addresses (the mesh seed's triangle; with --vms 2 only a-b):
 #   a-b 192.168.101.0/24 and fd00:101::/64    a-c 192.168.100.0/24 and fd00:100::/64
 #   b-c 192.168.102.0/24 and fd00:102::/64    VM a is .1 / ::1, b is .2 / ::2, c is .3 / ::3
+#   --ab-links 2 adds a second a-b link (two rails between a and b):
+#   ab2 192.168.103.0/24 and fd00:103::/64
 # Interfaces are named eth0, eth1 in the order of that list, their rxe devices rxe0, rxe1.
 # Results: WORK/vm<i>.log (the command's output), WORK/vm<i>.rc, WORK/vm<i>.console (kernel).
 # Exit status: 0 when every VM's command exited 0 in time, 3 when one failed and a guest kernel
@@ -29,10 +31,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 
-vms=2 deadline=600 mem=640 work=""
+vms=2 deadline=600 mem=640 work="" ab_links=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --vms) vms="$2"; shift 2 ;;
+        --ab-links) ab_links="$2"; shift 2 ;;
         --deadline) deadline="$2"; shift 2 ;;
         --mem) mem="$2"; shift 2 ;;
         --work) work="$2"; shift 2 ;;
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "rdma-vms: no command given (… -- COMMAND)" >&2; exit 2; }
 case "$vms" in 2|3) ;; *) echo "rdma-vms: --vms must be 2 or 3" >&2; exit 2 ;; esac
+case "$ab_links" in 1|2) ;; *) echo "rdma-vms: --ab-links must be 1 or 2" >&2; exit 2 ;; esac
 [ "$mem" -le 768 ] || { echo "rdma-vms: --mem $mem: at most 768 MiB per VM here" >&2; exit 2; }
 command_text="$*"
 started=$(date +%s)
@@ -148,6 +152,7 @@ names=(a b c)
 
 # link name, first VM, second VM, IPv4 /24 prefix, IPv6 /64 prefix
 links=("ab 0 1 192.168.101 fd00:101:")
+if [ "$ab_links" = 2 ]; then links+=("ab2 0 1 192.168.103 fd00:103:"); fi
 if [ "$vms" = 3 ]; then links+=("ac 0 2 192.168.100 fd00:100:" "bc 1 2 192.168.102 fd00:102:"); fi
 
 topology="$work/topology"

@@ -5,25 +5,31 @@
 #   scripts/vm-tests.sh              # all
 #   scripts/vm-tests.sh ib-pair perf-mesh   # some, by name (see the list below)
 #
-# On the 2-core build machine the whole set takes about 6 minutes (TCG, 1 vCPU per VM).
+# On the 2-core build machine the whole set takes about 8 minutes (TCG, 1 vCPU per VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-target}"
 
-# name | VMs | deadline (s) | command run in every VM
+# name | VMs | deadline (s) | command run in every VM | more scripts/rdma-vms.sh options
 tests=(
     "pingpong|2|300|sh tests/vm/pingpong.sh"
     "ib-pair|2|400|sh tests/vm/ib-pair.sh"
     "plugin-ib|2|400|HARNESS_BACKEND=ib sh tests/vm/plugin-harness.sh"
     "plugin-mesh|2|400|HARNESS_BACKEND=mesh sh tests/vm/plugin-harness.sh"
+    "plugin-ib-links|3|500|HARNESS_BACKEND=ib sh tests/vm/plugin-links.sh"
+    "plugin-mesh-links|3|500|HARNESS_BACKEND=mesh sh tests/vm/plugin-links.sh"
     "mesh-ring|3|500|sh tests/vm/mesh-ring.sh"
+    "mesh-socket|3|500|sh tests/vm/mesh-socket.sh"
+    "mesh-rails|2|500|sh tests/vm/mesh-rails.sh|--ab-links 2"
     "perf-ib|2|400|WEFT_VM_PERF_TRANSPORT=ib sh tests/vm/perf.sh"
     "perf-mesh|3|500|WEFT_VM_PERF_TRANSPORT=mesh sh tests/vm/perf.sh"
+    "perf-mesh-socket|3|500|WEFT_VM_PERF_TRANSPORT=mesh WEFT_VM_NO_RDMA=2 sh tests/vm/perf.sh"
     "fault-link-down|2|300|FAULT=link-down sh tests/vm/faults.sh"
     "fault-vm-killed|2|300|FAULT=vm-killed sh tests/vm/faults.sh"
     "fault-wrong-gid|2|300|FAULT=wrong-gid sh tests/vm/faults.sh"
     "fault-stray|2|300|FAULT=stray sh tests/vm/faults.sh"
     "fault-no-subnet|3|300|FAULT=no-subnet sh tests/vm/faults.sh"
+    "fault-stale-nonce|2|300|FAULT=stale-nonce sh tests/vm/faults.sh"
 )
 
 echo "== building what the VMs run"
@@ -38,15 +44,16 @@ run_root="$target_dir/vm/tests-$(date -u +%Y%m%dT%H%M%S)"
 results=()
 failed=0
 for t in "${tests[@]}"; do
-    IFS='|' read -r name vms deadline command <<< "$t"
+    IFS='|' read -r name vms deadline command options <<< "$t"
     if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
     echo "== $name ($vms VMs)"
     start=$(date +%s)
     status=FAILED
     for attempt in 1 2; do
         rc=0
-        scripts/rdma-vms.sh --vms "$vms" --deadline "$deadline" --work "$run_root/$name-$attempt" \
-            -- "$command" || rc=$?
+        # shellcheck disable=SC2086 # the options are words
+        scripts/rdma-vms.sh --vms "$vms" ${options:-} --deadline "$deadline" \
+            --work "$run_root/$name-$attempt" -- "$command" || rc=$?
         if [ "$rc" = 0 ]; then
             status=ok
             [ "$attempt" = 2 ] && status="ok (2nd run: the 1st hit a guest kernel crash)"

@@ -14,6 +14,10 @@
 //!   handshake port (one sends junk, one stays silent); the real connection must still work.
 //! - `mesh-connect`: the sender connects through the mesh backend and must fail at once with
 //!   `EXPECT` in the error (no shared subnet).
+//! - `mesh-stale`: over the mesh backend, the sender first connects with the receiver's handle
+//!   whose nonce it changed (a stale handle from an earlier listen): that connect must fail
+//!   within the deadline with `EXPECT` in the error; then the real handle must carry a few
+//!   messages. The receiver's log (warnings go to stderr) names the refused connector.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -241,6 +245,24 @@ fn stray(dir: &Path) {
     std::mem::forget(silent);
 }
 
+/// Warnings of the backends on stderr: the listener's word on refused connectors is part of
+/// what the fault tests check.
+struct StderrWarnings;
+
+impl log::Log for StderrWarnings {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Warn
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("[{}] {}", r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrWarnings = StderrWarnings;
+
 fn fatal(what: &str, e: NetError) -> ! {
     eprintln!("ib_faults: {what}: {e}");
     std::process::exit(1);
@@ -249,14 +271,19 @@ fn fatal(what: &str, e: NetError) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(scenario), Some(role), Some(dir)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("usage: ib_faults stream|stray|mesh-connect recv|send DIR [EXPECT...]");
+        eprintln!(
+            "usage: ib_faults stream|stray|mesh-connect|mesh-stale recv|send DIR [EXPECT...]"
+        );
         std::process::exit(2);
     };
     let dir = PathBuf::from(dir);
     let expect: Vec<String> = args[4..].to_vec();
     // FAULT_SIDE: the roles whose failure is the test (`recv`, `send` or `recv,send`).
     let must_fail = std::env::var("FAULT_SIDE").is_ok_and(|s| s.split(',').any(|r| r == role));
-    let mesh = scenario == "mesh-connect" || std::env::var("FAULT_MESH").is_ok();
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+    let mesh = scenario.starts_with("mesh-") || std::env::var("FAULT_MESH").is_ok();
     println!(
         "{role}: scenario {scenario}, failure {}",
         if must_fail { "expected" } else { "allowed" }
@@ -293,6 +320,40 @@ fn main() {
                 }
                 Err(e) => judge("send", e, since, &expect),
             }
+        }
+        ("mesh-stale", "recv") => stream_recv(&net, &dir, &expect, false, Some(3)),
+        ("mesh-stale", "send") => {
+            let bytes = wait_file(&dir.join("handle"));
+            let mut stale = NetHandle::default();
+            stale.0.copy_from_slice(&bytes);
+            // The nonce is the handle's last 8 bytes (weft_net::mesh::handle).
+            stale.0[127] ^= 0x5a;
+            let since = Instant::now();
+            let mut state = None;
+            match until("stale connect", FAULT_DEADLINE, || {
+                net.connect(0, &stale, &mut state)
+            }) {
+                Ok(_) => {
+                    eprintln!("ib_faults: a connect with a stale nonce succeeded");
+                    std::process::exit(1);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    println!(
+                        "send: the stale handle failed after {:.1} s: {msg}",
+                        since.elapsed().as_secs_f64()
+                    );
+                    let missing: Vec<&String> = expect
+                        .iter()
+                        .filter(|w| !msg.contains(w.as_str()))
+                        .collect();
+                    if since.elapsed() > FAULT_DEADLINE || !missing.is_empty() {
+                        eprintln!("ib_faults send: the error does not say {missing:?} in time");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            stream_send(&net, &dir, &[], false, Some(3))
         }
         _ => {
             eprintln!("ib_faults: unknown scenario {scenario} / role {role}");

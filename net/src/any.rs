@@ -6,7 +6,9 @@
 use crate::ib::{
     IbConnecting, IbListenComm, IbMemHandle, IbNet, IbRecvComm, IbRequest, IbSendComm,
 };
-use crate::mesh::{MeshConnecting, MeshNet};
+use crate::mesh::{
+    MeshConnecting, MeshListenComm, MeshMemHandle, MeshNet, MeshRecvComm, MeshRequest, MeshSendComm,
+};
 use crate::socket::{
     SocketConnecting, SocketListenComm, SocketMemHandle, SocketNet, SocketRecvComm, SocketRequest,
     SocketSendComm,
@@ -16,18 +18,20 @@ use crate::{
 };
 
 /// A backend chosen at run time.
+// One per process: the size of its largest backend costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum AnyNet {
     /// TCP sockets.
     Socket(SocketNet),
     /// Verbs (InfiniBand, RoCE).
     Ib(IbNet),
-    /// Verbs over a multi-subnet mesh (its comms are the verbs backend's).
+    /// A multi-subnet mesh, over verbs or sockets per link.
     Mesh(MeshNet),
 }
 
 macro_rules! either {
-    ($(#[$doc:meta])* $name:ident { $socket:ty, $ib:ty }) => {
+    ($(#[$doc:meta])* $name:ident { $socket:ty, $ib:ty, $mesh:ty }) => {
         $(#[$doc])*
         #[derive(Debug)]
         pub enum $name {
@@ -35,21 +39,23 @@ macro_rules! either {
             Socket($socket),
             /// Of the verbs backend.
             Ib($ib),
+            /// Of the mesh backend.
+            Mesh($mesh),
         }
     };
 }
 
 either!(
-    /// A listen comm of either backend.
-    AnyListenComm { SocketListenComm, IbListenComm }
+    /// A listen comm of any backend.
+    AnyListenComm { SocketListenComm, IbListenComm, MeshListenComm }
 );
 either!(
-    /// A send comm of either backend.
-    AnySendComm { SocketSendComm, IbSendComm }
+    /// A send comm of any backend.
+    AnySendComm { SocketSendComm, IbSendComm, MeshSendComm }
 );
 either!(
-    /// A receive comm of either backend.
-    AnyRecvComm { SocketRecvComm, IbRecvComm }
+    /// A receive comm of any backend.
+    AnyRecvComm { SocketRecvComm, IbRecvComm, MeshRecvComm }
 );
 /// A connect in progress on any backend.
 #[derive(Debug)]
@@ -62,18 +68,18 @@ pub enum AnyConnecting {
     Mesh(MeshConnecting),
 }
 either!(
-    /// A registration of either backend.
-    AnyMemHandle { SocketMemHandle, IbMemHandle }
+    /// A registration of any backend.
+    AnyMemHandle { SocketMemHandle, IbMemHandle, MeshMemHandle }
 );
 either!(
-    /// A request of either backend.
-    AnyRequest { SocketRequest, IbRequest }
+    /// A request of any backend.
+    AnyRequest { SocketRequest, IbRequest, MeshRequest }
 );
 
 fn mixed(what: &str) -> NetError {
     NetError::new(
         NetErrorKind::InvalidArgument,
-        format!("{what} of one NET backend handed to another (socket vs verbs or mesh)"),
+        format!("{what} of one NET backend handed to another (socket, verbs or mesh)"),
     )
 }
 
@@ -121,7 +127,7 @@ impl Net for AnyNet {
             }
             AnyNet::Mesh(n) => {
                 let (h, l) = n.listen(dev)?;
-                (h, AnyListenComm::Ib(l))
+                (h, AnyListenComm::Mesh(l))
             }
         })
     }
@@ -161,7 +167,7 @@ impl Net for AnyNet {
                 };
                 let r = n.connect(dev, handle, &mut inner);
                 *state = inner.map(AnyConnecting::Mesh);
-                Ok(r?.map(AnySendComm::Ib))
+                Ok(r?.map(AnySendComm::Mesh))
             }
         }
     }
@@ -172,7 +178,7 @@ impl Net for AnyNet {
                 Ok(n.accept(l)?.map(AnyRecvComm::Socket))
             }
             (AnyNet::Ib(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
-            (AnyNet::Mesh(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
+            (AnyNet::Mesh(n), AnyListenComm::Mesh(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Mesh)),
             _ => Err(mixed("a listen comm")),
         }
     }
@@ -198,17 +204,17 @@ impl Net for AnyNet {
                 // SAFETY: see above.
                 unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
             }
-            (AnyNet::Mesh(n), CommRef::Send(AnySendComm::Ib(c))) => {
+            (AnyNet::Mesh(n), CommRef::Send(AnySendComm::Mesh(c))) => {
                 // SAFETY: see above.
-                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Ib)
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::Mesh)
             }
             (AnyNet::Ib(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
                 // SAFETY: see above.
                 unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
             }
-            (AnyNet::Mesh(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
+            (AnyNet::Mesh(n), CommRef::Recv(AnyRecvComm::Mesh(c))) => {
                 // SAFETY: see above.
-                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Ib)
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Mesh)
             }
             _ => Err(mixed("a comm")),
         }
@@ -218,7 +224,7 @@ impl Net for AnyNet {
         match (self, mr) {
             (AnyNet::Socket(n), AnyMemHandle::Socket(m)) => n.dereg_mr(m),
             (AnyNet::Ib(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
-            (AnyNet::Mesh(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
+            (AnyNet::Mesh(n), AnyMemHandle::Mesh(m)) => n.dereg_mr(m),
             _ => Err(mixed("a registration")),
         }
     }
@@ -240,9 +246,9 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on.
                 Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
             }
-            (AnyNet::Mesh(n), AnySendComm::Ib(c), AnyMemHandle::Ib(m)) => {
+            (AnyNet::Mesh(n), AnySendComm::Mesh(c), AnyMemHandle::Mesh(m)) => {
                 // SAFETY: the caller's contract, passed on.
-                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Ib))
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Mesh))
             }
             _ => Err(mixed("a send comm or registration")),
         }
@@ -264,10 +270,10 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
             }
-            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
-                let inner = ib_bufs(bufs)?;
+            (AnyNet::Mesh(n), AnyRecvComm::Mesh(c)) => {
+                let inner = mesh_bufs(bufs)?;
                 // SAFETY: the caller's contract, passed on (same buffers).
-                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Ib))
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Mesh))
             }
             _ => Err(mixed("a receive comm")),
         }
@@ -289,10 +295,10 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
             }
-            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => {
-                let inner = ib_bufs(bufs)?;
+            (AnyNet::Mesh(n), AnyRecvComm::Mesh(c)) => {
+                let inner = mesh_bufs(bufs)?;
                 // SAFETY: the caller's contract, passed on (same buffers).
-                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Ib))
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Mesh))
             }
             _ => Err(mixed("a receive comm")),
         }
@@ -302,7 +308,7 @@ impl Net for AnyNet {
         match (self, request) {
             (AnyNet::Socket(n), AnyRequest::Socket(r)) => n.test(r),
             (AnyNet::Ib(n), AnyRequest::Ib(r)) => n.test(r),
-            (AnyNet::Mesh(n), AnyRequest::Ib(r)) => n.test(r),
+            (AnyNet::Mesh(n), AnyRequest::Mesh(r)) => n.test(r),
             _ => Err(mixed("a request")),
         }
     }
@@ -311,7 +317,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnySendComm::Socket(c)) => n.close_send(c),
             (AnyNet::Ib(n), AnySendComm::Ib(c)) => n.close_send(c),
-            (AnyNet::Mesh(n), AnySendComm::Ib(c)) => n.close_send(c),
+            (AnyNet::Mesh(n), AnySendComm::Mesh(c)) => n.close_send(c),
             _ => Err(mixed("a send comm")),
         }
     }
@@ -320,7 +326,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => n.close_recv(c),
             (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
-            (AnyNet::Mesh(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
+            (AnyNet::Mesh(n), AnyRecvComm::Mesh(c)) => n.close_recv(c),
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -329,7 +335,7 @@ impl Net for AnyNet {
         match (self, comm) {
             (AnyNet::Socket(n), AnyListenComm::Socket(c)) => n.close_listen(c),
             (AnyNet::Ib(n), AnyListenComm::Ib(c)) => n.close_listen(c),
-            (AnyNet::Mesh(n), AnyListenComm::Ib(c)) => n.close_listen(c),
+            (AnyNet::Mesh(n), AnyListenComm::Mesh(c)) => n.close_listen(c),
             _ => Err(mixed("a listen comm")),
         }
     }
@@ -346,7 +352,7 @@ fn socket_bufs<'a>(
                 tag: b.tag,
                 mr: m,
             }),
-            AnyMemHandle::Ib(_) => Err(mixed("a registration")),
+            _ => Err(mixed("a registration")),
         })
         .collect()
 }
@@ -362,7 +368,23 @@ fn ib_bufs<'a>(
                 tag: b.tag,
                 mr: m,
             }),
-            AnyMemHandle::Socket(_) => Err(mixed("a registration")),
+            _ => Err(mixed("a registration")),
+        })
+        .collect()
+}
+
+fn mesh_bufs<'a>(
+    bufs: &[RecvBuffer<'a, AnyMemHandle>],
+) -> Result<Vec<RecvBuffer<'a, MeshMemHandle>>, NetError> {
+    bufs.iter()
+        .map(|b| match b.mr {
+            AnyMemHandle::Mesh(m) => Ok(RecvBuffer {
+                data: b.data,
+                size: b.size,
+                tag: b.tag,
+                mr: m,
+            }),
+            _ => Err(mixed("a registration")),
         })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Which `Net` backend the plugin drives, chosen once per process at the first `init`.
 //!
-//! `WEFT_NET_BACKEND` forces one: `mesh` is `weft_net::mesh::MeshNet` (verbs over a
-//! multi-subnet mesh, one device, the NIC chosen per peer by subnet), `ib` is `weft_net::ib::IbNet` (verbs: InfiniBand and RoCE,
+//! `WEFT_NET_BACKEND` forces one: `mesh` is `weft_net::mesh::MeshNet` (a multi-subnet mesh,
+//! one device, the NICs chosen per peer by subnet, over verbs or sockets per link), `ib` is `weft_net::ib::IbNet` (verbs: InfiniBand and RoCE,
 //! configured by NCCL's `NCCL_IB_*` variables), `socket` is `weft_net::socket::SocketNet`
 //! (NCCL's socket variables: `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`,
 //! `NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`; the `WEFT_` names win when both are set).
@@ -22,7 +22,7 @@ pub enum BackendKind {
     Auto,
     /// Verbs (`IbNet`).
     Ib,
-    /// Verbs over a multi-subnet mesh (`MeshNet`).
+    /// A multi-subnet mesh over verbs or sockets (`MeshNet`).
     Mesh,
     /// TCP sockets (`SocketNet`).
     Socket,
@@ -88,7 +88,7 @@ pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
         }
         BackendKind::Mesh => {
             let net = MeshNet::from_env()?;
-            let describe = format!("{net:?}");
+            let describe = net.describe();
             Ok(Box::new(Adapter::new(net, describe)?))
         }
         BackendKind::Socket => {

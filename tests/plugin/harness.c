@@ -7,6 +7,7 @@
  *   harness /path/to/libnccl-net-weft.so      (prints "N passed, M failed"; exit 1 on failure)
  *   harness /path/to/libnccl-net-weft.so --two-process
  *   harness /path/to/libnccl-net-weft.so --bench [connections] [MiB per connection] [msg KiB]
+ *   harness /path/to/libnccl-net-weft.so --peer DIR recv|send
  *
  * The first form runs everything on loopback in one thread, as NCCL's proxy thread would. The
  * second forks before loading the library: the child listens and receives, the parent connects
@@ -16,10 +17,15 @@
  * sending to and receiving from the other over several connections, 8 messages in flight per
  * connection (defaults: 2 connections, 2048 MiB, 512 KiB messages); it uses the caller's
  * environment (NCCL_SOCKET_NTHREADS, WEFT_SOCKET_NTHREADS, ...), loopback unless
- * NCCL_SOCKET_IFNAME is set.
+ * NCCL_SOCKET_IFNAME is set. The fourth is the second across hosts, one process per host: the
+ * receiver writes its listen handle to DIR/handle (DIR shared by both hosts), the sender reads
+ * it, connects and sends messages of 1 B to 16 MiB (odd sizes), then a grouped receive of 4
+ * with shuffled tags; each process checks its side (the receiver every
+ * byte and size) and prints "N passed, M failed"; no process is killed.
  * Every wait has a deadline. Set HARNESS_VERBOSE=1 to see the plugin's log lines.
  * HARNESS_BACKEND=ib (with WEFT_NET_BACKEND=ib) checks the verbs backend (=mesh: the mesh
- * backend over verbs, one device named "mesh"), whose sends are
+ * backend over verbs, one device named "mesh"; =mesh-socket: the mesh backend over sockets,
+ * whose checks are the socket backend's), whose sends are
  * posted only once the receiver has posted (NCCL's IB protocol) and whose size and tag
  * checks fail the isend itself, as NCCL's own IB transport does. */
 #define _GNU_SOURCE
@@ -51,7 +57,7 @@ static char logbuf[256 * 1024];
 static size_t loglen;
 static int verbose;
 static int ib;   /* HARNESS_BACKEND=ib or mesh: the verbs protocol */
-static int mesh; /* HARNESS_BACKEND=mesh: one device named "mesh" */
+static int mesh; /* HARNESS_BACKEND=mesh or mesh-socket: one device named "mesh" */
 
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                    ...) {
@@ -244,7 +250,8 @@ static int t_init_and_properties(void) {
   CHECK(p.name && strncmp(p.name, name, strlen(name)) == 0, "name %s", p.name ? p.name : "(null)");
   CHECK(p.pciPath == NULL, "%s has no PCI path, got %s", name, p.pciPath);
   CHECK(p.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", p.ptrSupport);
-  CHECK(p.speed > 0 && p.maxComms > 0 && p.maxRecvs == MAX_RECVS_WEFT && p.port == (ib ? 1 : 0),
+  CHECK(p.speed > 0 && p.maxComms > 0 && p.maxRecvs == MAX_RECVS_WEFT &&
+            p.port == (ib || mesh ? 1 : 0),
         "speed %d maxComms %d maxRecvs %d port %d", p.speed, p.maxComms, p.maxRecvs, p.port);
   CHECK(p.latency >= 0.0f && p.forceFlush == 0 && p.netDeviceType == 0 &&
             p.netDeviceVersion == 0,
@@ -793,8 +800,11 @@ static void pattern(unsigned char* p, size_t n, uint64_t seed) {
   }
 }
 
-static const size_t two_sizes[] = {1, 65537, (64u << 20) + 11};
-#define TWO_NSIZES (sizeof two_sizes / sizeof two_sizes[0])
+static const size_t fork_sizes[] = {1, 65537, (64u << 20) + 11};
+/* Across hosts (--peer): up to 16 MiB, emulated RDMA moves ~20 MB/s. */
+static const size_t peer_sizes[] = {1, 4095, 65537, (1u << 20) + 3, (16u << 20) - 5};
+static const size_t* two_sizes = fork_sizes;
+static size_t two_nsizes = sizeof fork_sizes / sizeof fork_sizes[0];
 static const int group_tags[4] = {11, 12, 13, 14};
 static const size_t group_lens[4] = {1000, 2000, 300001, 5};
 #define KILL_BYTES ((size_t)256 << 20)
@@ -833,7 +843,7 @@ static int read_deadline(int fd, char* p, size_t n, int line) {
 
 /* The child: receives what the parent sends, checks every byte, reports one line per stage. */
 static int child_stage_receive(void* recv) {
-  for (size_t k = 0; k < TWO_NSIZES; k++) {
+  for (size_t k = 0; k < two_nsizes; k++) {
     size_t len = two_sizes[k], cap = len + 100;
     unsigned char* want = malloc(len);
     unsigned char* got = malloc(cap);
@@ -935,6 +945,7 @@ static int child_main(int handle_fd, int status_fd, int go_fd) {
 
 static int parent_expect(const char* stage) {
   char line[1200];
+  if (from_child < 0) return 0; /* --peer: the receiver checks and reports for itself */
   CHECK(read_deadline(from_child, line, sizeof line, 1) == 0,
         "no word from the receiving process about '%s'", stage);
   CHECK(strncmp(line, "ok ", 3) == 0, "receiving process: %.900s", line);
@@ -970,7 +981,7 @@ static int t2_handshake(void) {
 
 static int t2_sizes(void) {
   CHECK(two_send, "no connection");
-  for (size_t k = 0; k < TWO_NSIZES; k++) {
+  for (size_t k = 0; k < two_nsizes; k++) {
     size_t len = two_sizes[k];
     unsigned char* src = malloc(len);
     pattern(src, len, len);
@@ -1049,6 +1060,80 @@ static int t2_peer_killed(void) {
   child_pid = -1;
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
         "the receiving process ended otherwise (status %#x)", status);
+  CHECK_OK(n11->finalize(ctx));
+  return 0;
+}
+
+/* ---- --peer: the two-process checks across hosts, the handle through a shared folder ---- */
+
+static const char* peer_dir;
+static void *peer_listen, *peer_recv;
+
+static int p_recv_handshake(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE], path[4096], tmp[4096];
+  ncclNetCommConfig_t config = {-1};
+  CHECK_OK(n11->init(&ctx, 2, &config, logger, NULL));
+  CHECK_OK(n11->listen(ctx, 0, handle, &peer_listen));
+  snprintf(path, sizeof path, "%s/handle", peer_dir);
+  snprintf(tmp, sizeof tmp, "%s/handle.tmp", peer_dir);
+  FILE* f = fopen(tmp, "wb");
+  CHECK(f && fwrite(handle, 1, sizeof handle, f) == sizeof handle && fclose(f) == 0,
+        "cannot write %.400s", tmp);
+  CHECK(rename(tmp, path) == 0, "cannot rename %.400s to %.400s", tmp, path);
+  double start = now();
+  while (peer_recv == NULL) {
+    /* The sender starts on another host, maybe later: allow it the connect deadline twice. */
+    CHECK(now() - start < 2 * DEADLINE_S, "no connection from the sending host");
+    CHECK_OK(n11->accept(peer_listen, &peer_recv, NULL));
+  }
+  return 0;
+}
+
+static int p_recv_sizes(void) {
+  CHECK(peer_recv, "no connection");
+  return child_stage_receive(peer_recv);
+}
+
+static int p_recv_group(void) {
+  CHECK(peer_recv, "no connection");
+  return child_stage_group(peer_recv);
+}
+
+static int p_recv_close(void) {
+  CHECK(peer_recv, "no connection");
+  CHECK_OK(n11->closeRecv(peer_recv));
+  CHECK_OK(n11->closeListen(peer_listen));
+  CHECK_OK(n11->finalize(ctx));
+  return 0;
+}
+
+static int p_send_handshake(void) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE], path[4096];
+  ncclNetCommConfig_t config = {-1};
+  CHECK_OK(n11->init(&ctx, 1, &config, logger, NULL));
+  snprintf(path, sizeof path, "%s/handle", peer_dir);
+  double start = now();
+  FILE* f = NULL;
+  while ((f = fopen(path, "rb")) == NULL) {
+    CHECK(now() - start < 2 * DEADLINE_S, "no listen handle at %.400s", path);
+    usleep(50000);
+  }
+  size_t got = fread(handle, 1, sizeof handle, f);
+  fclose(f);
+  CHECK(got == sizeof handle, "%.400s holds %zu bytes, not a handle", path, got);
+  two_send = NULL;
+  start = now();
+  while (two_send == NULL) {
+    CHECK(now() - start < DEADLINE_S, "connect to the receiving host did not finish");
+    CHECK_OK(n11->connect(ctx, 0, handle, &two_send, NULL));
+  }
+  return 0;
+}
+
+static int p_send_close(void) {
+  CHECK(two_send, "no connection");
+  CHECK_OK(n11->closeSend(two_send));
+  two_send = NULL;
   CHECK_OK(n11->finalize(ctx));
   return 0;
 }
@@ -1231,24 +1316,28 @@ static int bench(const char* path, int argc, char** argv) {
 int main(int argc, char** argv) {
   int two_process = argc == 3 && strcmp(argv[2], "--two-process") == 0;
   int bench_mode = argc >= 3 && strcmp(argv[2], "--bench") == 0;
-  if (argc != 2 && !two_process && !bench_mode) {
+  int peer_mode = argc == 5 && strcmp(argv[2], "--peer") == 0 &&
+                  (strcmp(argv[4], "recv") == 0 || strcmp(argv[4], "send") == 0);
+  if (argc != 2 && !two_process && !bench_mode && !peer_mode) {
     fprintf(stderr,
             "usage: %s /path/to/libnccl-net-weft.so [--two-process | --bench [connections] "
-            "[MiB per connection] [message KiB]]\n",
+            "[MiB per connection] [message KiB] | --peer DIR recv|send]\n",
             argv[0]);
     return 2;
   }
   verbose = getenv("HARNESS_VERBOSE") != NULL;
-  mesh = getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "mesh") == 0;
-  ib = mesh || (getenv("HARNESS_BACKEND") && strcmp(getenv("HARNESS_BACKEND"), "ib") == 0);
+  const char* backend = getenv("HARNESS_BACKEND") ? getenv("HARNESS_BACKEND") : "";
+  mesh = strcmp(backend, "mesh") == 0 || strcmp(backend, "mesh-socket") == 0;
+  ib = strcmp(backend, "mesh") == 0 || strcmp(backend, "ib") == 0;
   if (bench_mode) {
     /* The caller's environment (NCCL_SOCKET_NTHREADS, WEFT_* ...), loopback by default. */
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     return bench(argv[1], argc, argv);
   }
   /* What a user would set for a loopback run; the thread and socket counts are checked in
-   * the init message. A short connect timeout keeps the closed-listener case quick. */
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+   * the init message. A short connect timeout keeps the closed-listener case quick. Across
+   * hosts (--peer) the interfaces are the caller's. */
+  if (!peer_mode) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   setenv("NCCL_SOCKET_NTHREADS", "2", 1);
   setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
   setenv("WEFT_SOCKET_CONNECT_TIMEOUT", "6", 1);
@@ -1256,7 +1345,13 @@ int main(int argc, char** argv) {
   unsetenv("WEFT_SOCKET_IFNAME");
   unsetenv("WEFT_SOCKET_NTHREADS");
   unsetenv("WEFT_NSOCKS_PERTHREAD");
-  if (!ib) unsetenv("WEFT_NET_BACKEND"); /* verbs and mesh runs choose theirs */
+  if (!ib && !mesh) unsetenv("WEFT_NET_BACKEND"); /* verbs and mesh runs choose theirs */
+  if (peer_mode) {
+    peer_dir = argv[3];
+    two_sizes = peer_sizes;
+    two_nsizes = sizeof peer_sizes / sizeof peer_sizes[0];
+    setenv("WEFT_SOCKET_CONNECT_TIMEOUT", "60", 1);
+  }
 
   if (two_process) {
     /* Fork before anything is loaded: no threads exist yet. */
@@ -1304,8 +1399,27 @@ int main(int argc, char** argv) {
       {"v8, v9, v10 tables", t_older_versions},
       {"finalize", t_finalize},
   };
+  struct test peer_recv_tests[] = {
+      {"peer: listen, handle to the shared folder, accept", p_recv_handshake},
+      {"peer: receive 1 B, 4095 B, 64 KiB + 1, 1 MiB + 3, 16 MiB - 5 (every byte)", p_recv_sizes},
+      {"peer: grouped receive of 4, shuffled tags (every byte)", p_recv_group},
+      {"peer: close and finalize", p_recv_close},
+  };
+  struct test peer_send_tests[] = {
+      {"peer: connect through the handle in the shared folder", p_send_handshake},
+      {"peer: send 1 B, 4095 B, 64 KiB + 1, 1 MiB + 3, 16 MiB - 5", t2_sizes},
+      {"peer: send a group of 4, shuffled tags", t2_group},
+      {"peer: close and finalize", p_send_close},
+  };
   struct test* tests = two_process ? two : one;
   size_t ntests = two_process ? sizeof two / sizeof two[0] : sizeof one / sizeof one[0];
+  if (peer_mode && strcmp(argv[4], "recv") == 0) {
+    tests = peer_recv_tests;
+    ntests = sizeof peer_recv_tests / sizeof peer_recv_tests[0];
+  } else if (peer_mode) {
+    tests = peer_send_tests;
+    ntests = sizeof peer_send_tests / sizeof peer_send_tests[0];
+  }
   int passed = 0, failed = 0;
   for (size_t i = 0; i < ntests; i++) {
     failure[0] = '\0';

@@ -62,8 +62,19 @@ fn compile_harness() -> PathBuf {
 
 /// Runs the harness with a deadline; returns its stdout.
 fn run_harness(harness: &Path, args: &[&str], lib_dir: Option<&Path>) -> String {
+    run_harness_with(harness, args, lib_dir, &[])
+}
+
+/// As [`run_harness`], with `envs` set for the harness.
+fn run_harness_with(
+    harness: &Path,
+    args: &[&str],
+    lib_dir: Option<&Path>,
+    envs: &[(&str, &str)],
+) -> String {
     let mut cmd = Command::new(harness);
     cmd.args(args)
+        .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(dir) = lib_dir {
@@ -118,4 +129,52 @@ fn c_harness_drives_the_plugin_as_nccl_does() {
     // Sender and receiver in two processes; the receiver is killed mid-transfer.
     let two = run_harness(&harness, &[path, "--two-process"], None);
     assert_eq!(counts(&two), (4, 0), "two-process run");
+}
+
+/// The mesh backend over sockets (what a host without RDMA devices runs): every check of the
+/// harness with the socket backend's semantics, the two-process checks, and the cross-host
+/// mode (`--peer`: the handle through a folder) between two processes of this host.
+#[test]
+fn c_harness_drives_the_mesh_backend_over_sockets() {
+    let lib = build_plugin();
+    let harness = compile_harness();
+    let path = lib.to_str().expect("utf-8 path");
+    let envs = [
+        ("HARNESS_BACKEND", "mesh-socket"),
+        ("WEFT_NET_BACKEND", "mesh"),
+        ("WEFT_MESH_TRANSPORT", "socket"),
+    ];
+    let full = run_harness_with(&harness, &[path], None, &envs);
+    assert_eq!(counts(&full), (13, 0), "mesh: full run");
+    let two = run_harness_with(&harness, &[path, "--two-process"], None, &envs);
+    assert_eq!(counts(&two), (4, 0), "mesh: two-process run");
+
+    let dir = profile_dir().join(format!("mesh-peer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a folder for the handle");
+    let folder = dir.to_str().expect("utf-8 path");
+    let mut recv = Command::new(&harness)
+        .args([path, "--peer", folder, "recv"])
+        .envs(envs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the receiving harness");
+    let sent = run_harness_with(&harness, &[path, "--peer", folder, "send"], None, &envs);
+    assert_eq!(counts(&sent), (4, 0), "mesh: peer sender");
+    let start = Instant::now();
+    while recv.try_wait().expect("wait for the receiver").is_none() {
+        if start.elapsed() > Duration::from_secs(300) {
+            let _ = recv.kill();
+            let _ = recv.wait();
+            panic!("the receiving harness ran for more than 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = recv.wait_with_output().expect("receiver output");
+    let got = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{got}");
+    assert!(out.status.success(), "receiving harness failed:\n{got}");
+    assert_eq!(counts(&got), (4, 0), "mesh: peer receiver");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,10 @@
 #               its transfers still work.
 #   no-subnet   (--vms 3) VM a advertises only its a-c address; VM b (subnets a-b, b-c) fails
 #               to connect at once, listing the addresses compared.
+#   stale-nonce over the mesh backend (verbs), VM b first connects with VM a's handle whose
+#               nonce it changed (a stale handle): that connect fails within the deadline,
+#               naming VM a and the nonce; VM a's listener logs the refusal naming VM b and
+#               then serves b's real connection (3 messages).
 # Built by scripts/vm-tests.sh, which runs it.
 # scripts/rdma-vms.sh --vms 2 -- "FAULT=link-down sh tests/vm/faults.sh"
 set -eu
@@ -35,6 +39,10 @@ vm-killed)
         ( while [ ! -e "$dir/started" ]; do sleep 0.2; done; sleep 1
           echo 0 > "$dir/vm$WEFT_VM_INDEX.rc"; sync; echo o > /proc/sysrq-trigger ) &
         "$bin" stream send "$dir" || true
+        # The send ends only if VM a went away first (its kernel crashed, say): then the
+        # power-off never comes; end now rather than at the deadline.
+        for _ in $(seq 60); do [ -e "$dir/started" ] && break; sleep 1; done
+        [ -e "$dir/started" ] || { echo "faults.sh: the transfer never started" >&2; exit 1; }
         sleep 600
     fi ;;
 wrong-gid)
@@ -52,5 +60,17 @@ no-subnet)
     else
         "$bin" mesh-connect send "$dir" "no route to peer" "192.168.100.1/24" "192.168.101.2/24" "192.168.102.2/24"
     fi ;;
-*) echo "faults.sh: FAULT=$FAULT is not one of link-down vm-killed wrong-gid stray no-subnet" >&2; exit 2 ;;
+stale-nonce)
+    export NCCL_IB_HCA==rxe0
+    if [ "$role" = recv ]; then
+        "$bin" mesh-stale recv "$dir" > "$dir/recv.out" 2>&1 || { cat "$dir/recv.out"; exit 1; }
+        cat "$dir/recv.out"
+        grep -q "dropping a connection: .*nonce.*(peer $(vm_addr 1 ab):" "$dir/recv.out" || {
+            echo "faults.sh: VM a's listener did not say it refused VM b's stale nonce" >&2
+            exit 1
+        }
+    else
+        "$bin" mesh-stale send "$dir" "nonce" "$(vm_addr 0 ab)"
+    fi ;;
+*) echo "faults.sh: FAULT=$FAULT is not one of link-down vm-killed wrong-gid stray no-subnet stale-nonce" >&2; exit 2 ;;
 esac

@@ -47,3 +47,8 @@ route_triangle() {
         2) ip route add 192.168.101.0/24 via 192.168.100.1 ;;
     esac
 }
+
+# vm_rxe VM LINK: the rxe device of VM (0, 1, 2) on LINK (ab, ac, bc).
+vm_rxe() {
+    awk -v v="$1" -v l="$2" '$1 == l && $2 == v {print $4}' "$WEFT_VM_TOPOLOGY"
+}

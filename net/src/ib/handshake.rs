@@ -31,7 +31,8 @@ pub const STRAY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between tries of a refused connect.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-fn random_u64() -> u64 {
+/// A random 64-bit value (getrandom; the clock and pid if that fails): PSNs and nonces.
+pub(crate) fn random_u64() -> u64 {
     let mut v = 0u64;
     // SAFETY: getrandom writes at most 8 bytes into `v`.
     let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, 0) };
@@ -301,6 +302,8 @@ impl IbListenComm {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    // The mesh listens on an IPv6 socket: name IPv4 peers `a.b.c.d`.
+                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                     stream.set_nonblocking(true).map_err(|e| {
                         NetError::io("set an accepted socket nonblocking", &e).peer(peer)
                     })?;
@@ -379,7 +382,11 @@ impl IbListenComm {
                 if hello.nonce != self.handle.nonce {
                     return Err(NetError::new(
                         NetErrorKind::Protocol,
-                        "verbs handshake with another listener's nonce (a stale handle?)",
+                        format!(
+                            "verbs handshake with nonce {:#x}, this listener's is {:#x}: a stale \
+                             handle (from an earlier listen) or a connector of another run",
+                            hello.nonce, self.handle.nonce
+                        ),
                     )
                     .peer(peer));
                 }
@@ -618,12 +625,14 @@ fn step_connect(
                         NetError::new(
                             NetErrorKind::PeerClosed,
                             "the listener closed the verbs handshake instead of answering: it \
-                             could not set up its side (its log says why)",
+                             could not set up its side, or refused this connector's nonce (a \
+                             stale handle from an earlier listen); its log says which",
                         )
                         .peer(peer)
                         .hint(
-                            "the usual cause is a GID index that differs between the ends \
-                             (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must pick the same address \
+                            "the usual causes: a handle from an earlier listen (its nonce is \
+                             stale), or GID indexes of different address families at the two \
+                             ends (NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY must pick the same \
                              family on both)",
                         )
                     } else {

@@ -169,6 +169,19 @@ enum RequestKind {
     Done,
 }
 
+impl IbRequest {
+    /// Closes the comm this request belongs to: its QPs are destroyed, so no DMA reaches its
+    /// buffers afterwards (the mesh backend's answer to a failure on another rail of the same
+    /// connection).
+    pub(crate) fn close_comm(&self) {
+        match &self.0 {
+            RequestKind::Send(state, ..) => lock(state).close(),
+            RequestKind::Recv(state, _) => lock(state).close(),
+            RequestKind::Done => {}
+        }
+    }
+}
+
 impl std::fmt::Debug for IbRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {

@@ -293,3 +293,8 @@ pub(crate) fn entry_of(b: &RecvBuffer<'_, super::IbMemHandle>) -> (u64, usize, u
 pub(crate) fn port_of_recv(c: &IbRecvComm) -> Arc<Port> {
     lock(&c.0).link.port.clone()
 }
+
+/// The connector's handshake address, for messages.
+pub(crate) fn peer_of_recv(c: &IbRecvComm) -> std::net::SocketAddr {
+    lock(&c.0).link.peer
+}

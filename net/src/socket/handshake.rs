@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -93,11 +93,13 @@ pub struct SocketListenComm {
 }
 
 impl SocketListenComm {
+    /// Listens on `addr`; connectors must repeat `nonce` (random when `None`).
     pub(super) fn bind(
         addr: SocketAddr,
         data_sockets: u8,
         threads: u8,
         settings: LocalSettings,
+        nonce: Option<u64>,
     ) -> Result<SocketListenComm, NetError> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             NetError::io(format!("listen on {addr}"), &e)
@@ -115,7 +117,7 @@ impl SocketListenComm {
                 addr: local,
                 data_sockets,
                 threads,
-                nonce: random_u64(),
+                nonce: nonce.unwrap_or_else(random_u64),
             },
             pending: Vec::new(),
             groups: HashMap::new(),
@@ -123,7 +125,8 @@ impl SocketListenComm {
         })
     }
 
-    pub(super) fn handle(&self) -> &SocketHandleRepr {
+    /// The listening address and what a connector must send.
+    pub(crate) fn handle(&self) -> &SocketHandleRepr {
         &self.handle
     }
 
@@ -133,6 +136,8 @@ impl SocketListenComm {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    // An IPv6 listener takes IPv4 too: name such peers `a.b.c.d`.
+                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                     nonblocking_nodelay(&stream, peer)?;
                     self.pending.push(PendingSocket {
                         stream,
@@ -298,13 +303,17 @@ pub struct SocketConnecting {
     deadline: Instant,
     refused_deadline: Instant,
     local: LocalSettings,
+    /// The local address every socket connects from, when one was chosen.
+    from: Option<IpAddr>,
 }
 
 impl SocketConnecting {
+    /// Starts connecting to the listener of `handle`, from the address `from` when given.
     pub(super) fn start(
         handle: SocketHandleRepr,
         timeout: Duration,
         local: LocalSettings,
+        from: Option<IpAddr>,
     ) -> Result<SocketConnecting, NetError> {
         let count = usize::from(handle.data_sockets) + 1;
         let mut sockets = Vec::with_capacity(count);
@@ -320,6 +329,7 @@ impl SocketConnecting {
             deadline: Instant::now() + timeout,
             refused_deadline: Instant::now() + (timeout / 2).min(REFUSED_FOR),
             local,
+            from,
         };
         // Start the TCP connects right away so that they progress while the caller polls.
         for i in 0..count {
@@ -360,7 +370,7 @@ impl SocketConnecting {
                 if Instant::now() < at {
                     SocketStage::RetryAt(at)
                 } else {
-                    match sys::start_connect(&addr) {
+                    match sys::start_connect_from(&addr, self.from) {
                         Ok(s) => SocketStage::Connecting(s),
                         Err(e) if self.retryable(&e) => {
                             SocketStage::RetryAt(Instant::now() + REFUSED_RETRY)
@@ -406,7 +416,7 @@ impl SocketConnecting {
 
     /// One nonblocking step; `Ok(Some)` once every socket is connected and the listener
     /// answered.
-    pub(super) fn poll(&mut self) -> Result<Option<SocketSendComm>, NetError> {
+    pub(crate) fn poll(&mut self) -> Result<Option<SocketSendComm>, NetError> {
         let addr = self.handle.addr;
         for i in 0..self.sockets.len() {
             // Up to three stages per poll: retry -> connecting -> connected (hello) -> ready.

@@ -232,6 +232,41 @@ impl SocketNet {
         Ok(SocketNet { config, devices })
     }
 
+    /// A socket backend with no device of its own, for the mesh backend: it listens and
+    /// connects on addresses the mesh chose (`listen_on`, `connect_from`), and its data path
+    /// serves the comms that makes.
+    pub(crate) fn without_devices(config: SocketConfig) -> Result<SocketNet, NetError> {
+        config.data_sockets()?;
+        Ok(SocketNet {
+            config,
+            devices: Vec::new(),
+        })
+    }
+
+    /// Listens on `addr` (port 0: the kernel picks); a connection must repeat `nonce`.
+    pub(crate) fn listen_on(
+        &self,
+        addr: SocketAddr,
+        nonce: u64,
+    ) -> Result<SocketListenComm, NetError> {
+        SocketListenComm::bind(
+            addr,
+            self.config.data_sockets()?,
+            self.config.threads,
+            self.local(),
+            Some(nonce),
+        )
+    }
+
+    /// Starts a connect to the listener `handle` describes, from the local address `from`.
+    pub(crate) fn connect_from(
+        &self,
+        handle: SocketHandleRepr,
+        from: Option<std::net::IpAddr>,
+    ) -> Result<SocketConnecting, NetError> {
+        SocketConnecting::start(handle, self.config.connect_timeout, self.local(), from)
+    }
+
     /// The configuration in use.
     pub fn config(&self) -> &SocketConfig {
         &self.config
@@ -330,6 +365,15 @@ pub struct SocketRequest {
     generation: u32,
 }
 
+impl SocketRequest {
+    /// Closes the comm this request belongs to: its data threads are stopped and joined, so no
+    /// thread touches its buffers afterwards (the mesh backend's answer to a failure on another
+    /// rail of the same connection).
+    pub(crate) fn close_comm(&self) {
+        self.conn.close();
+    }
+}
+
 impl Net for SocketNet {
     type ListenComm = SocketListenComm;
     type SendComm = SocketSendComm;
@@ -378,6 +422,7 @@ impl Net for SocketNet {
             self.config.data_sockets()?,
             self.config.threads,
             self.local(),
+            None,
         )?;
         let mut handle = NetHandle::default();
         listen.handle().emit(&mut handle.0).map_err(|e| {
@@ -406,6 +451,7 @@ impl Net for SocketNet {
                 repr,
                 self.config.connect_timeout,
                 self.local(),
+                None,
             )?);
         }
         let Some(connecting) = state.as_mut() else {

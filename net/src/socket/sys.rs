@@ -2,12 +2,19 @@
 //! (a library inside NCCL's process must not be killed by a peer's reset), and `poll`.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Starts a nonblocking TCP connect to `addr`. The returned stream is nonblocking and may
 /// still be connecting: check with [`connect_result`] once it polls writable.
 pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
+    start_connect_from(addr, None)
+}
+
+/// As [`start_connect`], from the local address `from` when given (port 0: any port), so
+/// that the connection leaves through the NIC that holds it (the mesh backend chose that NIC
+/// by subnet).
+pub fn start_connect_from(addr: &SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
     let domain = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -26,6 +33,21 @@ pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    if let Some(ip) = from {
+        let (local, local_len) = sockaddr(&SocketAddr::new(ip, 0));
+        // SAFETY: `local` holds a valid sockaddr of `local_len` bytes; a family that does not
+        // match the socket's is refused by bind(2) with an error, not undefined behaviour.
+        let rc = unsafe {
+            libc::bind(
+                owned.as_raw_fd(),
+                (&raw const local).cast::<libc::sockaddr>(),
+                local_len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     let (storage, len) = sockaddr(addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes for the socket's family.
     let rc = unsafe {

@@ -1,0 +1,304 @@
+//! Which rails a connection takes: the (local NIC, peer address) pairs and, per pair, verbs
+//! or sockets. Pure: the addresses in, the plan or the error out.
+//!
+//! With `WEFT_MESH_TRANSPORT=auto` (the default) pairs where both ends have an RDMA port
+//! are tried first; only when none shares a subnet are all addresses compared, and a pair
+//! with no RDMA port at either end goes over sockets. Several disjoint pairs of the best
+//! speed become several rails (`weft_core::net::stripe`), up to `WEFT_MESH_RAILS`.
+
+use std::net::IpAddr;
+
+use weft_core::net::{LocalNic, NoRoute, NoRouteReason, PeerAddr, stripe};
+use weft_core::wire::mesh_handle::MeshEntry;
+
+use super::handle::NO_VERBS;
+
+/// How connections travel (`WEFT_MESH_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Verbs where both ends of a pair have an RDMA port, else sockets.
+    Auto,
+    /// Verbs only.
+    Ib,
+    /// Sockets only (no verbs device is opened).
+    Socket,
+}
+
+impl Transport {
+    /// `auto`, `ib` (or `verbs`), `socket`.
+    pub fn parse(s: &str) -> Option<Transport> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(Transport::Auto),
+            "ib" | "verbs" => Some(Transport::Ib),
+            "socket" | "sockets" => Some(Transport::Socket),
+            _ => None,
+        }
+    }
+}
+
+/// One local address the mesh may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeshNic {
+    /// The netdev (`eth0`).
+    pub name: String,
+    /// Which NIC it is: addresses of one netdev share it (rails never share a NIC).
+    pub index: u8,
+    pub addr: IpAddr,
+    pub prefix_len: u8,
+    pub speed_mbps: u32,
+    /// The RDMA port behind it (an index into the mesh's ports), if any.
+    pub port: Option<usize>,
+}
+
+/// How one rail travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RailKind {
+    /// Verbs from this port (an index into the mesh's ports).
+    Ib { port: usize },
+    /// Sockets.
+    Socket,
+}
+
+/// One rail of a connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rail {
+    /// An index into the local NICs.
+    pub nic: usize,
+    pub peer: IpAddr,
+    /// What the log and errors show: `192.168.101.0/24`, or `this host`.
+    pub over: String,
+    pub kind: RailKind,
+}
+
+fn local_of(nics: &[MeshNic], only_rdma: bool) -> Vec<LocalNic> {
+    nics.iter()
+        .filter(|n| !only_rdma || n.port.is_some())
+        .map(|n| LocalNic {
+            index: n.index,
+            addr: n.addr,
+            prefix_len: n.prefix_len,
+            speed_mbps: n.speed_mbps,
+            up: true,
+        })
+        .collect()
+}
+
+fn peers_of(entries: &[MeshEntry], only_rdma: bool) -> Vec<PeerAddr> {
+    entries
+        .iter()
+        .filter(|e| !only_rdma || e.gid_index != NO_VERBS)
+        .map(PeerAddr::from)
+        .collect()
+}
+
+fn kind_of(nic: &MeshNic, peer_has_verbs: bool, transport: Transport) -> RailKind {
+    match (transport, nic.port) {
+        (Transport::Socket, _) => RailKind::Socket,
+        (_, Some(port)) if peer_has_verbs => RailKind::Ib { port },
+        _ => RailKind::Socket,
+    }
+}
+
+/// The rails to the peer that advertised `entries`, at most `max_rails`.
+// The error is core's `NoRoute` (copies of the addresses compared, no allocation in core).
+#[allow(clippy::result_large_err)]
+pub fn plan(
+    nics: &[MeshNic],
+    entries: &[MeshEntry],
+    transport: Transport,
+    max_rails: usize,
+) -> Result<Vec<Rail>, NoRoute> {
+    let verbs_of = |addr: IpAddr| {
+        entries
+            .iter()
+            .any(|e| e.addr == addr && e.gid_index != NO_VERBS)
+    };
+    let nic_of = |addr: IpAddr| nics.iter().position(|n| n.addr == addr);
+    let attempts: &[bool] = match transport {
+        Transport::Auto => &[true, false],
+        Transport::Ib => &[true],
+        Transport::Socket => &[false],
+    };
+    let mut error = None;
+    for &only_rdma in attempts {
+        let local = local_of(nics, only_rdma);
+        let peers = peers_of(entries, only_rdma);
+        match stripe(&local, &peers, max_rails.max(1)) {
+            Ok(p) => {
+                let rails = p
+                    .rails()
+                    .take(max_rails.max(1))
+                    .filter_map(|r| {
+                        let nic = nic_of(r.local.addr)?;
+                        Some(Rail {
+                            nic,
+                            peer: r.peer.addr,
+                            over: r.subnet.to_string(),
+                            kind: kind_of(&nics[nic], verbs_of(r.peer.addr), transport),
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                if !rails.is_empty() {
+                    return Ok(rails);
+                }
+            }
+            // The handle describes this host (two ranks of one host): an address it shares
+            // cannot reach another host, so connecting to it is safe; the NIC holding it
+            // serves both ends.
+            Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
+                let same = nics
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| !only_rdma || n.port.is_some())
+                    .find(|(_, n)| {
+                        entries
+                            .iter()
+                            .any(|e| e.addr == n.addr && (!only_rdma || e.gid_index != NO_VERBS))
+                    });
+                if let Some((nic, n)) = same {
+                    return Ok(vec![Rail {
+                        nic,
+                        peer: n.addr,
+                        over: "this host".to_string(),
+                        kind: kind_of(n, verbs_of(n.addr), transport),
+                    }]);
+                }
+                error = Some(no);
+            }
+            Err(no) => {
+                // The last attempt compares every address: its error is the one to show.
+                error = Some(no);
+            }
+        }
+    }
+    Err(error.unwrap_or_else(|| {
+        NoRoute::new(
+            NoRouteReason::NoSharedSubnet,
+            &local_of(nics, false),
+            &peers_of(entries, false),
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nic(name: &str, index: u8, addr: &str, port: Option<usize>) -> MeshNic {
+        MeshNic {
+            name: name.into(),
+            index,
+            addr: addr.parse().unwrap(),
+            prefix_len: 24,
+            speed_mbps: 10_000,
+            port,
+        }
+    }
+
+    fn entry(addr: &str, nic_index: u8, verbs: bool) -> MeshEntry {
+        MeshEntry {
+            addr: addr.parse().unwrap(),
+            prefix_len: 24,
+            nic_index,
+            qpn: 0,
+            gid_index: if verbs { 1 } else { NO_VERBS },
+            speed_mbps: 10_000,
+        }
+    }
+
+    #[test]
+    fn verbs_where_both_ends_have_it_else_sockets() {
+        // Host b of the triangle: eth0 to a (192.168.101/24), eth1 to c (192.168.102/24).
+        let b = [
+            nic("eth0", 0, "192.168.101.2", Some(0)),
+            nic("eth1", 1, "192.168.102.2", Some(1)),
+        ];
+        let a = [
+            entry("192.168.101.1", 0, true),
+            entry("192.168.100.1", 1, true),
+        ];
+        let c_no_rdma = [
+            entry("192.168.100.3", 0, false),
+            entry("192.168.102.3", 1, false),
+        ];
+        let to_a = plan(&b, &a, Transport::Auto, 8).unwrap();
+        assert_eq!(to_a.len(), 1);
+        assert_eq!(
+            (to_a[0].nic, to_a[0].peer, to_a[0].kind),
+            (
+                0,
+                "192.168.101.1".parse().unwrap(),
+                RailKind::Ib { port: 0 }
+            )
+        );
+        assert_eq!(to_a[0].over, "192.168.101.0/24");
+        let to_c = plan(&b, &c_no_rdma, Transport::Auto, 8).unwrap();
+        assert_eq!(
+            (to_c[0].nic, to_c[0].peer, to_c[0].kind),
+            (1, "192.168.102.3".parse().unwrap(), RailKind::Socket)
+        );
+        // Forced sockets take the same pair over sockets; forced verbs refuse c, naming it.
+        let s = plan(&b, &a, Transport::Socket, 8).unwrap();
+        assert_eq!((s[0].nic, s[0].kind), (0, RailKind::Socket));
+        let e = plan(&b, &c_no_rdma, Transport::Ib, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("192.168.101.2/24") && e.contains("no route"),
+            "{e}"
+        );
+        // A host with no RDMA at all reaches a verbs peer over sockets.
+        let c = [
+            nic("eth0", 0, "192.168.100.3", None),
+            nic("eth1", 1, "192.168.102.3", None),
+        ];
+        let to_a = plan(&c, &a, Transport::Auto, 8).unwrap();
+        assert_eq!((to_a[0].nic, to_a[0].kind), (0, RailKind::Socket));
+    }
+
+    #[test]
+    fn disjoint_pairs_become_rails_up_to_the_limit() {
+        let a = [
+            nic("eth0", 0, "192.168.101.1", Some(0)),
+            nic("eth1", 1, "192.168.103.1", Some(1)),
+        ];
+        let b = [
+            entry("192.168.101.2", 0, true),
+            entry("192.168.103.2", 1, true),
+        ];
+        let rails = plan(&a, &b, Transport::Auto, 8).unwrap();
+        let got: Vec<(usize, String, RailKind)> = rails
+            .iter()
+            .map(|r| (r.nic, r.peer.to_string(), r.kind))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "192.168.101.2".into(), RailKind::Ib { port: 0 }),
+                (1, "192.168.103.2".into(), RailKind::Ib { port: 1 }),
+            ]
+        );
+        assert_eq!(plan(&a, &b, Transport::Auto, 1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_handle_of_this_host_connects_through_the_shared_address() {
+        let a = [nic("lo", 0, "127.0.0.1", None)];
+        let me = [entry("127.0.0.1", 0, false)];
+        let rails = plan(&a, &me, Transport::Auto, 8).unwrap();
+        assert_eq!(rails.len(), 1);
+        assert_eq!(
+            (rails[0].over.as_str(), rails[0].kind),
+            ("this host", RailKind::Socket)
+        );
+    }
+
+    #[test]
+    fn transport_names() {
+        assert_eq!(Transport::parse(" Socket "), Some(Transport::Socket));
+        assert_eq!(Transport::parse("ib"), Some(Transport::Ib));
+        assert_eq!(Transport::parse("verbs"), Some(Transport::Ib));
+        assert_eq!(Transport::parse("auto"), Some(Transport::Auto));
+        assert_eq!(Transport::parse("tcp"), None);
+    }
+}
