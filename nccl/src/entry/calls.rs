@@ -57,12 +57,14 @@ fn collective(
     op: Option<c_int>,
     stream: CudaStream,
 ) -> Result<(), ApiError> {
-    let c = comm::lookup(handle as usize)?;
+    // Type and operator first: they need no communicator, so a test without a GPU can
+    // see them refused (NCCL's order differs; the code is the same).
     let dtype = data_type(dtype)?;
     let op = match op {
         Some(o) => red_op(o)?,
         None => RedOp::Sum,
     };
+    let c = comm::lookup(handle as usize)?;
     let collective = which(c.nranks)?;
     // The largest buffer any rank passes must have a size.
     bytes(count.saturating_mul(c.nranks), dtype)?;
@@ -258,8 +260,8 @@ fn p2p(
     peer: c_int,
     send: bool,
 ) -> Result<(std::sync::Arc<comm::Comm>, GpuP2p), ApiError> {
-    let c = comm::lookup(handle as usize)?;
     let dtype = data_type(dtype)?;
+    let c = comm::lookup(handle as usize)?;
     let peer = index(peer, "peer")?;
     if peer >= c.nranks {
         return Err(ApiError::invalid_argument(format!(
