@@ -1,0 +1,212 @@
+//! The communicator behind an `ncclComm_t`: a [`GpuComm`] once initialised, the facts
+//! NCCL's queries return, and the registry that turns a handle from C into a reference
+//! (a handle weft did not hand out, or already destroyed, is an invalid argument rather
+//! than a wild pointer).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use weft::bootstrap::UniqueId;
+use weft::comm::CommOptions;
+use weft::gpu::GpuComm;
+use weft_core::abi::DataType;
+
+use crate::config::CommSettings;
+use crate::debug;
+use crate::result::{ApiError, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
+
+/// Where a communicator is in its life.
+#[derive(Debug)]
+pub enum CommState {
+    /// Created inside a group; initialised at its outermost `ncclGroupEnd`.
+    Pending,
+    Ready(Box<GpuComm>),
+    /// Initialisation failed: every call returns this.
+    Failed(ApiError),
+}
+
+/// One rank's communicator.
+#[derive(Debug)]
+pub struct Comm {
+    pub rank: usize,
+    pub nranks: usize,
+    /// CUDA ordinal of its GPU.
+    pub device: usize,
+    pub settings: CommSettings,
+    state: Mutex<CommState>,
+}
+
+impl Comm {
+    pub fn new(rank: usize, nranks: usize, device: usize, settings: CommSettings) -> Comm {
+        Comm {
+            rank,
+            nranks,
+            device,
+            settings,
+            state: Mutex::new(CommState::Pending),
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, CommState> {
+        // A panic while holding it was caught at the boundary; the state itself is whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the initialised communicator.
+    pub fn with_gpu<T>(
+        &self,
+        f: impl FnOnce(&mut GpuComm) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        match &mut *self.state() {
+            CommState::Ready(gpu) => f(gpu),
+            CommState::Failed(e) => Err(ApiError::new(
+                e.code,
+                format!("the communicator's initialisation failed: {}", e.message),
+            )),
+            CommState::Pending => Err(ApiError::invalid_usage(
+                "the communicator is initialised at the end of the group that created it; \
+                 call ncclGroupEnd first",
+            )),
+        }
+    }
+
+    /// Initialises it (collective with the other ranks of `id`): blocks until every rank
+    /// has joined or the bootstrap gives up.
+    pub fn init(&self, id: &UniqueId) {
+        let outcome = init_gpu(id, self.rank, self.nranks, self.device, &self.settings);
+        *self.state() = match outcome {
+            Ok(gpu) => CommState::Ready(Box::new(gpu)),
+            Err(e) => {
+                debug::warn(self.device, &e.message);
+                CommState::Failed(e)
+            }
+        };
+    }
+}
+
+/// `GpuComm::init` with options from the environment, logging what NCCL logs at INFO.
+pub fn init_gpu(
+    id: &UniqueId,
+    rank: usize,
+    nranks: usize,
+    device: usize,
+    settings: &CommSettings,
+) -> Result<GpuComm, ApiError> {
+    debug::version_once(device);
+    for note in &settings.notes {
+        debug::info(device, &format!("config: {note}"));
+    }
+    let opts = CommOptions::from_env().map_err(|e| {
+        ApiError::invalid_argument(format!("reading weft's environment variables: {e}"))
+    })?;
+    let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
+    let name = settings.name.as_deref().unwrap_or("");
+    debug::info(
+        device,
+        &format!(
+            "comm rank {rank} nRanks {nranks} cudaDev {device} commName {name:?} - weft: \
+             transport {}, {} channels of {} KiB steps",
+            gpu.transport_name(),
+            gpu.nchannels(),
+            gpu.step_bytes() / 1024
+        ),
+    );
+    for (c, ring) in gpu.rings().iter().enumerate() {
+        let ranks: Vec<String> = ring.iter().map(u32::to_string).collect();
+        debug::info(
+            device,
+            &format!(
+                "Channel {c:02}/{:02} : {}",
+                gpu.nchannels(),
+                ranks.join(" ")
+            ),
+        );
+    }
+    debug::info(
+        device,
+        &format!("comm rank {rank} nRanks {nranks} - Init COMPLETE"),
+    );
+    Ok(gpu)
+}
+
+/// Compiles every type's kernels and waits for every rank: ranks sharing one GPU must
+/// load their modules before any of them launches (a module load waits for the device,
+/// and a peer's kernel waiting for this rank would never finish).
+pub fn prepare_shared(gpu: &mut GpuComm) -> Result<(), ApiError> {
+    let all: Vec<DataType> = (0..crate::types::NUM_TYPES)
+        .filter_map(|t| crate::types::data_type(t).ok())
+        .collect();
+    gpu.prepare(&all)?;
+    gpu.barrier()?;
+    Ok(())
+}
+
+/// Live communicators by handle address.
+static LIVE: Mutex<Option<HashMap<usize, Arc<Comm>>>> = Mutex::new(None);
+
+fn live() -> MutexGuard<'static, Option<HashMap<usize, Arc<Comm>>>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers `comm` and returns its handle (the address of the `Comm`, opaque to C).
+pub fn register(comm: Arc<Comm>) -> usize {
+    let handle = Arc::as_ptr(&comm) as usize;
+    live().get_or_insert_with(HashMap::new).insert(handle, comm);
+    handle
+}
+
+/// The communicator of `handle`.
+pub fn lookup(handle: usize) -> Result<Arc<Comm>, ApiError> {
+    if handle == 0 {
+        return Err(ApiError::invalid_argument("comm is NULL"));
+    }
+    live()
+        .as_ref()
+        .and_then(|m| m.get(&handle).cloned())
+        .ok_or_else(|| {
+            ApiError::invalid_argument(format!(
+                "comm {handle:#x} is not a live communicator of weft's libnccl (destroyed \
+                 already, or not from ncclCommInit*)"
+            ))
+        })
+}
+
+/// Unregisters `handle`; the communicator ends when its last queued call has.
+pub fn unregister(handle: usize) -> Result<Arc<Comm>, ApiError> {
+    let comm = lookup(handle)?;
+    if let Some(m) = live().as_mut() {
+        m.remove(&handle);
+    }
+    Ok(comm)
+}
+
+/// The CUDA ordinal current on this thread (`cudaGetDevice`'s answer): the device of
+/// the current context, which `cudaSetDevice` makes current; 0 when none is.
+pub fn current_device() -> Result<usize, ApiError> {
+    let d = weft_cuda::driver().map_err(|e| {
+        ApiError::from(e).context("no GPU available: loading the CUDA driver (libcuda.so.1)")
+    })?;
+    let count = weft_cuda::device_count()?;
+    if count == 0 {
+        return Err(ApiError::new(
+            NCCL_UNHANDLED_CUDA_ERROR,
+            "no GPU: the CUDA driver sees no device (CUDA_VISIBLE_DEVICES?)",
+        ));
+    }
+    let mut ctx: weft_cuda::CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer; the driver was initialised by device_count.
+    let rc = unsafe { (d.cuCtxGetCurrent)(&mut ctx) };
+    if !rc.is_success() || ctx.is_null() {
+        return Ok(0);
+    }
+    let mut dev: weft_cuda::CUdevice = 0;
+    // SAFETY: `dev` is a valid out-pointer; a context is current.
+    let rc = unsafe { (d.cuCtxGetDevice)(&mut dev) };
+    if !rc.is_success() {
+        return Err(ApiError::new(
+            NCCL_UNHANDLED_CUDA_ERROR,
+            format!("cuCtxGetDevice failed with {rc:?}: cannot tell the current GPU"),
+        ));
+    }
+    usize::try_from(dev).map_err(|_| ApiError::new(NCCL_INVALID_USAGE, "negative device"))
+}

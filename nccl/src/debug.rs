@@ -1,0 +1,114 @@
+//! `NCCL_DEBUG` output in NCCL's line format (`host:pid:tid [dev] NCCL INFO text`), so that
+//! scripts and people reading a job's log find weft's lines where they find NCCL's.
+//!
+//! `NCCL_DEBUG=WARN` prints failures, `INFO` also what weft chose (version, transport,
+//! channels); `WEFT_DEBUG` is read when `NCCL_DEBUG` is unset. Lines go to stdout, as
+//! NCCL's do.
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// How much to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    None,
+    Warn,
+    Info,
+}
+
+/// Parses an `NCCL_DEBUG` value (NCCL's names, any case; TRACE and ABORT count as INFO
+/// and WARN, VERSION prints the version line only, as INFO does first).
+pub fn parse_level(value: Option<&str>) -> Level {
+    match value.map(|v| v.trim().to_ascii_uppercase()).as_deref() {
+        Some("INFO") | Some("TRACE") => Level::Info,
+        Some("WARN") | Some("ABORT") => Level::Warn,
+        _ => Level::None,
+    }
+}
+
+fn level() -> Level {
+    static LEVEL: OnceLock<Level> = OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        let value = std::env::var("NCCL_DEBUG")
+            .or_else(|_| std::env::var("WEFT_DEBUG"))
+            .ok();
+        parse_level(value.as_deref())
+    })
+}
+
+fn host() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
+            .unwrap_or_else(|_| "localhost".to_string())
+    })
+}
+
+/// One line in NCCL's format; `dev` is the CUDA ordinal the line concerns (NCCL prints
+/// the thread's current device; weft prints the communicator's, or 0).
+pub fn format_line(host: &str, pid: u32, tid: i64, dev: usize, kind: &str, text: &str) -> String {
+    format!("{host}:{pid}:{tid} [{dev}] NCCL {kind} {text}\n")
+}
+
+fn emit(at: Level, kind: &str, dev: usize, text: &str) {
+    if level() < at {
+        return;
+    }
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    let line = format_line(host(), std::process::id(), tid, dev, kind, text);
+    // A closed stdout must not fail the call that logs.
+    let _ = std::io::stdout().lock().write_all(line.as_bytes());
+}
+
+pub fn info(dev: usize, text: &str) {
+    emit(Level::Info, "INFO", dev, text);
+}
+
+pub fn warn(dev: usize, text: &str) {
+    emit(Level::Warn, "WARN", dev, text);
+}
+
+/// The version line NCCL prints first at INFO, naming weft as the implementation.
+pub fn version_line() -> String {
+    format!(
+        "NCCL version {}.{}.{}+weft-{} (weft's libnccl over its GPU communicator)",
+        crate::NCCL_MAJOR,
+        crate::NCCL_MINOR,
+        crate::NCCL_PATCH,
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Prints [`version_line`] once per process.
+pub fn version_once(dev: usize) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| info(dev, &version_line()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_nccl_names() {
+        assert_eq!(parse_level(Some("INFO")), Level::Info);
+        assert_eq!(parse_level(Some(" info ")), Level::Info);
+        assert_eq!(parse_level(Some("TRACE")), Level::Info);
+        assert_eq!(parse_level(Some("WARN")), Level::Warn);
+        assert_eq!(parse_level(Some("VERSION")), Level::None);
+        assert_eq!(parse_level(Some("")), Level::None);
+        assert_eq!(parse_level(None), Level::None);
+    }
+
+    #[test]
+    fn lines_have_nccl_shape() {
+        assert_eq!(
+            format_line("gpu7", 4242, 4250, 1, "INFO", "Init COMPLETE"),
+            "gpu7:4242:4250 [1] NCCL INFO Init COMPLETE\n"
+        );
+        let v = version_line();
+        assert!(v.starts_with("NCCL version 2.28.3+weft-"), "{v}");
+    }
+}

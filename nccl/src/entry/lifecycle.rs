@@ -1,0 +1,471 @@
+//! Communicators: init (one rank, all local GPUs, a split), finalize, destroy, abort,
+//! and the queries.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use weft::bootstrap::{BootstrapOptions, UniqueId};
+
+use super::{NcclComm, NcclUniqueId, index, non_null};
+use crate::boundary::run;
+use crate::comm::{self, Comm, CommState};
+use crate::config::{self, NcclConfig};
+use crate::issue;
+use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
+
+/// `NCCL_SPLIT_NOCOLOR`.
+const SPLIT_NOCOLOR: c_int = -1;
+
+fn parse_id(id: &NcclUniqueId) -> Result<UniqueId, ApiError> {
+    UniqueId::from_bytes(&id.internal).map_err(|e| {
+        ApiError::invalid_argument(format!(
+            "the unique id is not one ncclGetUniqueId made ({e}); pass every rank the bytes \
+             rank 0's ncclGetUniqueId wrote"
+        ))
+    })
+}
+
+fn check_ranks(nranks: c_int, rank: c_int) -> Result<(usize, usize), ApiError> {
+    if nranks < 1 {
+        return Err(ApiError::invalid_argument(format!(
+            "nranks {nranks}: a communicator has at least one rank"
+        )));
+    }
+    if rank < 0 || rank >= nranks {
+        return Err(ApiError::invalid_argument(format!(
+            "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
+        )));
+    }
+    Ok((nranks as usize, rank as usize))
+}
+
+/// The body of `ncclCommInitRankConfig`.
+///
+/// # Safety
+///
+/// `out` is non-null and writable; `config` as [`config::read`].
+unsafe fn init_rank(
+    out: *mut NcclComm,
+    nranks: c_int,
+    id: &NcclUniqueId,
+    rank: c_int,
+    config: *const NcclConfig,
+) -> Result<(), ApiError> {
+    non_null(out, "comm")?;
+    let (nranks, rank) = check_ranks(nranks, rank)?;
+    // SAFETY: the caller's promise.
+    let settings = unsafe { config::read(config) }?;
+    let id = parse_id(id)?;
+    let device = comm::current_device()?;
+    let comm = Arc::new(Comm::new(rank, nranks, device, settings));
+    let handle = comm::register(comm.clone());
+    if issue::in_group() {
+        // NCCL too initialises at the group's end: one thread can then create the
+        // communicators of several GPUs (nccl-tests does), whose inits wait for each other.
+        issue::submit(vec![issue::Call::Init { comm, id }])?;
+    } else {
+        comm.init(&id);
+        if let CommState::Failed(e) = &*comm.state() {
+            let _ = comm::unregister(handle);
+            return Err(e.clone());
+        }
+    }
+    // SAFETY: checked non-null; writable by the caller's promise.
+    unsafe { out.write(handle as NcclComm) };
+    Ok(())
+}
+
+/// # Safety
+///
+/// `comm` must be null or writable; `config` null or an `ncclConfig_t` made with
+/// `NCCL_CONFIG_INITIALIZER`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+    config: *mut NcclConfig,
+) -> NcclResult {
+    // SAFETY: the caller's promise, passed on.
+    run("ncclCommInitRankConfig", || unsafe {
+        init_rank(comm, nranks, &comm_id, rank, config)
+    })
+}
+
+/// # Safety
+///
+/// `comm` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+) -> NcclResult {
+    // SAFETY: the caller's promise; a null config means defaults.
+    run("ncclCommInitRank", || unsafe {
+        init_rank(comm, nranks, &comm_id, rank, std::ptr::null())
+    })
+}
+
+/// `nId` > 1 (several roots) is not supported: weft's bootstrap has one root.
+///
+/// # Safety
+///
+/// `newcomm` writable; `comm_ids` null or `n_id` ids; `config` as for
+/// [`ncclCommInitRankConfig`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut NcclComm,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut NcclUniqueId,
+    config: *mut NcclConfig,
+) -> NcclResult {
+    run("ncclCommInitRankScalable", || {
+        non_null(comm_ids, "commIds")?;
+        if n_id != 1 {
+            return Err(ApiError::unsupported(&format!(
+                "nId {n_id} (several bootstrap roots)"
+            )));
+        }
+        // SAFETY: one id, checked non-null, by the caller's promise.
+        let id = unsafe { &*comm_ids };
+        // SAFETY: the caller's promise for the other pointers.
+        unsafe { init_rank(newcomm, nranks, id, myrank, config) }
+    })
+}
+
+/// # Safety
+///
+/// `comms` must be null or hold `ndev` writable handles; `devlist` null or `ndev` ints.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comms: *mut NcclComm,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> NcclResult {
+    run("ncclCommInitAll", || {
+        non_null(comms, "comms")?;
+        if ndev < 1 {
+            return Err(ApiError::invalid_argument(format!(
+                "ndev {ndev}: need at least one device"
+            )));
+        }
+        let n = ndev as usize;
+        let devices: Vec<usize> = if devlist.is_null() {
+            (0..n).collect()
+        } else {
+            // SAFETY: the caller's promise: `ndev` ints.
+            let list = unsafe { std::slice::from_raw_parts(devlist, n) };
+            list.iter()
+                .map(|&d| index(d, "devlist entry"))
+                .collect::<Result<_, _>>()?
+        };
+        // Fail early and plainly without a GPU, before starting a root.
+        comm::current_device()?;
+        let id = UniqueId::new(&BootstrapOptions::from_env())?;
+        let made: Vec<(Arc<Comm>, UniqueId)> = devices
+            .iter()
+            .enumerate()
+            .map(|(rank, &dev)| (Arc::new(Comm::new(rank, n, dev, Default::default())), id))
+            .collect();
+        let handles: Vec<usize> = made
+            .iter()
+            .map(|(c, _)| comm::register(c.clone()))
+            .collect();
+        if let Err(e) = issue::init_all(&made) {
+            for h in handles {
+                let _ = comm::unregister(h);
+            }
+            return Err(e);
+        }
+        for (i, h) in handles.into_iter().enumerate() {
+            // SAFETY: `comms` holds `ndev` handles by the caller's promise, and i < ndev.
+            let slot = unsafe { comms.add(i) };
+            // SAFETY: as above: writable.
+            unsafe { slot.write(h as NcclComm) };
+        }
+        Ok(())
+    })
+}
+
+/// Waits for this rank's work, then for every rank (collective).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
+    run("ncclCommFinalize", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        comm::lookup(comm as usize)?.with_gpu(|gpu| Ok(gpu.finalize()?))
+    })
+}
+
+/// Frees the communicator (after its queued work has run: GpuComm's drop waits for the
+/// device).
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommDestroy(comm: NcclComm) -> NcclResult {
+    run("ncclCommDestroy", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        drop(comm::unregister(comm as usize)?);
+        Ok(())
+    })
+}
+
+/// Stops the communicator's kernels at their next look at the abort flag, then frees it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
+    run("ncclCommAbort", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        let c = comm::unregister(comm as usize)?;
+        if let CommState::Ready(gpu) = &mut *c.state() {
+            gpu.abort("ncclCommAbort");
+        }
+        Ok(())
+    })
+}
+
+/// Splits by color, ordered by key then parent rank, as NCCL does: every rank of the
+/// parent calls it. The first rank of each color starts the new bootstrap root and
+/// passes its id through the parent's bootstrap.
+///
+/// # Safety
+///
+/// `newcomm` must be null or writable; `config` as for [`ncclCommInitRankConfig`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: NcclComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+    config: *mut NcclConfig,
+) -> NcclResult {
+    run("ncclCommSplit", || {
+        non_null(newcomm, "newcomm")?;
+        let parent = comm::lookup(comm as usize)?;
+        if color < SPLIT_NOCOLOR {
+            return Err(ApiError::invalid_argument(format!(
+                "color {color}: need >= 0, or NCCL_SPLIT_NOCOLOR"
+            )));
+        }
+        if issue::in_group() {
+            return Err(ApiError::unsupported("ncclCommSplit inside a group"));
+        }
+        // SAFETY: the caller's promise.
+        let settings = unsafe { config::read(config) }?;
+        let (id, rank, nranks) = parent.with_gpu(|gpu| {
+            let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
+            let all = gpu.exchange(&mine)?;
+            let plan = split_plan(&all, parent.rank, color)?;
+            let Some((rank, nranks, leader)) = plan else {
+                // Still takes part in the id exchange below.
+                gpu.exchange(&[])?;
+                return Ok((None, 0, 0));
+            };
+            let id_bytes = if rank == 0 {
+                UniqueId::new(&BootstrapOptions::from_env())?
+                    .to_bytes()
+                    .to_vec()
+            } else {
+                Vec::new()
+            };
+            let ids = gpu.exchange(&id_bytes)?;
+            let id = UniqueId::from_bytes(&ids[leader]).map_err(|e| {
+                ApiError::new(
+                    crate::result::NCCL_INTERNAL_ERROR,
+                    format!("rank {leader}'s split id did not parse: {e}"),
+                )
+            })?;
+            Ok((Some(id), rank, nranks))
+        })?;
+        let Some(id) = id else {
+            // SAFETY: checked non-null.
+            unsafe { newcomm.write(std::ptr::null_mut()) };
+            return Ok(());
+        };
+        let child = Arc::new(Comm::new(rank, nranks, parent.device, settings));
+        child.init(&id);
+        if let CommState::Failed(e) = &*child.state() {
+            return Err(e.clone());
+        }
+        let handle = comm::register(child);
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(handle as NcclComm) };
+        Ok(())
+    })
+}
+
+/// From every parent rank's (color, key) (8 little-endian bytes each): this rank's rank
+/// and size in its color and the parent rank of the color's first member, or `None` for
+/// `NCCL_SPLIT_NOCOLOR`.
+pub fn split_plan(
+    all: &[Vec<u8>],
+    me: usize,
+    color: c_int,
+) -> Result<Option<(usize, usize, usize)>, ApiError> {
+    let mut members = Vec::new();
+    for (r, bytes) in all.iter().enumerate() {
+        let (Some(c), Some(k)) = (bytes.get(0..4), bytes.get(4..8)) else {
+            return Err(ApiError::new(
+                crate::result::NCCL_INTERNAL_ERROR,
+                format!(
+                    "rank {r} sent {} bytes of split colour and key, not 8",
+                    bytes.len()
+                ),
+            ));
+        };
+        let c = c_int::from_le_bytes(c.try_into().unwrap_or_default());
+        let k = c_int::from_le_bytes(k.try_into().unwrap_or_default());
+        if c == color && c != SPLIT_NOCOLOR {
+            members.push((k, r));
+        }
+    }
+    if color == SPLIT_NOCOLOR {
+        return Ok(None);
+    }
+    members.sort_unstable();
+    let rank = members.iter().position(|&(_, r)| r == me).ok_or_else(|| {
+        ApiError::new(
+            crate::result::NCCL_INTERNAL_ERROR,
+            "this rank is missing from its own colour",
+        )
+    })?;
+    Ok(Some((rank, members.len(), members[0].1)))
+}
+
+/// # Safety
+///
+/// `async_error` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: NcclComm,
+    async_error: *mut NcclResult,
+) -> NcclResult {
+    run("ncclCommGetAsyncError", || {
+        non_null(async_error, "asyncError")?;
+        let c = comm::lookup(comm as usize)?;
+        let code = match c.with_gpu(|gpu| Ok(gpu.check()?)) {
+            Ok(()) => NCCL_SUCCESS,
+            Err(e) => {
+                crate::boundary::set_last_error(&e.message);
+                e.code
+            }
+        };
+        // SAFETY: checked non-null; writable by the caller's promise.
+        unsafe { async_error.write(code) };
+        Ok(())
+    })
+}
+
+/// Writes `value(comm)` into `out`.
+///
+/// # Safety
+///
+/// `out` must be null or writable.
+unsafe fn query(
+    entry: &str,
+    comm: NcclComm,
+    out: *mut c_int,
+    value: impl FnOnce(&Comm) -> usize,
+) -> NcclResult {
+    run(entry, || {
+        non_null(out, "the output")?;
+        let c = comm::lookup(comm as usize)?;
+        let v = c_int::try_from(value(&c)).unwrap_or(c_int::MAX);
+        // SAFETY: checked non-null; writable by the caller's promise.
+        unsafe { out.write(v) };
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `count` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCount(comm: NcclComm, count: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query("ncclCommCount", comm, count, |c| c.nranks) }
+}
+
+/// # Safety
+///
+/// `device` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCuDevice(comm: NcclComm, device: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query("ncclCommCuDevice", comm, device, |c| c.device) }
+}
+
+/// # Safety
+///
+/// `rank` must be null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommUserRank(comm: NcclComm, rank: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query("ncclCommUserRank", comm, rank, |c| c.rank) }
+}
+
+/// Not supported: weft cannot rebuild a communicator without some of its ranks yet.
+///
+/// # Safety
+///
+/// No pointer is read.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommShrink(
+    _comm: NcclComm,
+    _exclude_ranks_list: *mut c_int,
+    _exclude_ranks_count: c_int,
+    _newcomm: *mut NcclComm,
+    _config: *mut NcclConfig,
+    _shrink_flags: c_int,
+) -> NcclResult {
+    run("ncclCommShrink", || {
+        Err(ApiError::unsupported("ncclCommShrink"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(color: i32, key: i32) -> Vec<u8> {
+        [color.to_le_bytes(), key.to_le_bytes()].concat()
+    }
+
+    #[test]
+    fn split_orders_by_key_then_rank() {
+        // Ranks 0..5: colours 1 0 1 -1 1, keys 5 0 5 0 1.
+        let all = vec![ck(1, 5), ck(0, 0), ck(1, 5), ck(-1, 0), ck(1, 1)];
+        assert_eq!(split_plan(&all, 4, 1).unwrap(), Some((0, 3, 4)));
+        assert_eq!(split_plan(&all, 0, 1).unwrap(), Some((1, 3, 4)));
+        assert_eq!(split_plan(&all, 2, 1).unwrap(), Some((2, 3, 4)));
+        assert_eq!(split_plan(&all, 1, 0).unwrap(), Some((0, 1, 1)));
+        assert_eq!(split_plan(&all, 3, -1).unwrap(), None);
+        let short = vec![ck(1, 1), vec![1, 2]];
+        assert!(
+            split_plan(&short, 0, 1)
+                .unwrap_err()
+                .message
+                .contains("rank 1")
+        );
+    }
+
+    #[test]
+    fn rank_checks() {
+        assert!(check_ranks(0, 0).unwrap_err().message.contains("nranks 0"));
+        assert!(
+            check_ranks(4, 4)
+                .unwrap_err()
+                .message
+                .contains("rank 4 of 4")
+        );
+        assert!(check_ranks(4, -1).is_err());
+        assert_eq!(check_ranks(4, 3).unwrap(), (4, 3));
+    }
+}

@@ -1,0 +1,200 @@
+//! Calls on their way to the GPU: what a collective, a send or a receive becomes, queued
+//! inside a group or issued at once, and how the outermost `ncclGroupEnd` issues a group.
+//!
+//! A group is issued in call order, one launch per collective (weft does not fuse a
+//! group's collectives into one launch yet); each communicator's sends and receives go
+//! together as one point-to-point group (`GpuComm::group`, one launch), after its
+//! collectives. Communicators created inside the group are initialised first, each rank
+//! on its own thread, since their initialisations wait for each other.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weft::bootstrap::UniqueId;
+use weft::gpu::GpuP2p;
+use weft_core::abi::{DataType, RedOp};
+use weft_core::sched::Collective;
+use weft_cuda::{CUstream, Stream};
+
+use crate::comm::{Comm, CommState};
+use crate::group::GroupState;
+use crate::result::ApiError;
+
+/// One call, as queued.
+#[derive(Debug)]
+pub enum Call {
+    /// `ncclCommInitRank*` inside a group.
+    Init { comm: Arc<Comm>, id: UniqueId },
+    Coll {
+        comm: Arc<Comm>,
+        collective: Collective,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: usize,
+    },
+    P2p {
+        comm: Arc<Comm>,
+        op: GpuP2p,
+        stream: usize,
+    },
+}
+
+thread_local! {
+    /// NCCL's groups are per thread.
+    static GROUP: RefCell<GroupState<Call>> = RefCell::new(GroupState::default());
+}
+
+pub fn group_start() {
+    GROUP.with(|g| g.borrow_mut().start());
+}
+
+pub fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().in_group())
+}
+
+/// Queues `calls` inside a group, or issues them now as a group of their own.
+pub fn submit(calls: Vec<Call>) -> Result<(), ApiError> {
+    let queued = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if !g.in_group() {
+            return Some(calls);
+        }
+        for c in calls {
+            g.push(c);
+        }
+        None
+    });
+    match queued {
+        Some(calls) => issue(calls),
+        None => Ok(()),
+    }
+}
+
+/// Records a failed call inside an open group, for its end to report.
+pub fn record_failure(err: &ApiError) {
+    GROUP.with(|g| g.borrow_mut().fail(err.clone()));
+}
+
+pub fn group_end() -> Result<(), ApiError> {
+    let ops = GROUP.with(|g| g.borrow_mut().end())?;
+    match ops {
+        Some(calls) => issue(calls),
+        None => Ok(()),
+    }
+}
+
+/// A caller's stream for `comm`'s GPU.
+fn stream(gpu: &weft::gpu::GpuComm, raw: usize) -> Stream {
+    // SAFETY: NCCL's contract: the stream belongs to the communicator's device and
+    // outlives the call; Stream::from_raw borrows it without destroying it.
+    unsafe { Stream::from_raw(gpu.context(), raw as CUstream) }
+}
+
+/// Issues a finished group.
+pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
+    let mut inits = Vec::new();
+    let mut rest = Vec::new();
+    for c in calls {
+        match c {
+            Call::Init { comm, id } => inits.push((comm, id)),
+            other => rest.push(other),
+        }
+    }
+    init_all(&inits)?;
+    // Per communicator (by handle, in order of first appearance): its sends and receives,
+    // and the stream they share.
+    let mut p2p: Vec<(Arc<Comm>, usize, Vec<GpuP2p>)> = Vec::new();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    for c in rest {
+        match c {
+            Call::Coll {
+                comm,
+                collective,
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+                stream: raw,
+            } => comm.with_gpu(|gpu| {
+                let s = stream(gpu, raw);
+                // SAFETY: NCCL's contract for the buffers (device memory of the
+                // communicator's GPU, valid until the stream reaches the call); the
+                // counts were checked when the call was made.
+                unsafe { gpu.collective(collective, send, recv, count, dtype, op, &s) }?;
+                Ok(())
+            })?,
+            Call::P2p { comm, op, stream } => {
+                let key = Arc::as_ptr(&comm) as usize;
+                let slot = *index.entry(key).or_insert_with(|| {
+                    p2p.push((comm.clone(), stream, Vec::new()));
+                    p2p.len() - 1
+                });
+                let entry = &mut p2p[slot];
+                if entry.1 != stream {
+                    return Err(ApiError::invalid_usage(format!(
+                        "rank {}: sends and receives of one group on two streams ({:#x} and \
+                         {stream:#x}): weft issues a communicator's point-to-point calls of a \
+                         group as one launch, on one stream",
+                        comm.rank, entry.1
+                    )));
+                }
+                entry.2.push(op);
+            }
+            Call::Init { .. } => {}
+        }
+    }
+    for (comm, raw, ops) in p2p {
+        comm.with_gpu(|gpu| {
+            let s = stream(gpu, raw);
+            // SAFETY: as for collectives: NCCL's contract for the buffers.
+            unsafe { gpu.group(&ops, &s) }?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Initialises communicators created inside a group, each on its own thread (they wait
+/// for each other), then readies ranks that share a GPU.
+pub fn init_all(inits: &[(Arc<Comm>, UniqueId)]) -> Result<(), ApiError> {
+    if inits.is_empty() {
+        return Ok(());
+    }
+    std::thread::scope(|s| {
+        for (comm, id) in inits {
+            s.spawn(move || comm.init(id));
+        }
+    });
+    let mut devices: Vec<usize> = inits.iter().map(|(c, _)| c.device).collect();
+    devices.sort_unstable();
+    let shared = devices.windows(2).any(|w| w[0] == w[1]);
+    if shared {
+        std::thread::scope(|s| {
+            for (comm, _) in inits {
+                s.spawn(move || {
+                    let mut state = comm.state();
+                    if let CommState::Ready(gpu) = &mut *state
+                        && let Err(e) = crate::comm::prepare_shared(gpu)
+                    {
+                        *state = CommState::Failed(e);
+                    }
+                });
+            }
+        });
+    }
+    // The first failure, by rank order of the calls.
+    for (comm, _) in inits {
+        if let CommState::Failed(e) = &*comm.state() {
+            return Err(ApiError::new(
+                e.code,
+                format!("initialising rank {}: {}", comm.rank, e.message),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! weft's `libnccl.so.2`: NCCL's C API (version 2.28) over weft's GPU communicator
+//! ([`weft::gpu::GpuComm`]), so that programs built for NCCL (nccl-tests, PyTorch) run on
+//! weft unchanged. `include/nccl.h` declares what it exports; docs/nccl-api.md says what
+//! is honoured and what is refused (`ncclInvalidUsage`, with the reason in
+//! `ncclGetLastError`).
+//!
+//! Layers, from C inwards:
+//! - [`entry`]: the exported functions, each inside [`boundary`] (no panic crosses into C).
+//! - [`issue`] and [`group`]: calls queued in groups, issued at the outermost end.
+//! - [`comm`]: the communicator behind a handle, and the handle registry.
+//! - [`config`], [`types`], [`result`]: `ncclConfig_t`, data types and operators,
+//!   result codes: the pure mappings, unit-tested here.
+//! - [`debug`]: `NCCL_DEBUG` lines in NCCL's format.
+
+pub mod boundary;
+pub mod comm;
+pub mod config;
+pub mod debug;
+pub mod entry;
+pub mod group;
+pub mod issue;
+pub mod result;
+pub mod types;
+
+/// The NCCL version weft's API matches (`NCCL_VERSION_CODE` of its `nccl.h`).
+pub const NCCL_MAJOR: i32 = 2;
+pub const NCCL_MINOR: i32 = 28;
+pub const NCCL_PATCH: i32 = 3;
+pub const NCCL_VERSION_CODE: i32 = NCCL_MAJOR * 10000 + NCCL_MINOR * 100 + NCCL_PATCH;

@@ -1,0 +1,320 @@
+//! weft's NCCL API on GPUs, through the exported functions (the same `extern "C"` code a C
+//! program calls): every collective, send/recv in a group and all-to-all, issued from one
+//! thread for all ranks inside ncclGroupStart/End as nccl-tests does, each output element
+//! checked against a CPU computation. Communicators are made both ways nccl-tests makes
+//! them: ncclCommInitAll, and ncclCommInitRank per GPU inside a group.
+//!
+//! Skipped with a message without a GPU. On a one-GPU machine, WEFT_TEST_SHARE_GPU=1 runs
+//! two ranks on it (as driver/tests/gpu.rs does).
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use nccl::entry::calls::*;
+use nccl::entry::info::*;
+use nccl::entry::lifecycle::*;
+use nccl::entry::{NcclComm, NcclUniqueId};
+use nccl::result::NCCL_SUCCESS;
+use weft_cuda::{Context, Device, DeviceBuffer, Stream};
+
+const INT32: c_int = 2;
+const FLOAT32: c_int = 7;
+const SUM: c_int = 0;
+const MAX: c_int = 2;
+
+/// The devices of the ranks, or None (skipped) without a GPU.
+fn rank_devices() -> Option<Vec<usize>> {
+    let n = match weft_cuda::device_count() {
+        Ok(0) | Err(_) => {
+            eprintln!("skipped: no GPU (weft's libnccl GPU tests need one)");
+            return None;
+        }
+        Ok(n) => n,
+    };
+    if std::env::var("WEFT_TEST_SHARE_GPU").is_ok_and(|v| v == "1") {
+        return Some(vec![0, 0]);
+    }
+    if n < 2 {
+        eprintln!("skipped: one GPU (WEFT_TEST_SHARE_GPU=1 runs two ranks on it)");
+        return None;
+    }
+    Some((0..n).collect())
+}
+
+fn ok(rc: i32, what: &str) {
+    assert_eq!(
+        rc,
+        NCCL_SUCCESS,
+        "{what} returned {rc}: {}",
+        nccl::boundary::last_error()
+    );
+}
+
+/// One rank's GPU, stream and buffers.
+struct Rank {
+    comm: NcclComm,
+    ctx: Arc<Context>,
+    stream: Stream,
+}
+
+impl Rank {
+    fn buffer(&self, bytes: usize) -> DeviceBuffer {
+        let b = DeviceBuffer::alloc(&self.ctx, bytes).expect("cuMemAlloc");
+        b.fill(0).expect("zero fill");
+        b
+    }
+    fn s(&self) -> *mut c_void {
+        self.stream.raw().cast()
+    }
+}
+
+fn upload_i32(b: &DeviceBuffer, v: &[i32]) {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    b.copy_from_host(&bytes).expect("upload");
+}
+
+fn download_i32(b: &DeviceBuffer, n: usize) -> Vec<i32> {
+    let mut bytes = vec![0u8; n * 4];
+    b.copy_to_host(&mut bytes).expect("download");
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Rank r's input: small values (exact in f32 too), different per rank and element.
+fn input(rank: usize, n: usize, salt: u64) -> Vec<i32> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (rank as u64 * 7919 + salt);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 2001) as i32 - 1000
+        })
+        .collect()
+}
+
+fn every_call_on(ranks: &[Rank]) {
+    let n = ranks.len();
+    let count = 12_345usize; // not a power of two
+    let inputs: Vec<Vec<i32>> = (0..n).map(|r| input(r, count * n, 1)).collect();
+    let send: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * n * 4)).collect();
+    for (b, v) in send.iter().zip(&inputs) {
+        upload_i32(b, v);
+    }
+    // The same values as f32 (exact: |v| <= 1000), for a float reduction.
+    let sendf: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    for (b, v) in sendf.iter().zip(&inputs) {
+        let bits: Vec<i32> = v[..count]
+            .iter()
+            .map(|&x| (x as f32).to_bits() as i32)
+            .collect();
+        upload_i32(b, &bits);
+    }
+    let outs =
+        |elems: usize| -> Vec<DeviceBuffer> { ranks.iter().map(|r| r.buffer(elems * 4)).collect() };
+    let ar = outs(count);
+    let mx = outs(count);
+    let bc = outs(count);
+    let rd = outs(count);
+    let ag = outs(count * n);
+    let rs = outs(count);
+    let p2p = outs(count);
+    let a2a = outs(count * n);
+    let sp = |b: &DeviceBuffer| b.ptr() as *mut c_void;
+    // Every call of every rank in one group, as nccl-tests issues them from one thread.
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (c, s) = (rank.comm, rank.s());
+        let src = sp(&send[r]);
+        ok(
+            ncclAllReduce(src, sp(&ar[r]), count, INT32, SUM, c, s),
+            "ncclAllReduce",
+        );
+        ok(
+            ncclAllReduce(sp(&sendf[r]), sp(&mx[r]), count, FLOAT32, MAX, c, s),
+            "ncclAllReduce max f32",
+        );
+        ok(
+            ncclBroadcast(src, sp(&bc[r]), count, INT32, 1, c, s),
+            "ncclBroadcast",
+        );
+        ok(
+            ncclReduce(src, sp(&rd[r]), count, INT32, SUM, 0, c, s),
+            "ncclReduce",
+        );
+        ok(
+            ncclAllGather(src, sp(&ag[r]), count, INT32, c, s),
+            "ncclAllGather",
+        );
+        ok(
+            ncclReduceScatter(src, sp(&rs[r]), count, INT32, SUM, c, s),
+            "ncclReduceScatter",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (collectives)");
+    // Send to the next rank, receive from the previous: one P2P group per rank.
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (c, s) = (rank.comm, rank.s());
+        ok(
+            ncclSend(sp(&send[r]), count, INT32, ((r + 1) % n) as c_int, c, s),
+            "ncclSend",
+        );
+        ok(
+            ncclRecv(sp(&p2p[r]), count, INT32, ((r + n - 1) % n) as c_int, c, s),
+            "ncclRecv",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (send/recv)");
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        ok(
+            ncclAlltoAll(sp(&send[r]), sp(&a2a[r]), count, INT32, rank.comm, rank.s()),
+            "ncclAlltoAll",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (all-to-all)");
+    for rank in ranks {
+        rank.stream.synchronize().expect("stream");
+        let mut e = -1;
+        // SAFETY: a valid out-pointer.
+        ok(
+            unsafe { ncclCommGetAsyncError(rank.comm, &mut e) },
+            "ncclCommGetAsyncError",
+        );
+        assert_eq!(e, NCCL_SUCCESS, "{}", nccl::boundary::last_error());
+    }
+    let first = |v: &Vec<i32>| v[..count].to_vec();
+    let sum: Vec<i32> = (0..count)
+        .map(|i| inputs.iter().map(|v| v[i]).sum())
+        .collect();
+    let max: Vec<i32> = (0..count)
+        .map(|i| inputs.iter().map(|v| v[i]).max().unwrap())
+        .collect();
+    for r in 0..n {
+        assert_eq!(download_i32(&ar[r], count), sum, "all-reduce sum, rank {r}");
+        let got: Vec<i32> = download_i32(&mx[r], count)
+            .iter()
+            .map(|&b| f32::from_bits(b as u32) as i32)
+            .collect();
+        assert_eq!(got, max, "all-reduce max f32, rank {r}");
+        assert_eq!(
+            download_i32(&bc[r], count),
+            first(&inputs[1]),
+            "broadcast, rank {r}"
+        );
+        let ag_want: Vec<i32> = inputs.iter().flat_map(first).collect();
+        assert_eq!(
+            download_i32(&ag[r], count * n),
+            ag_want,
+            "all-gather, rank {r}"
+        );
+        let rs_want: Vec<i32> = (0..count)
+            .map(|i| inputs.iter().map(|v| v[r * count + i]).sum())
+            .collect();
+        assert_eq!(
+            download_i32(&rs[r], count),
+            rs_want,
+            "reduce-scatter, rank {r}"
+        );
+        assert_eq!(
+            download_i32(&p2p[r], count),
+            first(&inputs[(r + n - 1) % n]),
+            "recv, rank {r}"
+        );
+        let a2a_want: Vec<i32> = (0..n)
+            .flat_map(|q| inputs[q][r * count..(r + 1) * count].to_vec())
+            .collect();
+        assert_eq!(
+            download_i32(&a2a[r], count * n),
+            a2a_want,
+            "all-to-all, rank {r}"
+        );
+    }
+    assert_eq!(download_i32(&rd[0], count), sum, "reduce at root 0");
+}
+
+fn ranks_from(comms: Vec<NcclComm>, devices: &[usize]) -> Vec<Rank> {
+    comms
+        .into_iter()
+        .zip(devices)
+        .enumerate()
+        .map(|(r, (comm, &d))| {
+            let (mut count, mut rank, mut dev) = (0, 0, 0);
+            // SAFETY: valid out-pointers.
+            ok(unsafe { ncclCommCount(comm, &mut count) }, "ncclCommCount");
+            // SAFETY: as above.
+            ok(
+                unsafe { ncclCommUserRank(comm, &mut rank) },
+                "ncclCommUserRank",
+            );
+            // SAFETY: as above.
+            ok(
+                unsafe { ncclCommCuDevice(comm, &mut dev) },
+                "ncclCommCuDevice",
+            );
+            assert_eq!(
+                (count as usize, rank as usize, dev as usize),
+                (devices.len(), r, d)
+            );
+            let ctx = Context::primary(Device::get(d).expect("device")).expect("context");
+            let stream = Stream::new(&ctx).expect("stream");
+            Rank { comm, ctx, stream }
+        })
+        .collect()
+}
+
+fn destroy(ranks: Vec<Rank>) {
+    for r in ranks {
+        ok(ncclCommDestroy(r.comm), "ncclCommDestroy");
+    }
+}
+
+#[test]
+fn every_call_through_comm_init_all() {
+    let Some(devices) = rank_devices() else {
+        return;
+    };
+    let n = devices.len();
+    let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
+    let mut comms = vec![std::ptr::null_mut(); n];
+    // SAFETY: n handles and n device numbers.
+    ok(
+        unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as c_int, list.as_ptr()) },
+        "ncclCommInitAll",
+    );
+    let ranks = ranks_from(comms, &devices);
+    every_call_on(&ranks);
+    destroy(ranks);
+}
+
+#[test]
+fn every_call_through_comm_init_rank_in_a_group() {
+    let Some(devices) = rank_devices() else {
+        return;
+    };
+    let n = devices.len();
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let mut comms = vec![std::ptr::null_mut(); n];
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, &d) in devices.iter().enumerate() {
+        // cudaSetDevice's effect: the device's primary context current on this thread.
+        Context::primary(Device::get(d).unwrap())
+            .unwrap()
+            .bind()
+            .unwrap();
+        // SAFETY: a valid out-pointer.
+        ok(
+            unsafe { ncclCommInitRank(&mut comms[r], n as c_int, id, r as c_int) },
+            "ncclCommInitRank",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (init)");
+    let ranks = ranks_from(comms, &devices);
+    every_call_on(&ranks);
+    destroy(ranks);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# PyTorch on weft's libnccl.so.2 (issue 13's acceptance step): scripts/nccl_torch_ddp.py
+# under torchrun, every rank's ProcessGroupNCCL loading weft's library, checked against the
+# CPU; then the same script on the machine's own NCCL for comparison.
+#
+# Builds nothing: run scripts/build-nccl-bundle.sh here first and carry `.gpu`. Through the
+# device tool, kind nvidia-h200-x2:  run carry=[".gpu"] command="scripts/nccl-torch-ddp.sh"
+#
+# PyTorch's wheel finds libnccl.so.2 through its RPATH (the nvidia-nccl-cu12 wheel), which
+# LD_LIBRARY_PATH cannot override: LD_PRELOAD loads weft's first, and the dynamic linker
+# then uses it for every library that needs the SONAME libnccl.so.2. NCCL_DEBUG=INFO shows
+# which library answered ("NCCL version 2.28.3+weft-...").
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset WEFT_NVLS
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LIB="$ROOT/.gpu/nccl/lib/libnccl.so.2"
+[ -f "$LIB" ] || { echo "nccl-torch-ddp: $LIB missing: run scripts/build-nccl-bundle.sh and carry .gpu" >&2; exit 2; }
+LOGS=/tmp/weft-nccl-torch
+mkdir -p "$LOGS"
+NGPUS=$(nvidia-smi -L | wc -l)
+share=()
+nproc=$NGPUS
+if [ "$NGPUS" -lt 2 ]; then share=(WEFT_TEST_SHARE_GPU=1); nproc=2; fi
+export WEFT_CACHE_DIR="$LOGS/kernel-cache"
+status=0
+for which in weft nccl; do
+    envs=("${share[@]}")
+    [ "$which" = weft ] && envs+=(LD_PRELOAD="$LIB" NCCL_DEBUG=INFO)
+    env "${envs[@]}" timeout 600 torchrun --standalone --nproc_per_node="$nproc" \
+        "$ROOT/scripts/nccl_torch_ddp.py" >"$LOGS/$which.log" 2>&1
+    rc=$?
+    echo "== $which: exit $rc; $(grep -c 'match the CPU' "$LOGS/$which.log")/$nproc ranks matched the CPU"
+    grep -E '^rank [0-9]+: (BAD|DDP)' "$LOGS/$which.log" | head -8
+    [ $rc -eq 0 ] || { tail -30 "$LOGS/$which.log"; status=1; }
+done
+if ! grep -q '+weft-' "$LOGS/weft.log"; then
+    echo "the weft run's log has no weft version line: NVIDIA's libnccl answered" >&2
+    status=1
+fi
+[ -n "${OUT:-}" ] && cp "$LOGS"/*.log "$OUT/" 2>/dev/null
+exit $status

@@ -1,0 +1,1 @@
+/* Empty stand-in: nccl.h includes it, the header check needs nothing from it. */
