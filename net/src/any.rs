@@ -220,6 +220,38 @@ impl Net for AnyNet {
         }
     }
 
+    unsafe fn reg_mr_dmabuf(
+        &self,
+        comm: CommRef<'_, AnySendComm, AnyRecvComm>,
+        data: *mut u8,
+        size: usize,
+        offset: u64,
+        fd: i32,
+    ) -> Result<AnyMemHandle, NetError> {
+        // Only the verbs backend registers dma-bufs; the others refuse in their own words.
+        match (self, comm) {
+            (AnyNet::Ib(n), CommRef::Send(AnySendComm::Ib(c))) => {
+                // SAFETY: the caller's contract for the dma-buf is passed on unchanged.
+                unsafe { n.reg_mr_dmabuf(CommRef::Send(c), data, size, offset, fd) }
+                    .map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Ib(n), CommRef::Recv(AnyRecvComm::Ib(c))) => {
+                // SAFETY: as above.
+                unsafe { n.reg_mr_dmabuf(CommRef::Recv(c), data, size, offset, fd) }
+                    .map(AnyMemHandle::Ib)
+            }
+            (AnyNet::Ib(_), _) => Err(mixed("a comm")),
+            (AnyNet::Socket(n), _) => Err(NetError::new(
+                NetErrorKind::Unsupported,
+                format!("the {} backend does not register dma-bufs", n.name()),
+            )),
+            (AnyNet::Mesh(n), _) => Err(NetError::new(
+                NetErrorKind::Unsupported,
+                format!("the {} backend does not register dma-bufs", n.name()),
+            )),
+        }
+    }
+
     fn dereg_mr(&self, mr: AnyMemHandle) -> Result<(), NetError> {
         match (self, mr) {
             (AnyNet::Socket(n), AnyMemHandle::Socket(m)) => n.dereg_mr(m),

@@ -247,6 +247,29 @@ pub trait Net: Send + Sync {
         kind: PtrKind,
     ) -> Result<Self::MemHandle, NetError>;
 
+    /// Registers `size` bytes of the dma-buf `fd` from `offset`, which the caller sees at
+    /// `data` (NCCL's `regMrDmaBuf`: GPU memory exported by CUDA). Backends without dma-buf
+    /// support (`properties` lacks [`PtrSupport::DMABUF`]) refuse, saying so.
+    ///
+    /// # Safety
+    /// The dma-buf must stay open and its memory allocated until the handle is passed to
+    /// `dereg_mr`.
+    unsafe fn reg_mr_dmabuf(
+        &self,
+        comm: CommRef<'_, Self::SendComm, Self::RecvComm>,
+        data: *mut u8,
+        size: usize,
+        offset: u64,
+        fd: i32,
+    ) -> Result<Self::MemHandle, NetError> {
+        let _ = (comm, data, size, offset, fd);
+        Err(NetError::new(
+            NetErrorKind::Unsupported,
+            format!("the {} backend does not register dma-bufs", self.name()),
+        )
+        .hint("its ptrSupport lacks NCCL_PTR_DMABUF: register host memory (regMr) instead"))
+    }
+
     /// Releases a registration. No request using it may still be in flight.
     fn dereg_mr(&self, mr: Self::MemHandle) -> Result<(), NetError>;
 

@@ -107,6 +107,20 @@ pub trait PluginNet: Send + Sync + fmt::Debug {
         size: usize,
         kind: PtrKind,
     ) -> Result<Obj, NetError>;
+    /// Registers `size` bytes of dma-buf `fd` from `offset`, seen at `data`, with a send
+    /// or receive comm; backends without dma-buf support refuse.
+    ///
+    /// # Safety
+    /// `comm` is NULL or a live comm of this adapter; the dma-buf stays open and allocated
+    /// until `dereg_mr`.
+    unsafe fn reg_mr_dmabuf(
+        &self,
+        comm: *mut c_void,
+        data: *mut u8,
+        size: usize,
+        offset: u64,
+        fd: i32,
+    ) -> Result<Obj, NetError>;
     /// Releases a registration.
     ///
     /// # Safety
@@ -247,6 +261,39 @@ fn wrong_kind(ptr: *mut c_void, want: Kind, tag: u64) -> NetError {
         NetErrorKind::InvalidArgument,
         format!("{ptr:p} passed as a {} is {found}", want.what()),
     )
+}
+
+/// The send or receive comm behind `comm`, for a registration by `call` (`regMr`,
+/// `regMrDmaBuf`).
+///
+/// # Safety
+/// `comm` is NULL or a live comm of this adapter, unused by anyone else during `'a`.
+unsafe fn comm_ref<'a, N: Net>(
+    comm: *mut c_void,
+    call: &str,
+) -> Result<CommRef<'a, N::SendComm, N::RecvComm>, NetError> {
+    if comm.is_null() {
+        return Err(NetError::new(
+            NetErrorKind::InvalidArgument,
+            format!("NULL comm passed to {call} (needs a send or a receive comm)"),
+        ));
+    }
+    // SAFETY: `comm` is not NULL (checked above) and is a live comm of this adapter
+    // (this function's # Safety), so 8 readable bytes.
+    let tag = unsafe { read_tag(comm, Kind::Send)? };
+    let comm = match Kind::from_tag(tag) {
+        // SAFETY: the tag says what the object is; registration only reads the comm.
+        Some(Kind::Send) => CommRef::Send(unsafe { borrow::<N::SendComm>(comm, Kind::Send)? }),
+        // SAFETY: as above.
+        Some(Kind::Recv) => CommRef::Recv(unsafe { borrow::<N::RecvComm>(comm, Kind::Recv)? }),
+        _ => {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!("{comm:p} passed to {call} is neither a send nor a receive comm"),
+            ));
+        }
+    };
+    Ok(comm)
 }
 
 /// Borrows the value of a plugin object of kind `want`.
@@ -466,29 +513,25 @@ impl<N: Net> PluginNet for Adapter<N> {
         size: usize,
         kind: PtrKind,
     ) -> Result<Obj, NetError> {
-        if comm.is_null() {
-            return Err(NetError::new(
-                NetErrorKind::InvalidArgument,
-                "NULL comm passed to regMr (needs a send or a receive comm)",
-            ));
-        }
-        // SAFETY: `comm` is not NULL (checked above) and is a live comm of this adapter
-        // (reg_mr's # Safety), so 8 readable bytes.
-        let tag = unsafe { read_tag(comm, Kind::Send)? };
-        let comm = match Kind::from_tag(tag) {
-            // SAFETY: the tag says what the object is; registration only reads the comm.
-            Some(Kind::Send) => CommRef::Send(unsafe { borrow::<N::SendComm>(comm, Kind::Send)? }),
-            // SAFETY: as above.
-            Some(Kind::Recv) => CommRef::Recv(unsafe { borrow::<N::RecvComm>(comm, Kind::Recv)? }),
-            _ => {
-                return Err(NetError::new(
-                    NetErrorKind::InvalidArgument,
-                    format!("{comm:p} passed to regMr is neither a send nor a receive comm"),
-                ));
-            }
-        };
+        // SAFETY: reg_mr's # Safety is comm_ref's.
+        let comm = unsafe { comm_ref::<N>(comm, "regMr")? };
         // SAFETY: NCCL keeps registered memory valid until deregMr (contract).
         let mr = unsafe { self.net.reg_mr(comm, data, size, kind)? };
+        Ok(into_obj(Kind::Mr, mr))
+    }
+
+    unsafe fn reg_mr_dmabuf(
+        &self,
+        comm: *mut c_void,
+        data: *mut u8,
+        size: usize,
+        offset: u64,
+        fd: i32,
+    ) -> Result<Obj, NetError> {
+        // SAFETY: reg_mr_dmabuf's # Safety is comm_ref's.
+        let comm = unsafe { comm_ref::<N>(comm, "regMrDmaBuf")? };
+        // SAFETY: NCCL keeps the dma-buf open and allocated until deregMr (contract).
+        let mr = unsafe { self.net.reg_mr_dmabuf(comm, data, size, offset, fd)? };
         Ok(into_obj(Kind::Mr, mr))
     }
 

@@ -234,11 +234,11 @@ unsafe extern "C" fn reg_mr(
 }
 
 unsafe extern "C" fn reg_mr_dma_buf(
-    _comm: *mut c_void,
-    _data: *mut c_void,
+    comm: *mut c_void,
+    data: *mut c_void,
     size: usize,
-    _kind: c_int,
-    _offset: u64,
+    kind: c_int,
+    offset: u64,
     fd: c_int,
     mhandle: *mut *mut c_void,
 ) -> NcclResult {
@@ -246,14 +246,31 @@ unsafe extern "C" fn reg_mr_dma_buf(
         // SAFETY: NCCL passes NULL (which `out` refuses) or a writable slot of this type.
         let out = unsafe { out(mhandle, "mhandle")? };
         *out = null_mut();
-        Err(NetError::new(
-            NetErrorKind::Unsupported,
-            format!(
-                "DMA-BUF registration (fd {fd}, {size} bytes) with the {} backend",
-                net("regMrDmaBuf")?.backend()
-            ),
-        )
-        .hint("weft reports ptrSupport without NCCL_PTR_DMABUF; NCCL stages through host memory"))
+        // NCCL passes a dma-buf only for GPU memory, and only to a device whose ptrSupport
+        // has NCCL_PTR_DMABUF; a host-memory dma-buf is nothing weft registers.
+        if ptr_kind(kind)? != PtrKind::Cuda {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!(
+                    "regMrDmaBuf of fd {fd} with type {kind}: only NCCL_PTR_CUDA memory is registered through dma-buf"
+                ),
+            ));
+        }
+        let net = net("regMrDmaBuf")?;
+        // SAFETY: NCCL passes one of our comms and keeps the dma-buf until deregMr.
+        let mr = unsafe { net.reg_mr_dmabuf(comm, data.cast(), size, offset, fd) }.map_err(|e| {
+            NetError::new(
+                e.kind(),
+                format!(
+                    "DMA-BUF registration (fd {fd}, offset {offset}, {size} bytes) with the {} backend",
+                    net.backend()
+                ),
+            )
+            .cause(e)
+            .hint("where ptrSupport lacks NCCL_PTR_DMABUF NCCL registers through regMr or stages through host memory")
+        })?;
+        *out = mr.as_ptr();
+        Ok(())
     })
 }
 

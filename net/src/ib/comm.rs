@@ -185,7 +185,7 @@ impl Link {
     }
 
     /// The error for a failed work completion: what, where, and what to check.
-    fn wc_error(&self, wc: &ibv_wc, what: &str) -> NetError {
+    pub(crate) fn wc_error(&self, wc: &ibv_wc, what: &str) -> NetError {
         let status = wc.status;
         let place = WcPlace {
             local: self.port.describe(),

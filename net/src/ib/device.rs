@@ -9,7 +9,8 @@ use weft_sys::Verbs;
 use weft_sys::verbs::types::*;
 
 use super::IbConfig;
-use super::mr_cache::{MrCache, Registrar};
+use super::gdr::{GdrSupport, peermem_loaded};
+use super::mr_cache::{Memory, MrCache, Registrar};
 use super::select::{GidEntry, GidWanted, choose_gid, gid_address, port_speed_mbps};
 use super::verbs::{Context, Mr, Pd};
 use crate::{NetError, NetErrorKind};
@@ -29,6 +30,8 @@ pub(crate) struct Port {
     /// The netdev of the GID (RoCE), from sysfs.
     pub netdev: Option<String>,
     pub cache: MrCache<Mr>,
+    /// What this device can do with GPU memory (`ib::gdr`).
+    pub gdr: GdrSupport,
 }
 
 impl Port {
@@ -57,9 +60,9 @@ impl Port {
         )
     }
 
-    /// Registers (or reuses) a region covering `addr..addr+len`.
-    pub fn register(&self, addr: usize, len: usize) -> Result<Arc<Mr>, NetError> {
-        self.cache.get(&PdRegistrar(&self.pd), addr, len)
+    /// Registers (or reuses) a region of `memory` covering `addr..addr+len`.
+    pub fn register(&self, memory: Memory, addr: usize, len: usize) -> Result<Arc<Mr>, NetError> {
+        self.cache.get(&PdRegistrar(&self.pd), memory, addr, len)
     }
 }
 
@@ -67,12 +70,30 @@ struct PdRegistrar<'a>(&'a Arc<Pd>);
 
 impl Registrar for PdRegistrar<'_> {
     type Region = Mr;
-    fn register(&self, start: usize, len: usize) -> Result<Mr, NetError> {
+    fn register(&self, memory: Memory, start: usize, len: usize) -> Result<Mr, NetError> {
         let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-        // SAFETY: `Net::reg_mr`'s contract keeps the caller's buffer alive until
-        // `dereg_mr`; the cache widens it to whole pages, which are mapped because the
-        // buffer's bytes are on them.
-        unsafe { Mr::register(self.0.clone(), start as *mut u8, len, access) }
+        match memory {
+            // SAFETY: `Net::reg_mr`'s contract keeps the caller's buffer alive until
+            // `dereg_mr`; the cache widens it to whole pages, which are mapped because the
+            // buffer's bytes are on them (for CUDA memory, peer memory pins the GPU pages
+            // of the allocation, which the driver maps in 64 KiB units at least).
+            Memory::Host | Memory::Cuda => unsafe {
+                Mr::register(self.0.clone(), start as *mut u8, len, access)
+            },
+            Memory::DmaBuf { fd, base } => {
+                let offset = start.checked_sub(base).ok_or_else(|| {
+                    NetError::new(
+                        NetErrorKind::InvalidArgument,
+                        format!("dma-buf range at {start:#x} lies before offset 0 of fd {fd}"),
+                    )
+                })? as u64;
+                // SAFETY: `reg_mr_dmabuf`'s contract keeps the fd's memory alive until
+                // `dereg_mr`; the range is the caller's, unwidened.
+                unsafe {
+                    Mr::register_dmabuf(self.0.clone(), fd, offset, len, start as u64, access)
+                }
+            }
+        }
     }
 }
 
@@ -165,6 +186,7 @@ pub(crate) fn open_ports(
     }
     let mut ports = Vec::new();
     let mut skipped = Vec::new();
+    let peermem = peermem_loaded(&|f| std::path::Path::new(f).exists());
     for i in 0..count.max(0) as usize {
         let entry = list.wrapping_add(i);
         // SAFETY: `list` has `count` entries, so `entry` is in bounds.
@@ -227,14 +249,16 @@ pub(crate) fn open_ports(
                 }
             };
             let gid = ctx.query_gid(port, gid_index).unwrap_or([0; 16]);
-            let pd = match &pd {
-                Some(pd) => Arc::clone(pd),
+            let (pd, dmabuf) = match &pd {
+                Some((pd, dmabuf)) => (Arc::clone(pd), *dmabuf),
                 None => {
                     let p = Arc::new(Pd::new(ctx.clone())?);
-                    pd = Some(p.clone());
-                    p
+                    let dmabuf = super::gdr::dmabuf_supported(super::verbs::probe_dmabuf(&p));
+                    pd = Some((p.clone(), dmabuf));
+                    (p, dmabuf)
                 }
             };
+            let gdr = GdrSupport::decide(peermem, dmabuf, &config.gdr);
             ports.push(Arc::new(Port {
                 pd,
                 port,
@@ -250,6 +274,7 @@ pub(crate) fn open_ports(
                     &format!("ports/{port}/gid_attrs/ndevs/{gid_index}"),
                 ),
                 cache: MrCache::new(4096),
+                gdr,
             }));
         }
     }

@@ -19,6 +19,7 @@ use super::IbConfig;
 use super::comm::{DmaBuf, IbRecvComm, IbSendComm, Link, RecvState, SendState};
 use super::device::Port;
 use super::fifo::{FifoEntry, MAX_RECVS, SLOTS};
+use super::flush::FlushQp;
 use super::qp::{Init, PathConfig, Qp, RemoteQp, Rts};
 use super::select::describe_gid;
 use super::verbs::Cq;
@@ -407,6 +408,11 @@ impl IbListenComm {
                 let staging =
                     DmaBuf::<FifoEntry>::new(&port, SLOTS * MAX_RECVS, IBV_ACCESS_LOCAL_WRITE)?;
                 let sizes = DmaBuf::<u32>::new(&port, SLOTS * MAX_RECVS, access)?;
+                let flush = if port.gdr.needs_flush_qp() {
+                    Some(FlushQp::new(&port, &path)?)
+                } else {
+                    None
+                };
                 write_small(&mut a.stream, &answer.emit())
                     .map_err(|e| NetError::io("send the verbs handshake answer", &e).peer(peer))?;
                 watch_peer(&a.stream);
@@ -421,6 +427,7 @@ impl IbListenComm {
                         staging,
                         sizes,
                         (hello.fifo_addr, hello.fifo_rkey),
+                        flush,
                     )),
                 };
                 Ok(None)

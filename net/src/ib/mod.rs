@@ -7,6 +7,8 @@
 //! - [`verbs`]: owning types over verbs objects; [`qp`]: RC QPs with typed states.
 //! - [`mr_cache`]: shared, reference-counted registrations.
 //! - [`fifo`]: the protocol's plain data (FIFO entries, immediates, QP split).
+//! - [`gdr`]: GPUDirect detection and switches (pure); [`flush`]: the loopback QP whose
+//!   RDMA READ makes a GPU receive visible (`iflush`).
 //! - [`wire`]: the listen handle and the QP exchange; [`handshake`]: connect and accept.
 //! - [`comm`]: what both ends share (link, CQ polling, completion errors); [`send`] and
 //!   [`recv`]: the two ends of the data path.
@@ -22,12 +24,18 @@
 //! | `NCCL_IB_TC`, `NCCL_IB_SL` | traffic class, service level | 0 |
 //! | `WEFT_IB_INLINE` | the most bytes written inline (0 = never) | 128 |
 //! | `WEFT_IB_CONNECT_TIMEOUT` | seconds a connect may take | 120 |
+//! | `NCCL_NET_GDR_LEVEL` | `0` / `LOC`: no GPUDirect (host memory only) | GPUDirect where the device has it |
+//! | `NCCL_DMABUF_ENABLE` | `0`: no dma-buf registration | 1 |
+//! | `NCCL_GDR_FLUSH_DISABLE` | `1`: no flush of GPU receives | 0 |
+//! | `WEFT_IB_FORCE_FLUSH` | tests only: `1` flushes host-memory receives too | 0 |
 //!
 //! The `WEFT_IB_*` spelling of every `NCCL_IB_*` name is read first.
 
 pub mod comm;
 pub mod device;
 pub mod fifo;
+pub mod flush;
+pub mod gdr;
 pub mod handshake;
 pub mod mr_cache;
 pub mod qp;
@@ -44,11 +52,11 @@ pub use comm::{IbRecvComm, IbSendComm};
 pub use handshake::{IbConnecting, IbListenComm};
 
 use self::device::Port;
+use self::mr_cache::Memory;
 use self::select::{GidWanted, HcaFilter};
 use crate::socket::env_number;
 use crate::{
-    CommRef, Completion, Net, NetError, NetErrorKind, NetHandle, NetProperties, PtrKind,
-    PtrSupport, RecvBuffer,
+    CommRef, Completion, Net, NetError, NetErrorKind, NetHandle, NetProperties, PtrKind, RecvBuffer,
 };
 
 /// The verbs backend's settings (see the module table).
@@ -74,6 +82,8 @@ pub struct IbConfig {
     pub max_inline: u32,
     /// `WEFT_IB_CONNECT_TIMEOUT`.
     pub connect_timeout: Duration,
+    /// The GPUDirect switches (`ib::gdr`).
+    pub gdr: gdr::GdrSettings,
 }
 
 fn names(suffix: &str) -> [String; 2] {
@@ -127,6 +137,7 @@ impl IbConfig {
             service_level: num("SL", 0, 15)?.unwrap_or(0) as u8,
             max_inline: env_number(env, &["WEFT_IB_INLINE"], 0, 1024)?.unwrap_or(128) as u32,
             connect_timeout: Duration::from_secs(timeout_s),
+            gdr: gdr::GdrSettings::from_lookup(env)?,
         })
     }
 }
@@ -148,6 +159,8 @@ impl std::fmt::Debug for IbNet {
 pub struct IbMemHandle {
     pub(crate) mr: Arc<verbs::Mr>,
     port: Arc<Port>,
+    /// The memory it covers (decides whether `iflush` reads it back).
+    kind: PtrKind,
 }
 
 impl std::fmt::Debug for IbMemHandle {
@@ -166,6 +179,7 @@ pub struct IbRequest(RequestKind);
 enum RequestKind {
     Send(Arc<Mutex<comm::SendState>>, u32, usize),
     Recv(Arc<Mutex<comm::RecvState>>, u32),
+    Flush(Arc<Mutex<comm::RecvState>>, u32),
     Done,
 }
 
@@ -176,7 +190,7 @@ impl IbRequest {
     pub(crate) fn close_comm(&self) {
         match &self.0 {
             RequestKind::Send(state, ..) => lock(state).close(),
-            RequestKind::Recv(state, _) => lock(state).close(),
+            RequestKind::Recv(state, _) | RequestKind::Flush(state, _) => lock(state).close(),
             RequestKind::Done => {}
         }
     }
@@ -187,6 +201,7 @@ impl std::fmt::Debug for IbRequest {
         match &self.0 {
             RequestKind::Send(_, seq, i) => write!(f, "IbRequest(send {seq}.{i})"),
             RequestKind::Recv(_, seq) => write!(f, "IbRequest(recv {seq})"),
+            RequestKind::Flush(_, ticket) => write!(f, "IbRequest(flush {ticket})"),
             RequestKind::Done => write!(f, "IbRequest(done)"),
         }
     }
@@ -250,6 +265,13 @@ impl IbNet {
             .and_then(|p| select::gid_address(&p.gid))
     }
 
+    /// The last `len` (at most 8) bytes that the latest completed flush of `comm` read back,
+    /// or `None` without a flush QP. For tests: they must equal the end of the flushed
+    /// receive, which proves the RDMA READ reached the receive buffer.
+    pub fn last_flush_read(&self, comm: &IbRecvComm, len: usize) -> Option<Vec<u8>> {
+        lock(&comm.0).last_flush_read(len)
+    }
+
     /// Every usable port, in device order.
     pub(crate) fn ports(&self) -> &[Arc<Port>] {
         &self.ports
@@ -290,8 +312,7 @@ impl Net for IbNet {
             name: p.name().to_string(),
             pci_path: p.pci_path.clone(),
             guid: p.guid,
-            // GPUDirect registration (dma-buf / peer memory) is not implemented yet.
-            ptr_support: PtrSupport::HOST,
+            ptr_support: p.gdr.ptr_support(),
             reg_is_global: true,
             speed_mbps: p.speed_mbps,
             port: u32::from(p.port),
@@ -325,18 +346,62 @@ impl Net for IbNet {
         size: usize,
         kind: PtrKind,
     ) -> Result<IbMemHandle, NetError> {
-        if kind != PtrKind::Host {
+        let port = port_of(comm);
+        let memory = match kind {
+            PtrKind::Host => Memory::Host,
+            PtrKind::Cuda if port.gdr.peermem => Memory::Cuda,
+            PtrKind::Cuda => {
+                return Err(NetError::new(
+                    NetErrorKind::Unsupported,
+                    format!(
+                        "registering CUDA memory on {} needs GPUDirect RDMA through peer memory, \
+                         which is off here",
+                        port.describe()
+                    ),
+                )
+                .cause(gdr_off_reason(&port, &self.config))
+                .hint(
+                    "load the nvidia-peermem module (modprobe nvidia-peermem), or register \
+                     through dma-buf (regMrDmaBuf), or let NCCL stage GPU data through host \
+                     memory (it does when ptrSupport lacks NCCL_PTR_CUDA)",
+                ));
+            }
+        };
+        let mr = port.register(memory, data as usize, size)?;
+        Ok(IbMemHandle { mr, port, kind })
+    }
+
+    unsafe fn reg_mr_dmabuf(
+        &self,
+        comm: CommRef<'_, IbSendComm, IbRecvComm>,
+        data: *mut u8,
+        size: usize,
+        offset: u64,
+        fd: i32,
+    ) -> Result<IbMemHandle, NetError> {
+        let port = port_of(comm);
+        if !port.gdr.dmabuf {
             return Err(NetError::new(
                 NetErrorKind::Unsupported,
-                "the verbs backend registers host memory only: CUDA memory (GPUDirect RDMA) is not implemented yet",
+                format!(
+                    "dma-buf registration on {} is not available",
+                    port.describe()
+                ),
+            )
+            .cause(gdr_off_reason(&port, &self.config))
+            .hint(
+                "dma-buf needs rdma-core 34+ (ibv_reg_dmabuf_mr), a 5.12+ kernel and a NIC \
+                 driver with dma-buf support; NCCL_DMABUF_ENABLE=0 or NCCL_NET_GDR_LEVEL=LOC \
+                 turn it off",
             ));
         }
-        let port = match comm {
-            CommRef::Send(c) => comm::port_of_send(c),
-            CommRef::Recv(c) => comm::port_of_recv(c),
-        };
-        let mr = port.register(data as usize, size)?;
-        Ok(IbMemHandle { mr, port })
+        let base = (data as usize).wrapping_sub(offset as usize);
+        let mr = port.register(Memory::DmaBuf { fd, base }, data as usize, size)?;
+        Ok(IbMemHandle {
+            mr,
+            port,
+            kind: PtrKind::Cuda,
+        })
     }
 
     fn dereg_mr(&self, mr: IbMemHandle) -> Result<(), NetError> {
@@ -368,17 +433,25 @@ impl Net for IbNet {
 
     unsafe fn iflush(
         &self,
-        _comm: &mut IbRecvComm,
-        _bufs: &[RecvBuffer<'_, IbMemHandle>],
+        comm: &mut IbRecvComm,
+        bufs: &[RecvBuffer<'_, IbMemHandle>],
     ) -> Result<Option<IbRequest>, NetError> {
-        // Host memory only (see reg_mr): received data is visible once `test` says so.
-        Ok(None)
+        let reads: Vec<_> = bufs
+            .iter()
+            .map(|b| {
+                let flushes = b.mr.port.gdr.flushes(b.mr.kind);
+                (b.data as u64, b.size, b.mr.mr.rkey, flushes)
+            })
+            .collect();
+        let posted = lock(&comm.0).iflush(&reads)?;
+        Ok(posted.map(|ticket| IbRequest(RequestKind::Flush(comm.0.clone(), ticket))))
     }
 
     fn test(&self, request: &mut IbRequest) -> Result<Option<Completion>, NetError> {
         let done = match &request.0 {
             RequestKind::Send(state, seq, i) => lock(state).test(*seq, *i),
             RequestKind::Recv(state, seq) => lock(state).test(*seq),
+            RequestKind::Flush(state, ticket) => lock(state).test_flush(*ticket),
             RequestKind::Done => {
                 return Err(NetError::new(
                     NetErrorKind::InvalidArgument,
@@ -405,6 +478,38 @@ impl Net for IbNet {
     fn close_listen(&self, _comm: IbListenComm) -> Result<(), NetError> {
         Ok(())
     }
+}
+
+/// The port a registration for `comm` goes to.
+fn port_of(comm: CommRef<'_, IbSendComm, IbRecvComm>) -> Arc<Port> {
+    match comm {
+        CommRef::Send(c) => comm::port_of_send(c),
+        CommRef::Recv(c) => comm::port_of_recv(c),
+    }
+}
+
+/// Why GPUDirect is off on `port`, for messages.
+fn gdr_off_reason(port: &Port, config: &IbConfig) -> String {
+    if config.gdr.gdr_off {
+        return "NCCL_NET_GDR_LEVEL turns GPUDirect off".into();
+    }
+    let mut why = Vec::new();
+    if !port.gdr.peermem {
+        why.push(format!(
+            "no peer-memory module (none of {} exists)",
+            gdr::PEERMEM_FILES.join(", ")
+        ));
+    }
+    if !port.gdr.dmabuf {
+        why.push(if config.gdr.dmabuf_off {
+            "dma-buf off (NCCL_DMABUF_ENABLE=0)".to_string()
+        } else {
+            "no dma-buf support (libibverbs without ibv_reg_dmabuf_mr, or the kernel or driver \
+             refuses it)"
+                .to_string()
+        });
+    }
+    why.join("; ")
 }
 
 #[cfg(test)]

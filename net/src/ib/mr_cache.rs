@@ -2,20 +2,36 @@
 //! milliseconds, and NCCL registers the same buffers again and again (every comm of a
 //! channel, every `ncclCommRegister`), so registrations are shared per protection domain:
 //! a request covered by a cached region (page-aligned) takes a reference to it, and the
-//! region is deregistered when its last reference goes. Generic over the registering call
-//! so that the bookkeeping is tested without a device.
+//! region is deregistered when its last reference goes. Entries are keyed by the kind of
+//! memory as well ([`Memory`]): a host range and a CUDA range never share a region (their
+//! addresses live in different spaces), and a dma-buf region is only reused for the same fd
+//! at the same offset-to-address relation. Generic over the registering call so that the
+//! bookkeeping is tested without a device.
 
 use std::sync::{Arc, Mutex};
 
 use crate::NetError;
 
+/// The kind of memory a registration covers (NCCL's `regMr` type and `regMrDmaBuf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// Host memory: `ibv_reg_mr`.
+    Host,
+    /// CUDA memory through peer memory (`nvidia-peermem`): `ibv_reg_mr` on the device pointer.
+    Cuda,
+    /// A dma-buf: `base` is the address that offset 0 of the fd maps to, so that a range at
+    /// address `a` is at offset `a - base` of the fd.
+    DmaBuf { fd: i32, base: usize },
+}
+
 /// Registers page-aligned ranges; `Region` deregisters itself when dropped.
 pub(crate) trait Registrar {
     type Region: Send + Sync;
-    fn register(&self, start: usize, len: usize) -> Result<Self::Region, NetError>;
+    fn register(&self, memory: Memory, start: usize, len: usize) -> Result<Self::Region, NetError>;
 }
 
 struct Entry<T> {
+    memory: Memory,
     start: usize,
     end: usize,
     refs: usize,
@@ -36,25 +52,34 @@ impl<T: Send + Sync> MrCache<T> {
         }
     }
 
-    /// A region covering `addr..addr+len`, registered through `registrar` unless cached.
+    /// A region of `memory` covering `addr..addr+len`, registered through `registrar`
+    /// unless cached.
     pub fn get<R: Registrar<Region = T>>(
         &self,
         registrar: &R,
+        memory: Memory,
         addr: usize,
         len: usize,
     ) -> Result<Arc<T>, NetError> {
-        let start = addr / self.page * self.page;
-        let end = addr.saturating_add(len.max(1)).div_ceil(self.page) * self.page;
+        // A dma-buf range is registered as given: widening it to pages could reach before
+        // offset 0 of the fd.
+        let page = match memory {
+            Memory::DmaBuf { .. } => 1,
+            Memory::Host | Memory::Cuda => self.page,
+        };
+        let start = addr / page * page;
+        let end = addr.saturating_add(len.max(1)).div_ceil(page) * page;
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = entries
             .iter_mut()
-            .find(|e| e.start <= start && end <= e.end)
+            .find(|e| e.memory == memory && e.start <= start && end <= e.end)
         {
             e.refs += 1;
             return Ok(e.region.clone());
         }
-        let region = Arc::new(registrar.register(start, end - start)?);
+        let region = Arc::new(registrar.register(memory, start, end - start)?);
         entries.push(Entry {
+            memory,
             start,
             end,
             refs: 1,
@@ -89,7 +114,12 @@ mod tests {
     struct Counting(AtomicUsize);
     impl Registrar for Counting {
         type Region = (usize, usize);
-        fn register(&self, start: usize, len: usize) -> Result<(usize, usize), NetError> {
+        fn register(
+            &self,
+            _memory: Memory,
+            start: usize,
+            len: usize,
+        ) -> Result<(usize, usize), NetError> {
             self.0.fetch_add(1, Ordering::Relaxed);
             Ok((start, len))
         }
@@ -99,25 +129,60 @@ mod tests {
     fn covered_ranges_share_a_region_until_the_last_reference_goes() {
         let reg = Counting(AtomicUsize::new(0));
         let cache = MrCache::new(4096);
-        let a = cache.get(&reg, 4096 * 10 + 100, 9000).unwrap();
+        let a = cache
+            .get(&reg, Memory::Host, 4096 * 10 + 100, 9000)
+            .unwrap();
         assert_eq!(*a, (4096 * 10, 4096 * 3), "page-aligned outward");
-        let b = cache.get(&reg, 4096 * 11, 4096).unwrap();
+        let b = cache.get(&reg, Memory::Host, 4096 * 11, 4096).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(reg.0.load(Ordering::Relaxed), 1);
         // Overlapping but not covered: a region of its own.
-        let c = cache.get(&reg, 4096 * 12, 8192).unwrap();
+        let c = cache.get(&reg, Memory::Host, 4096 * 12, 8192).unwrap();
         assert_eq!(*c, (4096 * 12, 8192));
         assert_eq!((reg.0.load(Ordering::Relaxed), cache.len()), (2, 2));
         cache.put(&a);
         assert_eq!(cache.len(), 2);
         cache.put(&b);
         assert_eq!(cache.len(), 1, "the last reference deregisters");
-        let d = cache.get(&reg, 4096 * 10, 1).unwrap();
+        let d = cache.get(&reg, Memory::Host, 4096 * 10, 1).unwrap();
         assert_eq!(reg.0.load(Ordering::Relaxed), 3);
         cache.put(&d);
         cache.put(&c);
         assert_eq!(cache.len(), 0);
-        let z = cache.get(&reg, 4096 * 5, 0).unwrap();
+        let z = cache.get(&reg, Memory::Host, 4096 * 5, 0).unwrap();
         assert_eq!(*z, (4096 * 5, 4096), "an empty range still gets a page");
+        cache.put(&z);
+    }
+
+    #[test]
+    fn kinds_of_memory_never_share_a_region() {
+        let reg = Counting(AtomicUsize::new(0));
+        let cache = MrCache::new(4096);
+        let host = cache.get(&reg, Memory::Host, 4096 * 10, 8192).unwrap();
+        let cuda = cache.get(&reg, Memory::Cuda, 4096 * 10, 4096).unwrap();
+        assert!(!Arc::ptr_eq(&host, &cuda), "same addresses, other memory");
+        let buf = Memory::DmaBuf {
+            fd: 7,
+            base: 4096 * 8,
+        };
+        let a = cache.get(&reg, buf, 4096 * 10 + 100, 1000).unwrap();
+        assert_eq!(
+            *a,
+            (4096 * 10 + 100, 1000),
+            "a dma-buf range is not widened"
+        );
+        let b = cache.get(&reg, buf, 4096 * 10 + 200, 900).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "inside the same fd's region");
+        let other_fd = Memory::DmaBuf {
+            fd: 8,
+            base: 4096 * 8,
+        };
+        let c = cache.get(&reg, other_fd, 4096 * 10 + 200, 900).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c), "another fd");
+        assert_eq!((reg.0.load(Ordering::Relaxed), cache.len()), (4, 4));
+        for r in [&host, &cuda, &a, &b, &c] {
+            cache.put(r);
+        }
+        assert_eq!(cache.len(), 0);
     }
 }

@@ -8,6 +8,7 @@ use weft_sys::verbs::types::*;
 use super::comm::{DmaBuf, FIFO_SIGNAL_EVERY, KIND_FIFO, KIND_RECV, Link, lock, poll_cq, wr_id};
 use super::device::Port;
 use super::fifo::{self, FifoEntry, ImmMeaning, MAX_RECVS, SLOTS};
+use super::flush::{FLUSH_BYTES, FlushQp};
 use crate::{Completion, NetError, NetErrorKind, RecvBuffer};
 
 #[derive(Default)]
@@ -31,6 +32,8 @@ pub(crate) struct RecvState {
     fifo_writes: u32,
     slots: Vec<RecvSlot>,
     closed: bool,
+    /// The loopback QP of the GPUDirect flush, where the device flushes (`ib::flush`).
+    flush: Option<FlushQp>,
 }
 
 /// The receiving end of a verbs connection.
@@ -54,6 +57,7 @@ impl RecvState {
         staging: DmaBuf<FifoEntry>,
         sizes: DmaBuf<u32>,
         remote_fifo: (u64, u32),
+        flush: Option<FlushQp>,
     ) -> Self {
         RecvState {
             link,
@@ -64,6 +68,7 @@ impl RecvState {
             fifo_writes: 0,
             slots: (0..SLOTS).map(|_| RecvSlot::default()).collect(),
             closed: false,
+            flush,
         }
     }
 
@@ -278,8 +283,80 @@ impl RecvState {
         Ok(Some(Completion::new(&sizes[..n])))
     }
 
+    /// `iflush`: one signaled RDMA READ of the last bytes of the last non-empty buffer that
+    /// needs flushing (`(address, received size, rkey, flushes)` per buffer), as NCCL reads
+    /// only its last receive: the reads of one QP complete in order, and the data writes of
+    /// all buffers arrived before `test` said the receive was done. `Ok(None)`: nothing to
+    /// flush (no GPU memory, the flush off, or no data).
+    pub fn iflush(&mut self, bufs: &[(u64, usize, u32, bool)]) -> Result<Option<u32>, NetError> {
+        if self.closed {
+            return Err(NetError::new(
+                NetErrorKind::Closed,
+                "iflush on a closed verbs receive comm",
+            ));
+        }
+        self.link.check()?;
+        let Some(&(addr, size, rkey, _)) = bufs.iter().rev().find(|b| b.3 && b.1 > 0) else {
+            return Ok(None);
+        };
+        let Some(flush) = self.flush.as_mut() else {
+            return Ok(None);
+        };
+        let len = size.min(FLUSH_BYTES);
+        match flush.post(addr + (size - len) as u64, len, rkey) {
+            Ok(ticket) => Ok(Some(ticket)),
+            Err(e) => Err(self.fail_flush(e)),
+        }
+    }
+
+    /// `test` of a flush request.
+    pub fn test_flush(&mut self, ticket: u32) -> Result<Option<Completion>, NetError> {
+        if self.closed {
+            return Err(NetError::new(
+                NetErrorKind::Closed,
+                "test of a flush on a closed verbs comm",
+            ));
+        }
+        self.link.check()?;
+        let Some(flush) = self.flush.as_mut() else {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!("test of flush {ticket} on a comm without a flush QP"),
+            ));
+        };
+        match flush.poll() {
+            Ok(None) => {}
+            Ok(Some(wc)) => {
+                let e = self.link.wc_error(
+                    &wc,
+                    "RDMA read of the GPUDirect flush (loopback QP on this device)",
+                );
+                return Err(self.fail_flush(e));
+            }
+            Err(e) => return Err(self.fail_flush(e)),
+        }
+        if self.flush.as_ref().is_some_and(|f| f.is_done(ticket)) {
+            return Ok(Some(Completion::new(&[])));
+        }
+        self.link.check_peer()?;
+        Ok(None)
+    }
+
+    /// The last `len` bytes the flush read (tests compare them with the received data).
+    pub fn last_flush_read(&self, len: usize) -> Option<Vec<u8>> {
+        self.flush.as_ref().map(|f| f.last_read(len))
+    }
+
+    /// A flush failure fails the whole comm: the loopback QP is in error and no later
+    /// receive of this comm could be flushed.
+    fn fail_flush(&mut self, e: NetError) -> NetError {
+        self.flush = None;
+        self.link.fail(e)
+    }
+
     pub fn close(&mut self) {
         self.closed = true;
+        self.flush = None;
         self.link.close();
     }
 }

@@ -266,6 +266,75 @@ impl Mr {
     }
 }
 
+impl Mr {
+    /// Registers `len` bytes of the dma-buf `fd` from `offset`, seen by the NIC at I/O
+    /// virtual address `iova` (the buffer's address, so that FIFO entries carry it as is).
+    ///
+    /// # Safety
+    /// `fd` must be a dma-buf that stays open and allocated until this `Mr` is dropped.
+    pub unsafe fn register_dmabuf(
+        pd: Arc<Pd>,
+        fd: i32,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> Result<Self, NetError> {
+        let ctx = &pd.ctx;
+        let reg = ctx.verbs.ibv_reg_dmabuf_mr().map_err(|e| {
+            NetError::new(
+                NetErrorKind::Unsupported,
+                format!("dma-buf registration on {} is not available", ctx.name),
+            )
+            .cause(e)
+        })?;
+        // SAFETY: a live PD; the caller keeps the dma-buf alive for the MR's life.
+        let raw = unsafe { reg(pd.raw, offset, len, iova, fd, access as i32) };
+        if raw.is_null() {
+            let err = last_errno();
+            return Err(NetError::new(
+                NetErrorKind::Io(err.kind()),
+                format!(
+                    "ibv_reg_dmabuf_mr({}, fd {fd}, offset {offset}, {len} bytes at iova {iova:#x}) failed",
+                    ctx.name
+                ),
+            )
+            .cause(err)
+            .hint(
+                "the kernel (5.12+) and the NIC driver must support dma-buf, and the fd must \
+                 come from cuMemGetHandleForAddressRange covering offset..offset+len",
+            ));
+        }
+        // SAFETY: a fresh, non-null MR from ibv_reg_dmabuf_mr.
+        let mr = unsafe { &*raw };
+        let (lkey, rkey) = (mr.lkey, mr.rkey);
+        Ok(Mr {
+            pd,
+            raw,
+            lkey,
+            rkey,
+        })
+    }
+}
+
+/// Asks the kernel whether it registers dma-bufs, as NCCL does: a registration of fd -1
+/// fails with `EBADF` where dma-buf is supported and `EOPNOTSUPP` / `EPROTONOSUPPORT` where
+/// it is not.
+pub(crate) fn probe_dmabuf(pd: &Pd) -> super::gdr::DmaBufProbe {
+    use super::gdr::DmaBufProbe;
+    let Ok(reg) = pd.ctx.verbs.ibv_reg_dmabuf_mr() else {
+        return DmaBufProbe::NoSymbol;
+    };
+    // SAFETY: a live PD; fd -1 names no memory, so nothing can be registered or pinned.
+    let raw = unsafe { reg(pd.raw, 0, 0, 0, -1, 0) };
+    if raw.is_null() {
+        return DmaBufProbe::Errno(last_errno().raw_os_error().unwrap_or(0));
+    }
+    // SAFETY: an MR the probe just made (it should not exist); released at once.
+    unsafe { (pd.ctx.verbs.ibv_dereg_mr)(raw) };
+    DmaBufProbe::Registered
+}
+
 impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: the MR is ours; requests using it were completed or their QP destroyed
