@@ -14,6 +14,7 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 tests=(
     "pingpong|2|300|sh tests/vm/pingpong.sh"
     "ib-pair|2|400|sh tests/vm/ib-pair.sh"
+    "ib-flush|2|400|WEFT_IB_FORCE_FLUSH=1 sh tests/vm/ib-pair.sh"
     "plugin-ib|2|400|HARNESS_BACKEND=ib sh tests/vm/plugin-harness.sh"
     "plugin-mesh|2|400|HARNESS_BACKEND=mesh sh tests/vm/plugin-harness.sh"
     "plugin-ib-links|3|500|HARNESS_BACKEND=ib sh tests/vm/plugin-links.sh"

@@ -11,6 +11,13 @@
 //! ```
 //! Exit status 0 when every byte arrived as sent; the first error otherwise, with its
 //! message (which names the device, port, GID and peer).
+//!
+//! After every completed receive the receiver calls `iflush` with the received sizes: on
+//! host memory it must answer "nothing to flush"; with `WEFT_IB_FORCE_FLUSH=1` (test only:
+//! host receives are flushed as GPU ones would be) it must post the loopback RDMA READ, whose
+//! completion is tested and whose bytes must be the last bytes of the received data; at the
+//! end a flush of a range outside its registration must fail the comm with a message that
+//! names the flush (`tests/vm/ib-pair.sh flush`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -84,6 +91,104 @@ fn handle_path(dir: &Path, n: usize) -> PathBuf {
     dir.join(format!("handle-{n}"))
 }
 
+/// How the receiver checks `iflush`: `forced` when WEFT_IB_FORCE_FLUSH=1 makes host receives
+/// flush; `read_back(comm, len)` gives the last bytes the latest flush read.
+struct FlushCheck<'a, C> {
+    forced: bool,
+    read_back: &'a (dyn Fn(&C, usize) -> Option<Vec<u8>> + Sync),
+}
+
+/// Flushes a completed receive of `size` bytes in `buf` (registered as `mr`) and checks the
+/// answer: nothing to flush on host memory, or (forced) a completed RDMA READ of its last bytes.
+fn flush_and_check<N: Net>(
+    net: &N,
+    comm: &mut N::RecvComm,
+    buf: &mut [u8],
+    size: usize,
+    mr: &N::MemHandle,
+    flush: &FlushCheck<'_, N::RecvComm>,
+    what: &str,
+) -> Result<(), String> {
+    let rb = [RecvBuffer {
+        data: buf.as_mut_ptr(),
+        size,
+        tag: 0,
+        mr,
+    }];
+    // SAFETY: the buffer stays untouched until the flush completes.
+    let posted = unsafe { net.iflush(comm, &rb) }.map_err(|e| format!("iflush of {what}: {e}"))?;
+    match (posted, flush.forced) {
+        (None, false) => Ok(()),
+        (Some(_), false) => Err(format!(
+            "iflush of {what} (host memory) posted a flush without WEFT_IB_FORCE_FLUSH"
+        )),
+        (None, true) => Err(format!(
+            "iflush of {what} flushed nothing although WEFT_IB_FORCE_FLUSH=1"
+        )),
+        (Some(mut req), true) => {
+            until(&format!("flush of {what}"), || net.test(&mut req))?;
+            let len = size.min(8);
+            let got = (flush.read_back)(comm, len)
+                .ok_or_else(|| format!("flush of {what}: the comm has no flush QP"))?;
+            if got != buf[size - len..size] {
+                return Err(format!(
+                    "flush of {what}: the RDMA READ fetched {got:02x?}, the buffer ends with {:02x?}",
+                    &buf[size - len..size]
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A forced flush of a range outside its registration: the loopback READ must fail with a
+/// completion error that names the flush, and the comm with it (within the deadline).
+fn flush_fault<N: Net>(net: &N, comm: &mut N::RecvComm) -> Result<String, String> {
+    // Four pages; only the second is registered, the flush names the third (ours, so the
+    // pointer is valid memory, but outside the registration the NIC checks).
+    let mut pages = vec![0u8; 5 * 4096];
+    let base = pages.as_mut_ptr();
+    let first = base.wrapping_add(base.align_offset(4096));
+    // SAFETY: `first + 4096 .. first + 8192` lies inside `pages`, which outlives the
+    // registration (deregistered below).
+    let mr = unsafe {
+        net.reg_mr(
+            CommRef::Recv(comm),
+            first.wrapping_add(4096),
+            4096,
+            PtrKind::Host,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    let rb = [RecvBuffer {
+        data: first.wrapping_add(2 * 4096),
+        size: 100,
+        tag: 0,
+        mr: &mr,
+    }];
+    // SAFETY: the range is inside `pages`; the NIC only reads, and refuses this one.
+    let posted = unsafe { net.iflush(comm, &rb) };
+    let result = match posted {
+        Err(e) => Err(format!(
+            "iflush outside the registration failed to post: {e}"
+        )),
+        Ok(None) => Err("iflush outside the registration flushed nothing".to_string()),
+        Ok(Some(mut req)) => match until("flush outside the registration", || net.test(&mut req)) {
+            Ok(_) => Err("a flush outside its registration completed".to_string()),
+            Err(e)
+                if e.contains("GPUDirect flush")
+                    && e.contains("failed: IBV_WC_")
+                    && e.contains("loopback flush QP") =>
+            {
+                Ok(e)
+            }
+            Err(e) => Err(format!("the failed flush does not say so: {e}")),
+        },
+    };
+    net.dereg_mr(mr).map_err(|e| e.to_string())?;
+    result
+}
+
 /// `tail_kept(comm)`: whether the bytes of a buffer past its message must stay untouched
 /// (not on a mesh connection of several rails: a part may land there before it is moved).
 fn receiver<N: Net>(
@@ -91,6 +196,7 @@ fn receiver<N: Net>(
     dir: &Path,
     n: usize,
     tail_kept: impl Fn(&N::RecvComm) -> bool,
+    flush: &FlushCheck<'_, N::RecvComm>,
 ) -> Result<(), String> {
     let (handle, mut listen) = net.listen(0).map_err(|e| e.to_string())?;
     let tmp = dir.join(format!("handle-{n}.tmp"));
@@ -137,6 +243,15 @@ fn receiver<N: Net>(
                 if check_tail && bufs[slot][size..].iter().any(|&b| b != 0xa5) {
                     return Err(format!("message {m}: bytes written past its {size} bytes"));
                 }
+                flush_and_check(
+                    net,
+                    &mut comm,
+                    &mut bufs[slot],
+                    size,
+                    &mrs[slot],
+                    flush,
+                    &format!("message {m}"),
+                )?;
             }
         }
     }
@@ -172,6 +287,22 @@ fn receiver<N: Net>(
                 &format!("group {g} tag {tag}"),
             )?;
         }
+        // NCCL flushes a group by its last non-empty buffer.
+        let last = tags.len() - 1;
+        let size = done.sizes()[last];
+        flush_and_check(
+            net,
+            &mut comm,
+            &mut bufs[last],
+            size,
+            &mrs[last],
+            flush,
+            &format!("group {g}"),
+        )?;
+    }
+    if flush.forced {
+        let words = flush_fault(net, &mut comm)?;
+        println!("flush fault: {words}");
     }
     for mr in mrs {
         net.dereg_mr(mr).map_err(|e| e.to_string())?;
@@ -328,10 +459,15 @@ fn main() {
                     net.describe(0).unwrap_or_default(),
                     config.qps_per_connection
                 );
+                let read_back = |c: &_, len| net.last_flush_read(c, len);
+                let flush = FlushCheck {
+                    forced: std::env::var("WEFT_IB_FORCE_FLUSH").as_deref() == Ok("1"),
+                    read_back: &read_back,
+                };
                 if role == "send" {
                     sender(&net, &dir, n, |_| String::new())
                 } else {
-                    receiver(&net, &dir, n, |_| true)
+                    receiver(&net, &dir, n, |_| true, &flush)
                 }
             });
         match result {
@@ -368,8 +504,14 @@ fn ring(dir: &Path, me: Option<&String>, n: Option<&String>) {
     };
     let started = Instant::now();
     let next = (me + 1) % n;
+    // The mesh backend has no flush of its own: iflush must answer "nothing to flush".
+    let none = |_: &_, _| None;
+    let flush = FlushCheck {
+        forced: false,
+        read_back: &none,
+    };
     let result = std::thread::scope(|s| {
-        let recv = s.spawn(|| receiver(&net, dir, 100 + me, |c| c.rails().len() == 1));
+        let recv = s.spawn(|| receiver(&net, dir, 100 + me, |c| c.rails().len() == 1, &flush));
         let send = sender(&net, dir, 100 + next, |c| c.rails().join("; "));
         let recv = recv
             .join()

@@ -185,7 +185,13 @@ impl Link {
     }
 
     /// The error for a failed work completion: what, where, and what to check.
-    pub(crate) fn wc_error(&self, wc: &ibv_wc, what: &str) -> NetError {
+    fn wc_error(&self, wc: &ibv_wc, what: &str) -> NetError {
+        self.wc_error_with(wc, what, self.peer_words())
+    }
+
+    /// As [`Link::wc_error`], naming `peer` as the other end (the flush's loopback QP is its
+    /// own peer).
+    pub(crate) fn wc_error_with(&self, wc: &ibv_wc, what: &str, peer: String) -> NetError {
         let status = wc.status;
         let place = WcPlace {
             local: self.port.describe(),
@@ -211,8 +217,7 @@ impl Link {
                 }
             }
         }
-        let mut e =
-            NetError::new(NetErrorKind::Io(std::io::ErrorKind::Other), msg).peer(self.peer_words());
+        let mut e = NetError::new(NetErrorKind::Io(std::io::ErrorKind::Other), msg).peer(peer);
         if let Some(hint) = status.hint() {
             e = e.hint(hint);
         }

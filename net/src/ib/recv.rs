@@ -327,9 +327,23 @@ impl RecvState {
         match flush.poll() {
             Ok(None) => {}
             Ok(Some(wc)) => {
-                let e = self.link.wc_error(
+                // The loopback QP is its own responder: when the responder refuses the read
+                // (a range outside the buffer's registration, or a registration already
+                // released), the QP goes to the error state and the requester sees its read
+                // flushed, so a flush error reads as that refusal.
+                let what = if wc.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+                    || wc.status == ibv_wc_status::IBV_WC_REM_ACCESS_ERR
+                {
+                    "RDMA read of the GPUDirect flush (loopback QP on this device; its \
+                     responder side refused the read: is the flushed range inside the receive \
+                     buffer's registration, and still registered?)"
+                } else {
+                    "RDMA read of the GPUDirect flush (loopback QP on this device)"
+                };
+                let e = self.link.wc_error_with(
                     &wc,
-                    "RDMA read of the GPUDirect flush (loopback QP on this device)",
+                    what,
+                    format!("this device itself (loopback flush QP, ticket {ticket})"),
                 );
                 return Err(self.fail_flush(e));
             }
@@ -338,7 +352,8 @@ impl RecvState {
         if self.flush.as_ref().is_some_and(|f| f.is_done(ticket)) {
             return Ok(Some(Completion::new(&[])));
         }
-        self.link.check_peer()?;
+        // No peer check: the read is local (loopback), the peer may be gone once its data
+        // arrived, and a read that never completes ends in the QP's own retry timeout.
         Ok(None)
     }
 
