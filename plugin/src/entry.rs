@@ -94,9 +94,13 @@ fn start(logger: DebugLogger, abi: u32) -> Result<&'static dyn PluginNet, NetErr
         );
         for dev in 0..net.devices() {
             if let Ok(d) = net.device(dev) {
+                let gpu = if d.props.ptr_support.contains(weft_net::PtrSupport::CUDA) {
+                    "GPUDirect RDMA"
+                } else {
+                    "host memory only: NCCL stages GPU data through host buffers"
+                };
                 log::info!(
-                    "NET/weft : [{dev}] {} speed {} Mb/s, ptrSupport {:#x} (host memory only: \
-                     NCCL stages GPU data through host buffers), maxRecvs {}",
+                    "NET/weft : [{dev}] {} speed {} Mb/s, ptrSupport {:#x} ({gpu}), maxRecvs {}",
                     d.name.to_string_lossy(),
                     d.props.speed_mbps,
                     d.props.ptr_support.bits(),
