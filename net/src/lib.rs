@@ -252,8 +252,9 @@ pub trait Net: Send + Sync {
     /// support (`properties` lacks [`PtrSupport::DMABUF`]) refuse, saying so.
     ///
     /// # Safety
-    /// The dma-buf must stay open and its memory allocated until the handle is passed to
-    /// `dereg_mr`.
+    /// `fd` must be open during the call (NCCL closes it right after: the registration
+    /// keeps its own reference) and the memory must stay allocated until the handle is
+    /// passed to `dereg_mr`.
     unsafe fn reg_mr_dmabuf(
         &self,
         comm: CommRef<'_, Self::SendComm, Self::RecvComm>,

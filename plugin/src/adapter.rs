@@ -111,8 +111,8 @@ pub trait PluginNet: Send + Sync + fmt::Debug {
     /// or receive comm; backends without dma-buf support refuse.
     ///
     /// # Safety
-    /// `comm` is NULL or a live comm of this adapter; the dma-buf stays open and allocated
-    /// until `dereg_mr`.
+    /// `comm` is NULL or a live comm of this adapter; `fd` is open during the call and its
+    /// memory stays allocated until `dereg_mr`.
     unsafe fn reg_mr_dmabuf(
         &self,
         comm: *mut c_void,
@@ -530,7 +530,7 @@ impl<N: Net> PluginNet for Adapter<N> {
     ) -> Result<Obj, NetError> {
         // SAFETY: reg_mr_dmabuf's # Safety is comm_ref's.
         let comm = unsafe { comm_ref::<N>(comm, "regMrDmaBuf")? };
-        // SAFETY: NCCL keeps the dma-buf open and allocated until deregMr (contract).
+        // SAFETY: NCCL keeps the dma-buf's memory allocated until deregMr (contract).
         let mr = unsafe { self.net.reg_mr_dmabuf(comm, data, size, offset, fd)? };
         Ok(into_obj(Kind::Mr, mr))
     }

@@ -261,7 +261,7 @@ unsafe extern "C" fn reg_mr_dma_buf(
             ));
         }
         let net = net("regMrDmaBuf")?;
-        // SAFETY: NCCL passes one of our comms and keeps the dma-buf until deregMr.
+        // SAFETY: NCCL passes one of our comms and an open fd, and keeps the memory until deregMr.
         let mr = unsafe { net.reg_mr_dmabuf(comm, data.cast(), size, offset, fd) }.map_err(|e| {
             NetError::new(
                 e.kind(),

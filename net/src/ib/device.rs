@@ -81,14 +81,11 @@ impl Registrar for PdRegistrar<'_> {
                 Mr::register(self.0.clone(), start as *mut u8, len, access)
             },
             Memory::DmaBuf { fd, base } => {
-                let offset = start.checked_sub(base).ok_or_else(|| {
-                    NetError::new(
-                        NetErrorKind::InvalidArgument,
-                        format!("dma-buf range at {start:#x} lies before offset 0 of fd {fd}"),
-                    )
-                })? as u64;
-                // SAFETY: `reg_mr_dmabuf`'s contract keeps the fd's memory alive until
-                // `dereg_mr`; the range is the caller's, unwidened.
+                // The cache does not widen dma-buf ranges, so `start` is the caller's address
+                // and this is the caller's offset (wrapping: `base` was computed wrapping).
+                let offset = start.wrapping_sub(base) as u64;
+                // SAFETY: `reg_mr_dmabuf`'s contract keeps the dma-buf's memory allocated
+                // until `dereg_mr` (the MR holds its own reference to the dma-buf).
                 unsafe {
                     Mr::register_dmabuf(self.0.clone(), fd, offset, len, start as u64, access)
                 }

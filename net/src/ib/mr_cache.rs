@@ -4,8 +4,10 @@
 //! a request covered by a cached region (page-aligned) takes a reference to it, and the
 //! region is deregistered when its last reference goes. Entries are keyed by the kind of
 //! memory as well ([`Memory`]): a host range and a CUDA range never share a region (their
-//! addresses live in different spaces), and a dma-buf region is only reused for the same fd
-//! at the same offset-to-address relation. Generic over the registering call so that the
+//! addresses live in different spaces). A dma-buf region is reused for any later dma-buf
+//! range it covers, whatever fd that one came with: NCCL closes the fd right after
+//! `regMrDmaBuf` (the MR keeps the dma-buf), so fd numbers are reused, while an address inside
+//! a live registration always names the same GPU memory. Generic over the registering call so that the
 //! bookkeeping is tested without a device.
 
 use std::sync::{Arc, Mutex};
@@ -20,8 +22,19 @@ pub(crate) enum Memory {
     /// CUDA memory through peer memory (`nvidia-peermem`): `ibv_reg_mr` on the device pointer.
     Cuda,
     /// A dma-buf: `base` is the address that offset 0 of the fd maps to, so that a range at
-    /// address `a` is at offset `a - base` of the fd.
+    /// address `a` is at offset `a - base` of the fd. Only the registration uses them.
     DmaBuf { fd: i32, base: usize },
+}
+
+impl Memory {
+    /// Whether a region registered as `self` serves a request for `other` (covering
+    /// assumed): same kind of memory; for dma-bufs the address alone decides.
+    fn serves(self, other: Memory) -> bool {
+        match (self, other) {
+            (Memory::DmaBuf { .. }, Memory::DmaBuf { .. }) => true,
+            (a, b) => a == b,
+        }
+    }
 }
 
 /// Registers page-aligned ranges; `Region` deregisters itself when dropped.
@@ -72,7 +85,7 @@ impl<T: Send + Sync> MrCache<T> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = entries
             .iter_mut()
-            .find(|e| e.memory == memory && e.start <= start && end <= e.end)
+            .find(|e| e.memory.serves(memory) && e.start <= start && end <= e.end)
         {
             e.refs += 1;
             return Ok(e.region.clone());
@@ -171,14 +184,18 @@ mod tests {
             (4096 * 10 + 100, 1000),
             "a dma-buf range is not widened"
         );
-        let b = cache.get(&reg, buf, 4096 * 10 + 200, 900).unwrap();
-        assert!(Arc::ptr_eq(&a, &b), "inside the same fd's region");
-        let other_fd = Memory::DmaBuf {
+        // NCCL closed fd 7 after registering; the same memory comes back under fd 8.
+        let again = Memory::DmaBuf {
             fd: 8,
-            base: 4096 * 8,
+            base: 4096 * 9,
         };
-        let c = cache.get(&reg, other_fd, 4096 * 10 + 200, 900).unwrap();
-        assert!(!Arc::ptr_eq(&a, &c), "another fd");
+        let b = cache.get(&reg, again, 4096 * 10 + 200, 900).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "inside a live dma-buf region, whatever the fd"
+        );
+        let c = cache.get(&reg, again, 4096 * 10 + 200, 1000).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c), "past the region's end");
         assert_eq!((reg.0.load(Ordering::Relaxed), cache.len()), (4, 4));
         for r in [&host, &cuda, &a, &b, &c] {
             cache.put(r);

@@ -271,7 +271,8 @@ impl Mr {
     /// virtual address `iova` (the buffer's address, so that FIFO entries carry it as is).
     ///
     /// # Safety
-    /// `fd` must be a dma-buf that stays open and allocated until this `Mr` is dropped.
+    /// `fd` must be an open dma-buf whose memory stays allocated until this `Mr` is dropped
+    /// (the fd itself may be closed after the call: the kernel MR holds the dma-buf).
     pub unsafe fn register_dmabuf(
         pd: Arc<Pd>,
         fd: i32,
