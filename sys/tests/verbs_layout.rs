@@ -596,3 +596,50 @@ fn verbs_structs_and_constants_match_the_system_header() {
     assert!(checks.len() > 300, "only {} checks", checks.len());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The optional registration calls of `Verbs` (sys/src/verbs/mod.rs) as C function types,
+/// spelled from the Rust declarations (`c_int` = `int`, `usize` = `size_t`, `u64` =
+/// `uint64_t`, `c_uint` = `unsigned int`): a wrong argument in the table would pass the
+/// wrong registers at run time, so the header must agree with each, or this fails to compile.
+const REGISTRATION_SIGNATURES: &[(&str, &str)] = &[
+    (
+        "ibv_reg_dmabuf_mr",
+        "struct ibv_mr *(*)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int)",
+    ),
+    (
+        "ibv_reg_mr_iova2",
+        "struct ibv_mr *(*)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int)",
+    ),
+];
+
+#[test]
+fn registration_calls_match_the_system_header() {
+    let mut source = String::from("#include <stdint.h>\n#include <infiniband/verbs.h>\n\n");
+    for (name, c_type) in REGISTRATION_SIGNATURES {
+        source.push_str(&format!(
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{name}), {c_type}), \
+             \"{name} differs from weft-sys's declaration\");\n"
+        ));
+    }
+    source.push_str("int main(void) { return 0; }\n");
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("weft-sys-verbs-signatures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c_file = dir.join("signatures.c");
+    std::fs::write(&c_file, &source).unwrap();
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let compiled = Command::new(&compiler)
+        .arg("-std=gnu11")
+        .arg("-fsyntax-only")
+        .arg(&c_file)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run the C compiler `{compiler}`: {err}"));
+    let stderr = String::from_utf8_lossy(&compiled.stderr);
+    assert!(
+        compiled.status.success(),
+        "{} does not compile against the system's verbs.h (a declaration in weft-sys's \
+         table differs, or libibverbs-dev is missing or older than rdma-core 34):\n{stderr}",
+        c_file.display()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
