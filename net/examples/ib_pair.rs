@@ -455,9 +455,10 @@ fn main() {
             .map_err(|e| e.to_string())
             .and_then(|net| {
                 println!(
-                    "{role} {n}: {} ({} QPs)",
+                    "{role} {n}: {} ({} QPs, ptrSupport {:#x})",
                     net.describe(0).unwrap_or_default(),
-                    config.qps_per_connection
+                    config.qps_per_connection,
+                    net.properties(0).map_or(0, |p| p.ptr_support.bits())
                 );
                 let read_back = |c: &_, len| net.last_flush_read(c, len);
                 let flush = FlushCheck {

@@ -250,7 +250,22 @@ pub(crate) fn open_ports(
                 Some((pd, dmabuf)) => (Arc::clone(pd), *dmabuf),
                 None => {
                     let p = Arc::new(Pd::new(ctx.clone())?);
-                    let dmabuf = super::gdr::dmabuf_supported(super::verbs::probe_dmabuf(&p));
+                    let probe = super::verbs::probe_dmabuf(&p);
+                    let dmabuf = super::gdr::dmabuf_supported(probe);
+                    // Says why ptrSupport is what it is (the first question on a GPU host).
+                    log::info!(
+                        "NET/IB: {}: GPUDirect: peer memory {}, dma-buf {} (probe: {})",
+                        ctx.name,
+                        if peermem { "loaded" } else { "not loaded" },
+                        if dmabuf { "supported" } else { "not supported" },
+                        match probe {
+                            super::gdr::DmaBufProbe::NoSymbol =>
+                                "libibverbs has no ibv_reg_dmabuf_mr".to_string(),
+                            super::gdr::DmaBufProbe::Errno(e) =>
+                                std::io::Error::from_raw_os_error(e).to_string(),
+                            super::gdr::DmaBufProbe::Registered => "registered".to_string(),
+                        }
+                    );
                     pd = Some((p.clone(), dmabuf));
                     (p, dmabuf)
                 }
