@@ -75,13 +75,15 @@ impl GdrSettings {
         let level = crate::env::first_set(env, &["WEFT_NET_GDR_LEVEL", "NCCL_NET_GDR_LEVEL"]);
         let gdr_off = match level {
             None => false,
-            Some((name, v)) => match parse_gdr_level(&v) {
-                Some(l) => l == 0,
+            Some((name, v)) => match gdr_level_is_loc(&v) {
+                Some(off) => off,
                 None => {
-                    return Err(crate::NetError::new(
-                        crate::NetErrorKind::InvalidArgument,
-                        format!("{name}={v}: expected a level (LOC, PIX, PXB, PHB, SYS or 0..=5)"),
-                    ));
+                    // NCCL ignores a level it cannot parse; so does weft, but says so.
+                    log::warn!(
+                        "NET/IB: {name}={v} is not a level (LOC, NVL, NVB, C2C, PIX, PXB, P2C, \
+                         PXN, PHB, SYS or a number): ignored"
+                    );
+                    false
                 }
             },
         };
@@ -95,17 +97,22 @@ impl GdrSettings {
     }
 }
 
-/// NCCL's path levels by name or number (`LOC` = 0 ... `SYS` = 5 in NCCL's `topo.h`
-/// ordering of the names it accepts).
-fn parse_gdr_level(v: &str) -> Option<u32> {
-    let v = v.trim();
-    if let Ok(n) = v.parse::<u32>() {
-        return (n <= 5).then_some(n);
+/// Whether an `NCCL_NET_GDR_LEVEL` value is `LOC` (GPUDirect on no path), as NCCL parses
+/// it (`ncclGetLevel`): one of its path names, or an old-style number of which only 0 is
+/// `LOC`. `None` for a value NCCL would ignore. The other levels are distances that NCCL's
+/// topology compares; for the backend they all mean "on".
+fn gdr_level_is_loc(v: &str) -> Option<bool> {
+    const NAMES: &[&str] = &[
+        "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
+    ];
+    if let Some(i) = NAMES.iter().position(|n| *n == v) {
+        return Some(i == 0);
     }
-    ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
-        .iter()
-        .position(|n| n.eq_ignore_ascii_case(v))
-        .map(|i| i as u32)
+    if v.starts_with(|c: char| c.is_ascii_digit()) {
+        let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
+        return Some(digits.parse::<u64>() == Ok(0));
+    }
+    None
 }
 
 /// What one device can do with GPU memory, decided once per device.
@@ -197,7 +204,7 @@ mod tests {
         let s = GdrSettings::from_lookup(&env(&[])).unwrap();
         assert_eq!(s, GdrSettings::default());
         let s = GdrSettings::from_lookup(&env(&[
-            ("NCCL_NET_GDR_LEVEL", "loc"),
+            ("NCCL_NET_GDR_LEVEL", "LOC"),
             ("NCCL_DMABUF_ENABLE", "0"),
             ("NCCL_GDR_FLUSH_DISABLE", "1"),
             ("WEFT_IB_FORCE_FLUSH", "1"),
@@ -212,12 +219,20 @@ mod tests {
                 force_flush: true
             }
         );
-        let s = GdrSettings::from_lookup(&env(&[("NCCL_NET_GDR_LEVEL", "PHB")])).unwrap();
-        assert!(!s.gdr_off);
-        let s = GdrSettings::from_lookup(&env(&[("NCCL_NET_GDR_LEVEL", "0")])).unwrap();
-        assert!(s.gdr_off);
-        let e = GdrSettings::from_lookup(&env(&[("NCCL_NET_GDR_LEVEL", "near")])).unwrap_err();
-        assert!(e.to_string().contains("NCCL_NET_GDR_LEVEL=near"), "{e}");
+        for (level, off) in [
+            ("LOC", true),
+            ("0", true),
+            ("PHB", false),
+            ("PXN", false),
+            ("SYS", false),
+            ("2", false),
+            ("near", false),
+        ] {
+            let pairs = [("NCCL_NET_GDR_LEVEL".to_string(), level.to_string())];
+            let lookup = move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            let s = GdrSettings::from_lookup(&lookup).unwrap();
+            assert_eq!(s.gdr_off, off, "NCCL_NET_GDR_LEVEL={level}");
+        }
         let e = GdrSettings::from_lookup(&env(&[("NCCL_GDR_FLUSH_DISABLE", "yes")])).unwrap_err();
         assert!(e.to_string().contains("NCCL_GDR_FLUSH_DISABLE=yes"), "{e}");
     }
