@@ -358,6 +358,26 @@ pub enum GpuP2p {
     Recv { peer: usize, buf: u64, bytes: usize },
 }
 
+/// The abort flag of one [`GpuComm`], usable from any thread while the communicator
+/// itself is busy (see [`GpuComm::abort_handle`]).
+#[derive(Debug, Clone)]
+pub struct AbortHandle {
+    status: Arc<HostMapped>,
+}
+
+impl AbortHandle {
+    /// Raises the flag: the communicator's kernels return at their next look at it, and
+    /// its next `check` fails.
+    pub fn raise(&self) {
+        self.status.write_u32(0, 1);
+    }
+
+    /// Whether the flag is up (an abort, or a kernel that gave up).
+    pub fn is_raised(&self) -> bool {
+        self.status.read_u32(0).unwrap_or(0) != 0
+    }
+}
+
 /// One rank of a GPU communicator.
 #[derive(Debug)]
 pub struct GpuComm {
@@ -369,8 +389,9 @@ pub struct GpuComm {
     timeout: Duration,
     /// The device-side description (`DevComm` at 0), updated by kernels (FIFO steps).
     control: DeviceBuffer,
-    /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`).
-    status: HostMapped,
+    /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`); shared
+    /// with every [`AbortHandle`].
+    status: Arc<HostMapped>,
     // Dropped after `control`: peers' windows, then ours (every buffer holds its own
     // reference to the context, so field order does not matter for the context).
     peer_windows: Vec<PeerWindow>,
@@ -641,10 +662,10 @@ impl GpuComm {
             }
             _ => None,
         };
-        let status = HostMapped::alloc(
+        let status = Arc::new(HostMapped::alloc(
             &ctx,
             FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>(),
-        )?;
+        )?);
         let mut comm = GpuComm {
             rank,
             nranks,
@@ -930,6 +951,15 @@ impl GpuComm {
     /// Waits until every rank has called it (host side only: say nothing of the streams).
     pub fn barrier(&mut self) -> Result<(), GpuError> {
         Ok(self.bootstrap.barrier()?)
+    }
+
+    /// A handle on the abort flag that needs no `&mut self`: a caller that keeps the
+    /// communicator behind a lock held across blocking calls (`synchronize`, `finalize`)
+    /// raises the flag through it without waiting for the lock, and the blocked call ends.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            status: self.status.clone(),
+        }
     }
 
     /// Makes every kernel of this communicator return at its next look at the flag, and

@@ -21,5 +21,5 @@ pub mod layout;
 pub mod peer;
 pub mod protocol;
 
-pub use comm::{GpuComm, GpuP2p};
+pub use comm::{AbortHandle, GpuComm, GpuP2p};
 pub use error::GpuError;

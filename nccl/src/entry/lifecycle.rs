@@ -11,7 +11,7 @@ use crate::boundary::run;
 use crate::comm::{self, Comm, CommState};
 use crate::config::{self, NcclConfig};
 use crate::issue;
-use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
+use crate::result::{ApiError, NcclResult};
 
 /// `NCCL_SPLIT_NOCOLOR`.
 const SPLIT_NOCOLOR: c_int = -1;
@@ -224,9 +224,7 @@ pub extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
             return Ok(());
         }
         let c = comm::unregister(comm as usize)?;
-        if let CommState::Ready(gpu) = &mut *c.state() {
-            gpu.abort("ncclCommAbort");
-        }
+        c.abort("ncclCommAbort");
         Ok(())
     })
 }
@@ -350,10 +348,10 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
     run("ncclCommGetAsyncError", || {
         non_null(async_error, "asyncError")?;
         let c = comm::lookup(comm as usize)?;
-        let code = match c.with_gpu(|gpu| Ok(gpu.check()?)) {
-            Ok(()) => NCCL_SUCCESS,
+        let code = match c.async_error() {
+            Ok(code) => code,
             Err(e) => {
-                crate::boundary::set_last_error(&e.message);
+                c.report_async(&e.message);
                 e.code
             }
         };
