@@ -78,9 +78,9 @@ int main(void) {
 
     /* Config: unsupported fields are refused by name, a bad magic too. */
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    expect("ncclCommInitRankConfig(blocking 0)", ncclCommInitRankConfig(&comm, 1, a, 0, &config),
-           ncclInvalidUsage, "blocking");
+    config.collnetEnable = 1;
+    expect("ncclCommInitRankConfig(collnetEnable 1)",
+           ncclCommInitRankConfig(&comm, 1, a, 0, &config), ncclInvalidUsage, "collnetEnable");
     config = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
     config.magic = 0;
     expect("ncclCommInitRankConfig(bad magic)", ncclCommInitRankConfig(&comm, 1, a, 0, &config),
