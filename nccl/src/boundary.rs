@@ -101,9 +101,52 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
+/// The caller's current CUDA context, put back when this is dropped: weft makes its
+/// communicators' contexts current to launch, allocate and synchronize, and NCCL leaves
+/// the caller's current device as it found it (PyTorch relies on it).
+struct CallerContext {
+    driver: &'static weft_cuda::CudaDriver,
+    ctx: weft_cuda::CUcontext,
+}
+
+impl CallerContext {
+    /// `None` when libcuda is not in the process yet, or the driver is not initialised
+    /// (then the caller has no context to lose). Never fails the call.
+    fn save() -> Option<CallerContext> {
+        let driver = weft_cuda::driver_if_present()?;
+        let mut ctx: weft_cuda::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out-pointer; before cuInit the call fails harmlessly.
+        let rc = unsafe { (driver.cuCtxGetCurrent)(&mut ctx) };
+        rc.is_success().then_some(CallerContext { driver, ctx })
+    }
+}
+
+impl Drop for CallerContext {
+    fn drop(&mut self) {
+        let mut now: weft_cuda::CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the driver was initialised (save succeeded).
+        let rc = unsafe { (self.driver.cuCtxGetCurrent)(&mut now) };
+        if rc.is_success() && now == self.ctx {
+            return;
+        }
+        // SAFETY: `ctx` was current on this thread at entry (or null: no context). A
+        // context the call destroyed meanwhile (the caller's own, never weft's) would make
+        // this fail, which is only logged: the call's result stands.
+        let rc = unsafe { (self.driver.cuCtxSetCurrent)(self.ctx) };
+        if !rc.is_success() {
+            debug::warn(
+                0,
+                &format!("restoring the caller's current CUDA context failed with {rc:?}"),
+            );
+        }
+    }
+}
+
 /// Runs `body` for the entry point `entry` and returns its `ncclResult_t`: `ncclSuccess`,
-/// the error's code (its text the last error), or `ncclInternalError` on a panic.
+/// the error's code (its text the last error), or `ncclInternalError` on a panic. The
+/// caller's current CUDA context is the same after it as before.
 pub fn run(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
+    let _caller = catch_unwind(CallerContext::save).ok().flatten();
     let outcome = catch_unwind(AssertUnwindSafe(body));
     // Reporting formats and logs: keep it behind a boundary too.
     let reported = catch_unwind(AssertUnwindSafe(|| match outcome {
