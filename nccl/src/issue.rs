@@ -79,6 +79,12 @@ pub fn record_failure(err: &ApiError) {
     GROUP.with(|g| g.borrow_mut().fail(err.clone()));
 }
 
+/// Closes one level without issuing (`ncclGroupSimulateEnd`): the queued calls are
+/// discarded. Returns how many were.
+pub fn group_abandon() -> Result<usize, ApiError> {
+    GROUP.with(|g| g.borrow_mut().abandon())
+}
+
 pub fn group_end() -> Result<(), ApiError> {
     let ops = GROUP.with(|g| g.borrow_mut().end())?;
     match ops {

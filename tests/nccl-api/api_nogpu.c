@@ -160,6 +160,11 @@ int main(void) {
            ncclInvalidUsage, "not supported");
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
     expect("ncclGroupSimulateEnd", ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
+    /* It closes the group it ends: the next end has nothing to match. */
+    expect("ncclGroupStart", ncclGroupStart(), ncclSuccess, NULL);
+    expect("ncclGroupSimulateEnd in a group", ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
+           "discarded");
+    expect("ncclGroupEnd after it", ncclGroupEnd(), ncclInvalidUsage, "without a matching");
     ncclUniqueId ids[2] = {a, b};
     expect("ncclCommInitRankScalable(nId 2)",
            ncclCommInitRankScalable(&comm, 2, 0, 2, ids, NULL), ncclInvalidUsage, "nId 2");
