@@ -4,6 +4,7 @@
 //! than a wild pointer).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use weft::bootstrap::UniqueId;
@@ -36,6 +37,8 @@ pub struct Comm {
     /// CUDA ordinal of its GPU.
     pub device: usize,
     pub settings: CommSettings,
+    /// `ncclCommFinalize` was called: later calls on it are refused, as NCCL's.
+    pub finalized: AtomicBool,
     /// Held across blocking host calls (finalize's synchronize and barrier, a split's
     /// exchanges): what must not wait for it lives outside, in `abort`.
     state: Mutex<CommState>,
@@ -54,6 +57,7 @@ impl Comm {
             nranks,
             device,
             settings,
+            finalized: AtomicBool::new(false),
             state: Mutex::new(CommState::Pending),
             abort: OnceLock::new(),
             async_reported: Mutex::new(None),
@@ -75,6 +79,18 @@ impl Comm {
     pub fn state(&self) -> MutexGuard<'_, CommState> {
         // A panic while holding it was caught at the boundary; the state itself is whole.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses work on a finalized communicator (NCCL's ncclInvalidUsage).
+    pub fn check_not_finalized(&self) -> Result<(), ApiError> {
+        if self.finalized.load(Ordering::SeqCst) {
+            return Err(ApiError::invalid_usage(format!(
+                "rank {}: the communicator was finalized (ncclCommFinalize); only \
+                 ncclCommDestroy may follow",
+                self.rank
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `f` on the initialised communicator.

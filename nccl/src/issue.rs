@@ -58,6 +58,11 @@ pub fn in_group() -> bool {
 
 /// Queues `calls` inside a group, or issues them now as a group of their own.
 pub fn submit(calls: Vec<Call>) -> Result<(), ApiError> {
+    for c in &calls {
+        if let Call::Coll { comm, .. } | Call::P2p { comm, .. } = c {
+            comm.check_not_finalized()?;
+        }
+    }
     let queued = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if !g.in_group() {

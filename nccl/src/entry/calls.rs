@@ -16,7 +16,7 @@ use crate::result::{ApiError, NcclResult};
 use crate::types::{bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
-fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
+pub(super) fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
     run(entry, || {
         let r = body();
         if let Err(e) = &r {

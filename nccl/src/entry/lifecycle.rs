@@ -3,9 +3,11 @@
 
 use std::ffi::c_int;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use weft::bootstrap::{BootstrapOptions, UniqueId};
 
+use super::calls::call;
 use super::{NcclComm, NcclUniqueId, index, non_null};
 use crate::boundary::run;
 use crate::comm::{self, Comm, CommState};
@@ -88,7 +90,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: *mut NcclConfig,
 ) -> NcclResult {
     // SAFETY: the caller's promise, passed on.
-    run("ncclCommInitRankConfig", || unsafe {
+    call("ncclCommInitRankConfig", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, config)
     })
 }
@@ -104,7 +106,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     // SAFETY: the caller's promise; a null config means defaults.
-    run("ncclCommInitRank", || unsafe {
+    call("ncclCommInitRank", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, std::ptr::null())
     })
 }
@@ -124,7 +126,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     comm_ids: *mut NcclUniqueId,
     config: *mut NcclConfig,
 ) -> NcclResult {
-    run("ncclCommInitRankScalable", || {
+    call("ncclCommInitRankScalable", || {
         non_null(comm_ids, "commIds")?;
         if n_id != 1 {
             return Err(ApiError::unsupported(&format!(
@@ -199,7 +201,16 @@ pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
         if comm.is_null() {
             return Ok(());
         }
-        comm::lookup(comm as usize)?.with_gpu(|gpu| Ok(gpu.finalize()?))
+        let c = comm::lookup(comm as usize)?;
+        // NCCL marks the communicator finalized on entry: a second call is an invalid
+        // argument even when the first failed.
+        if c.finalized.swap(true, Ordering::SeqCst) {
+            return Err(ApiError::invalid_argument(format!(
+                "comm {:#x} (rank {}) has already been finalized; call ncclCommDestroy next",
+                comm as usize, c.rank
+            )));
+        }
+        c.with_gpu(|gpu| Ok(gpu.finalize()?))
     })
 }
 
@@ -255,8 +266,13 @@ pub unsafe extern "C" fn ncclCommSplit(
         if issue::in_group() {
             return Err(ApiError::unsupported("ncclCommSplit inside a group"));
         }
-        // SAFETY: the caller's promise.
-        let settings = unsafe { config::read(config) }?;
+        // NCCL: a NULL config inherits the parent's.
+        let settings = if config.is_null() {
+            parent.settings.clone()
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { config::read(config) }?
+        };
         let (id, rank, nranks) = parent.with_gpu(|gpu| {
             let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
             let all = gpu.exchange(&mine)?;
@@ -431,6 +447,31 @@ pub unsafe extern "C" fn ncclCommShrink(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
+
+    #[test]
+    fn a_failed_init_inside_a_group_fails_the_group() {
+        let id = NcclUniqueId { internal: [0; 128] };
+        let mut out: NcclComm = std::ptr::null_mut();
+        assert_eq!(crate::entry::calls::ncclGroupStart(), NCCL_SUCCESS);
+        // SAFETY: `out` is writable.
+        let rc = unsafe { ncclCommInitRank(&mut out, 0, id, 0) };
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+        assert_eq!(crate::entry::calls::ncclGroupEnd(), NCCL_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn finalize_twice_and_calls_after_finalize_are_refused() {
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let h = comm::register(c) as NcclComm;
+        // Never initialised (no GPU here): the first finalize fails on that, but marks it.
+        assert_eq!(ncclCommFinalize(h), NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommFinalize(h), NCCL_INVALID_ARGUMENT);
+        let buf = 0x1000 as *mut std::ffi::c_void;
+        let rc = crate::entry::calls::ncclAllReduce(buf, buf, 4, 7, 0, h, std::ptr::null_mut());
+        assert_eq!(rc, NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommDestroy(h), NCCL_SUCCESS);
+    }
 
     fn ck(color: i32, key: i32) -> Vec<u8> {
         [color.to_le_bytes(), key.to_le_bytes()].concat()
