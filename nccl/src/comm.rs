@@ -4,7 +4,7 @@
 //! than a wild pointer).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use weft::bootstrap::UniqueId;
@@ -227,16 +227,25 @@ pub fn prepare_shared(gpu: &mut GpuComm) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Live communicators by handle address.
+/// Live communicators by handle.
 static LIVE: Mutex<Option<HashMap<usize, Arc<Comm>>>> = Mutex::new(None);
 
 fn live() -> MutexGuard<'static, Option<HashMap<usize, Arc<Comm>>>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Registers `comm` and returns its handle (the address of the `Comm`, opaque to C).
+/// The next handle's number. Handles are never reused: a `Comm`'s address could be, once
+/// it is freed, and a caller's stale handle would then name someone else's communicator.
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// Handles are `HANDLE_BASE + 16 n`: non-null, aligned like a pointer, and far from any
+/// address a heap hands out, so a caller that dereferences one faults at once.
+const HANDLE_BASE: usize = 0x1_0000;
+
+/// Registers `comm` and returns its handle (opaque to C, never reused).
 pub fn register(comm: Arc<Comm>) -> usize {
-    let handle = Arc::as_ptr(&comm) as usize;
+    let n = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+    let handle = HANDLE_BASE.wrapping_add(n.wrapping_mul(16));
     live().get_or_insert_with(HashMap::new).insert(handle, comm);
     handle
 }
@@ -314,6 +323,23 @@ mod tests {
         *c.state() = CommState::Failed(ApiError::invalid_argument("bootstrap gave up"));
         let e = c.async_error().unwrap_err();
         assert_eq!(e.message, "bootstrap gave up");
+    }
+
+    #[test]
+    fn a_destroyed_handle_never_names_a_new_comm() {
+        let old = register(Arc::new(Comm::new(0, 1, 0, CommSettings::default())));
+        unregister(old).unwrap();
+        let new = register(Arc::new(Comm::new(0, 1, 0, CommSettings::default())));
+        assert_ne!(old, new);
+        let e = lookup(old).unwrap_err();
+        assert_eq!(e.code, crate::result::NCCL_INVALID_ARGUMENT);
+        assert!(
+            e.message.contains("not a live communicator"),
+            "{}",
+            e.message
+        );
+        assert!(lookup(new).is_ok());
+        unregister(new).unwrap();
     }
 
     #[test]
