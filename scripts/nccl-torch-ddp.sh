@@ -10,6 +10,11 @@
 # LD_LIBRARY_PATH cannot override: LD_PRELOAD loads weft's first, and the dynamic linker
 # then uses it for every library that needs the SONAME libnccl.so.2. NCCL_DEBUG=INFO shows
 # which library answered ("NCCL version 2.28.3+weft-...").
+#
+# Within the device tool's 600 s per command: each run has at most 270 s (the two < 570 s),
+# and the logs are copied to $OUT as each run ends and on exit. NVIDIA's NCCL refuses two
+# ranks on one GPU ("Duplicate GPU detected"), so on a one-GPU machine only the weft side
+# runs (two ranks sharing the GPU) and the comparison is reported as needing two GPUs.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset WEFT_NVLS
@@ -18,25 +23,32 @@ LIB="$ROOT/.gpu/nccl/lib/libnccl.so.2"
 [ -f "$LIB" ] || { echo "nccl-torch-ddp: $LIB missing: run scripts/build-nccl-bundle.sh and carry .gpu" >&2; exit 2; }
 LOGS=/tmp/weft-nccl-torch
 mkdir -p "$LOGS"
+save_logs() { [ -n "${OUT:-}" ] && cp "$LOGS"/*.log "$OUT/" 2>/dev/null; return 0; }
+trap save_logs EXIT
 NGPUS=$(nvidia-smi -L | wc -l)
 share=()
 nproc=$NGPUS
-if [ "$NGPUS" -lt 2 ]; then share=(WEFT_TEST_SHARE_GPU=1); nproc=2; fi
+SIDES="weft nccl"
+if [ "$NGPUS" -lt 2 ]; then
+    share=(WEFT_TEST_SHARE_GPU=1); nproc=2; SIDES="weft"
+    echo "== one GPU: weft only (two ranks sharing it); the comparison with NVIDIA's NCCL needs two GPUs (it refuses two ranks on one)"
+fi
 export WEFT_CACHE_DIR="$LOGS/kernel-cache"
 status=0
-for which in weft nccl; do
+for which in $SIDES; do
     envs=("${share[@]}")
     [ "$which" = weft ] && envs+=(LD_PRELOAD="$LIB" NCCL_DEBUG=INFO)
-    env "${envs[@]}" timeout 600 torchrun --standalone --nproc_per_node="$nproc" \
+    env "${envs[@]}" timeout 270 torchrun --standalone --nproc_per_node="$nproc" \
         "$ROOT/scripts/nccl_torch_ddp.py" >"$LOGS/$which.log" 2>&1
     rc=$?
     echo "== $which: exit $rc; $(grep -c 'match the CPU' "$LOGS/$which.log")/$nproc ranks matched the CPU"
     grep -E '^rank [0-9]+: (BAD|DDP)' "$LOGS/$which.log" | head -8
+    [ $rc -eq 124 ] && echo "   (timed out after 270 s)"
     [ $rc -eq 0 ] || { tail -30 "$LOGS/$which.log"; status=1; }
+    save_logs
 done
 if ! grep -q '+weft-' "$LOGS/weft.log"; then
     echo "the weft run's log has no weft version line: NVIDIA's libnccl answered" >&2
     status=1
 fi
-[ -n "${OUT:-}" ] && cp "$LOGS"/*.log "$OUT/" 2>/dev/null
 exit $status

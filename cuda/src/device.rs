@@ -13,6 +13,26 @@ pub(crate) fn driver_table() -> Result<&'static CudaDriver> {
     Ok(CudaDriver::shared()?)
 }
 
+/// The driver table if libcuda is already in this process (loaded by weft, or by the
+/// caller's CUDA runtime), without loading it: for callers that must not pull libcuda into
+/// a process that has no use for it.
+pub fn driver_if_present() -> Option<&'static CudaDriver> {
+    // SAFETY: dlopen with RTLD_NOLOAD maps nothing and runs no initialiser: it answers
+    // whether the library is already loaded; the name is a NUL-terminated literal.
+    let handle = unsafe {
+        libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_LOCAL,
+        )
+    };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: `handle` came from the dlopen above; closing drops only its reference.
+    unsafe { libc::dlclose(handle) };
+    driver_table().ok()
+}
+
 /// The driver, loaded and initialised (`cuInit(0)`) once per process; a failure is
 /// remembered (a driver does not appear during a process's life).
 pub fn driver() -> Result<&'static CudaDriver> {

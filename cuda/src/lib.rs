@@ -32,7 +32,7 @@ mod stream;
 mod vmm;
 
 pub use context::Context;
-pub use device::{Device, device_count, driver};
+pub use device::{Device, device_count, driver, driver_if_present};
 pub use error::{CudaError, Result};
 pub use event::Event;
 pub use graph::Graph;
@@ -43,4 +43,5 @@ pub use module::{Function, Module};
 pub use nvrtc::{CompileOptions, Compiled, compile};
 pub use stream::Stream;
 pub use vmm::{ShareableBuffer, allocation_granularity, vmm_supported};
+pub use weft_sys::CudaDriver;
 pub use weft_sys::cuda::types::{CUcontext, CUdevice, CUdeviceptr, CUstream};

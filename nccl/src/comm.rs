@@ -4,16 +4,20 @@
 //! than a wild pointer).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use weft::bootstrap::UniqueId;
 use weft::comm::CommOptions;
-use weft::gpu::GpuComm;
+use weft::gpu::{AbortHandle, GpuComm};
 use weft_core::abi::DataType;
 
 use crate::config::CommSettings;
 use crate::debug;
-use crate::result::{ApiError, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
+use crate::result::{
+    ApiError, NCCL_IN_PROGRESS, NCCL_INVALID_USAGE, NCCL_REMOTE_ERROR, NCCL_SUCCESS,
+    NCCL_UNHANDLED_CUDA_ERROR, NcclResult,
+};
 
 /// Where a communicator is in its life.
 #[derive(Debug)]
@@ -33,7 +37,17 @@ pub struct Comm {
     /// CUDA ordinal of its GPU.
     pub device: usize,
     pub settings: CommSettings,
+    /// `ncclCommFinalize` was called: later calls on it are refused, as NCCL's.
+    pub finalized: AtomicBool,
+    /// Held across blocking host calls (finalize's synchronize and barrier, a split's
+    /// exchanges): what must not wait for it lives outside, in `abort`.
     state: Mutex<CommState>,
+    /// The GPU communicator's abort flag, set once it is ready: `ncclCommAbort` raises it
+    /// before taking `state`, which ends the call holding `state`.
+    abort: OnceLock<AbortHandle>,
+    /// The asynchronous error `ncclCommGetAsyncError` last made the last error: a caller
+    /// polling it (PyTorch's watchdog does, every few ms) records it once, not per poll.
+    async_reported: Mutex<Option<String>>,
 }
 
 impl Comm {
@@ -43,13 +57,40 @@ impl Comm {
             nranks,
             device,
             settings,
+            finalized: AtomicBool::new(false),
             state: Mutex::new(CommState::Pending),
+            abort: OnceLock::new(),
+            async_reported: Mutex::new(None),
+        }
+    }
+
+    /// Makes `text` the last error unless this communicator's poll already did.
+    pub fn report_async(&self, text: &str) {
+        let mut last = self
+            .async_reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if last.as_deref() != Some(text) {
+            crate::boundary::set_last_error(text);
+            *last = Some(text.to_string());
         }
     }
 
     pub fn state(&self) -> MutexGuard<'_, CommState> {
         // A panic while holding it was caught at the boundary; the state itself is whole.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses work on a finalized communicator (NCCL's ncclInvalidUsage).
+    pub fn check_not_finalized(&self) -> Result<(), ApiError> {
+        if self.finalized.load(Ordering::SeqCst) {
+            return Err(ApiError::invalid_usage(format!(
+                "rank {}: the communicator was finalized (ncclCommFinalize); only \
+                 ncclCommDestroy may follow",
+                self.rank
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `f` on the initialised communicator.
@@ -70,12 +111,57 @@ impl Comm {
         }
     }
 
+    /// Raises the abort flag without waiting for the state lock (whose holder may be
+    /// blocked on the GPU or on peers), then records the reason under the lock.
+    pub fn abort(&self, why: &str) {
+        if let Some(flag) = self.abort.get() {
+            flag.raise();
+        }
+        if let CommState::Ready(gpu) = &mut *self.state() {
+            gpu.abort(why);
+        }
+    }
+
+    /// `ncclCommGetAsyncError`'s answer, without blocking: `ncclInProgress` while the
+    /// communicator waits for its group's end; when another thread holds the state (a
+    /// blocking call in progress), the abort flag alone tells (details come once that
+    /// call returns).
+    pub fn async_error(&self) -> Result<NcclResult, ApiError> {
+        let mut state = match self.state.try_lock() {
+            Ok(s) => s,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                return match self.abort.get() {
+                    Some(flag) if flag.is_raised() => Err(ApiError::new(
+                        NCCL_REMOTE_ERROR,
+                        format!(
+                            "rank {}: the communicator was aborted or one of its kernels gave                              up; the details come once its call in progress returns",
+                            self.rank
+                        ),
+                    )),
+                    _ => Ok(NCCL_SUCCESS),
+                };
+            }
+        };
+        match &mut *state {
+            CommState::Pending => Ok(NCCL_IN_PROGRESS),
+            CommState::Failed(e) => Err(e.clone()),
+            CommState::Ready(gpu) => {
+                gpu.check()?;
+                Ok(NCCL_SUCCESS)
+            }
+        }
+    }
+
     /// Initialises it (collective with the other ranks of `id`): blocks until every rank
     /// has joined or the bootstrap gives up.
     pub fn init(&self, id: &UniqueId) {
         let outcome = init_gpu(id, self.rank, self.nranks, self.device, &self.settings);
         *self.state() = match outcome {
-            Ok(gpu) => CommState::Ready(Box::new(gpu)),
+            Ok(gpu) => {
+                let _ = self.abort.set(gpu.abort_handle());
+                CommState::Ready(Box::new(gpu))
+            }
             Err(e) => {
                 debug::warn(self.device, &e.message);
                 CommState::Failed(e)
@@ -141,16 +227,25 @@ pub fn prepare_shared(gpu: &mut GpuComm) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Live communicators by handle address.
+/// Live communicators by handle.
 static LIVE: Mutex<Option<HashMap<usize, Arc<Comm>>>> = Mutex::new(None);
 
 fn live() -> MutexGuard<'static, Option<HashMap<usize, Arc<Comm>>>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Registers `comm` and returns its handle (the address of the `Comm`, opaque to C).
+/// The next handle's number. Handles are never reused: a `Comm`'s address could be, once
+/// it is freed, and a caller's stale handle would then name someone else's communicator.
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// Handles are `HANDLE_BASE + 16 n`: non-null, aligned like a pointer, and far from any
+/// address a heap hands out, so a caller that dereferences one faults at once.
+const HANDLE_BASE: usize = 0x1_0000;
+
+/// Registers `comm` and returns its handle (opaque to C, never reused).
 pub fn register(comm: Arc<Comm>) -> usize {
-    let handle = Arc::as_ptr(&comm) as usize;
+    let n = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+    let handle = HANDLE_BASE.wrapping_add(n.wrapping_mul(16));
     live().get_or_insert_with(HashMap::new).insert(handle, comm);
     handle
 }
@@ -209,4 +304,48 @@ pub fn current_device() -> Result<usize, ApiError> {
         ));
     }
     usize::try_from(dev).map_err(|_| ApiError::new(NCCL_INVALID_USAGE, "negative device"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn async_error_never_waits_for_the_state_lock() {
+        let c = Comm::new(0, 2, 0, CommSettings::default());
+        // Created inside a group, not initialised yet: in progress, not invalid usage.
+        assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS);
+        // Another call holds the state (as finalize does across its barrier): the poll
+        // answers at once instead of waiting for it.
+        let held = c.state();
+        assert_eq!(c.async_error().unwrap(), NCCL_SUCCESS);
+        drop(held);
+        *c.state() = CommState::Failed(ApiError::invalid_argument("bootstrap gave up"));
+        let e = c.async_error().unwrap_err();
+        assert_eq!(e.message, "bootstrap gave up");
+    }
+
+    #[test]
+    fn a_destroyed_handle_never_names_a_new_comm() {
+        let old = register(Arc::new(Comm::new(0, 1, 0, CommSettings::default())));
+        unregister(old).unwrap();
+        let new = register(Arc::new(Comm::new(0, 1, 0, CommSettings::default())));
+        assert_ne!(old, new);
+        let e = lookup(old).unwrap_err();
+        assert_eq!(e.code, crate::result::NCCL_INVALID_ARGUMENT);
+        assert!(
+            e.message.contains("not a live communicator"),
+            "{}",
+            e.message
+        );
+        assert!(lookup(new).is_ok());
+        unregister(new).unwrap();
+    }
+
+    #[test]
+    fn abort_without_a_gpu_comm_returns() {
+        let c = Comm::new(0, 1, 0, CommSettings::default());
+        c.abort("test");
+        assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS);
+    }
 }

@@ -129,14 +129,14 @@ pub fn parse(
     let mut notes = Vec::new();
     match c.blocking {
         UNDEF_INT | 1 => {}
-        0 => {
-            return refuse(
-                "blocking",
-                0,
-                "weft's libnccl has blocking communicators only (non-blocking ones, with \
-                 ncclInProgress, are not implemented yet)",
-            );
-        }
+        // PyTorch 2.6 / 2.7.0 ask for non-blocking communicators whenever a device_id is
+        // given. A non-blocking communicator may complete a call before returning (NCCL's
+        // contract: ncclSuccess means done), so weft takes it and runs every call to the end.
+        0 => notes.push(
+            "blocking 0: every call completes before it returns (ncclSuccess, never \
+             ncclInProgress)"
+                .to_string(),
+        ),
         v => return refuse("blocking", v, "must be 0 or 1"),
     }
     if set(c.collnet_enable) && c.collnet_enable != 0 {
@@ -234,8 +234,7 @@ mod tests {
     #[test]
     fn unsupported_fields_are_refused_by_name() {
         type Setter = fn(&mut NcclConfig);
-        let cases: [(Setter, &str); 6] = [
-            (|c| c.blocking = 0, "blocking"),
+        let cases: [(Setter, &str); 5] = [
             (|c| c.collnet_enable = 1, "collnetEnable"),
             (|c| c.max_ctas = 8, "maxCTAs"),
             (|c| c.min_ctas = 2, "minCTAs"),
@@ -261,6 +260,14 @@ mod tests {
         );
         c.blocking = 1;
         assert!(parse(&c, None, None).is_ok());
+        // Non-blocking is taken: every call completes synchronously.
+        c.blocking = 0;
+        let s = parse(&c, None, None).unwrap();
+        assert!(
+            s.notes.iter().any(|n| n.contains("blocking 0")),
+            "{:?}",
+            s.notes
+        );
     }
 
     #[test]

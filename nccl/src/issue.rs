@@ -58,6 +58,11 @@ pub fn in_group() -> bool {
 
 /// Queues `calls` inside a group, or issues them now as a group of their own.
 pub fn submit(calls: Vec<Call>) -> Result<(), ApiError> {
+    for c in &calls {
+        if let Call::Coll { comm, .. } | Call::P2p { comm, .. } = c {
+            comm.check_not_finalized()?;
+        }
+    }
     let queued = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if !g.in_group() {
@@ -79,6 +84,12 @@ pub fn record_failure(err: &ApiError) {
     GROUP.with(|g| g.borrow_mut().fail(err.clone()));
 }
 
+/// Closes one level without issuing (`ncclGroupSimulateEnd`): the queued calls are
+/// discarded. Returns how many were.
+pub fn group_abandon() -> Result<usize, ApiError> {
+    GROUP.with(|g| g.borrow_mut().abandon())
+}
+
 pub fn group_end() -> Result<(), ApiError> {
     let ops = GROUP.with(|g| g.borrow_mut().end())?;
     match ops {
@@ -94,40 +105,21 @@ fn stream(gpu: &weft::gpu::GpuComm, raw: usize) -> Stream {
     unsafe { Stream::from_raw(gpu.context(), raw as CUstream) }
 }
 
-/// Issues a finished group.
+/// Issues a finished group: every queued call of every communicator is checked first
+/// (the communicator ready, one stream for its sends and receives, the point-to-point
+/// group's refusals), and only then is anything launched, so that a refusal never leaves
+/// the group half-launched on some ranks.
 pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
     let mut inits = Vec::new();
-    let mut rest = Vec::new();
-    for c in calls {
-        match c {
-            Call::Init { comm, id } => inits.push((comm, id)),
-            other => rest.push(other),
-        }
-    }
-    init_all(&inits)?;
+    let mut colls = Vec::new();
     // Per communicator (by handle, in order of first appearance): its sends and receives,
     // and the stream they share.
     let mut p2p: Vec<(Arc<Comm>, usize, Vec<GpuP2p>)> = Vec::new();
     let mut index: HashMap<usize, usize> = HashMap::new();
-    for c in rest {
+    for c in calls {
         match c {
-            Call::Coll {
-                comm,
-                collective,
-                send,
-                recv,
-                count,
-                dtype,
-                op,
-                stream: raw,
-            } => comm.with_gpu(|gpu| {
-                let s = stream(gpu, raw);
-                // SAFETY: NCCL's contract for the buffers (device memory of the
-                // communicator's GPU, valid until the stream reaches the call); the
-                // counts were checked when the call was made.
-                unsafe { gpu.collective(collective, send, recv, count, dtype, op, &s) }?;
-                Ok(())
-            })?,
+            Call::Init { comm, id } => inits.push((comm, id)),
+            coll @ Call::Coll { .. } => colls.push(coll),
             Call::P2p { comm, op, stream } => {
                 let key = Arc::as_ptr(&comm) as usize;
                 let slot = *index.entry(key).or_insert_with(|| {
@@ -139,13 +131,49 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
                     return Err(ApiError::invalid_usage(format!(
                         "rank {}: sends and receives of one group on two streams ({:#x} and \
                          {stream:#x}): weft issues a communicator's point-to-point calls of a \
-                         group as one launch, on one stream",
+                         group as one launch, on one stream; nothing of the group was launched",
                         comm.rank, entry.1
                     )));
                 }
                 entry.2.push(op);
             }
-            Call::Init { .. } => {}
+        }
+    }
+    init_all(&inits)?;
+    for c in &colls {
+        if let Call::Coll { comm, .. } = c {
+            comm.with_gpu(|_| Ok(()))?;
+        }
+    }
+    for (comm, _, ops) in &p2p {
+        comm.with_gpu(|_| Ok(()))?;
+        weft::gpu::validate_p2p_group(comm.rank, comm.nranks, ops).map_err(|e| {
+            ApiError::from(e).context(&format!(
+                "rank {}: nothing of the group was launched",
+                comm.rank
+            ))
+        })?;
+    }
+    for c in colls {
+        if let Call::Coll {
+            comm,
+            collective,
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+            stream: raw,
+        } = c
+        {
+            comm.with_gpu(|gpu| {
+                let s = stream(gpu, raw);
+                // SAFETY: NCCL's contract for the buffers (device memory of the
+                // communicator's GPU, valid until the stream reaches the call); the
+                // counts were checked when the call was made.
+                unsafe { gpu.collective(collective, send, recv, count, dtype, op, &s) }?;
+                Ok(())
+            })?;
         }
     }
     for (comm, raw, ops) in p2p {

@@ -4,7 +4,7 @@
 //! checked against a CPU computation. Communicators are made both ways nccl-tests makes
 //! them: ncclCommInitAll, and ncclCommInitRank per GPU inside a group.
 //!
-//! Skipped with a message without a GPU. On a one-GPU machine, WEFT_TEST_SHARE_GPU=1 runs
+//! Skipped with a message without a GPU, unless WEFT_REQUIRE_GPU=1 makes that a failure. On a one-GPU machine, WEFT_TEST_SHARE_GPU=1 runs
 //! two ranks on it (as driver/tests/gpu.rs does).
 
 use std::ffi::{c_int, c_void};
@@ -22,21 +22,28 @@ const FLOAT32: c_int = 7;
 const SUM: c_int = 0;
 const MAX: c_int = 2;
 
+/// A skip, or with WEFT_REQUIRE_GPU=1 (set by scripts/nccl-tests.sh on the GPU machine) a
+/// failure: a skipped test counts as passed, and a GPU run must not pass by skipping.
+fn skip(why: &str) -> Option<Vec<usize>> {
+    if std::env::var("WEFT_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        panic!("WEFT_REQUIRE_GPU=1 but {why}");
+    }
+    eprintln!("skipped: {why}");
+    None
+}
+
 /// The devices of the ranks, or None (skipped) without a GPU.
 fn rank_devices() -> Option<Vec<usize>> {
     let n = match weft_cuda::device_count() {
-        Ok(0) | Err(_) => {
-            eprintln!("skipped: no GPU (weft's libnccl GPU tests need one)");
-            return None;
-        }
+        Ok(0) => return skip("no GPU (weft's libnccl GPU tests need one)"),
+        Err(e) => return skip(&format!("no GPU: {e}")),
         Ok(n) => n,
     };
     if std::env::var("WEFT_TEST_SHARE_GPU").is_ok_and(|v| v == "1") {
         return Some(vec![0, 0]);
     }
     if n < 2 {
-        eprintln!("skipped: one GPU (WEFT_TEST_SHARE_GPU=1 runs two ranks on it)");
-        return None;
+        return skip("one GPU (WEFT_TEST_SHARE_GPU=1 runs two ranks on it)");
     }
     Some((0..n).collect())
 }
@@ -236,6 +243,100 @@ fn every_call_on(ranks: &[Rank]) {
     assert_eq!(download_i32(&rd[0], count), sum, "reduce at root 0");
 }
 
+/// In-place calls, as PyTorch and nccl-tests' in-place runs make them (all-reduce with
+/// send == recv, all-gather from recv + rank * count, reduce-scatter into send + rank *
+/// recvcount), and a reduce at the last rank rather than 0.
+fn in_place_on(ranks: &[Rank]) {
+    let n = ranks.len();
+    let count = 4_099usize; // not a power of two
+    let inputs: Vec<Vec<i32>> = (0..n).map(|r| input(r, count * n, 2)).collect();
+    let ar: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let ag: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * n * 4)).collect();
+    let rs: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * n * 4)).collect();
+    let rd: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    for r in 0..n {
+        upload_i32(&ar[r], &inputs[r][..count]);
+        let mut own = vec![0i32; count * n];
+        own[r * count..(r + 1) * count].copy_from_slice(&inputs[r][..count]);
+        upload_i32(&ag[r], &own);
+        upload_i32(&rs[r], &inputs[r]);
+    }
+    let at = |b: &DeviceBuffer, elems: usize| (b.ptr() + (elems * 4) as u64) as *mut c_void;
+    let root = n - 1;
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (c, s) = (rank.comm, rank.s());
+        ok(
+            ncclAllReduce(at(&ar[r], 0), at(&ar[r], 0), count, INT32, SUM, c, s),
+            "ncclAllReduce in place",
+        );
+        ok(
+            ncclAllGather(at(&ag[r], r * count), at(&ag[r], 0), count, INT32, c, s),
+            "ncclAllGather in place",
+        );
+        ok(
+            ncclReduceScatter(
+                at(&rs[r], 0),
+                at(&rs[r], r * count),
+                count,
+                INT32,
+                SUM,
+                c,
+                s,
+            ),
+            "ncclReduceScatter in place",
+        );
+        // The reduce reads this rank's own all-gather slot, which the in-place all-gather
+        // in the same group rewrites with the same values: stable whatever the order.
+        ok(
+            ncclReduce(
+                at(&ag[r], r * count),
+                at(&rd[r], 0),
+                count,
+                INT32,
+                SUM,
+                root as c_int,
+                c,
+                s,
+            ),
+            "ncclReduce at the last rank",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (in place)");
+    for rank in ranks {
+        rank.stream.synchronize().expect("stream");
+    }
+    let sum_block = |b: usize| -> Vec<i32> {
+        (0..count)
+            .map(|i| inputs.iter().map(|v| v[b * count + i]).sum())
+            .collect()
+    };
+    let ag_want: Vec<i32> = inputs.iter().flat_map(|v| v[..count].to_vec()).collect();
+    for r in 0..n {
+        assert_eq!(
+            download_i32(&ar[r], count),
+            sum_block(0),
+            "in-place all-reduce, rank {r}"
+        );
+        assert_eq!(
+            download_i32(&ag[r], count * n),
+            ag_want,
+            "in-place all-gather, rank {r}"
+        );
+        let got = download_i32(&rs[r], count * n);
+        assert_eq!(
+            got[r * count..(r + 1) * count].to_vec(),
+            sum_block(r),
+            "in-place reduce-scatter, rank {r}"
+        );
+    }
+    assert_eq!(
+        download_i32(&rd[root], count),
+        sum_block(0),
+        "reduce at root {root}"
+    );
+}
+
 fn ranks_from(comms: Vec<NcclComm>, devices: &[usize]) -> Vec<Rank> {
     comms
         .into_iter()
@@ -287,6 +388,7 @@ fn every_call_through_comm_init_all() {
     );
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
+    in_place_on(&ranks);
     destroy(ranks);
 }
 
@@ -316,5 +418,6 @@ fn every_call_through_comm_init_rank_in_a_group() {
     ok(ncclGroupEnd(), "ncclGroupEnd (init)");
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
+    in_place_on(&ranks);
     destroy(ranks);
 }

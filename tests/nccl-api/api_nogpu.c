@@ -78,9 +78,9 @@ int main(void) {
 
     /* Config: unsupported fields are refused by name, a bad magic too. */
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    expect("ncclCommInitRankConfig(blocking 0)", ncclCommInitRankConfig(&comm, 1, a, 0, &config),
-           ncclInvalidUsage, "blocking");
+    config.collnetEnable = 1;
+    expect("ncclCommInitRankConfig(collnetEnable 1)",
+           ncclCommInitRankConfig(&comm, 1, a, 0, &config), ncclInvalidUsage, "collnetEnable");
     config = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
     config.magic = 0;
     expect("ncclCommInitRankConfig(bad magic)", ncclCommInitRankConfig(&comm, 1, a, 0, &config),
@@ -160,6 +160,11 @@ int main(void) {
            ncclInvalidUsage, "not supported");
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
     expect("ncclGroupSimulateEnd", ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
+    /* It closes the group it ends: the next end has nothing to match. */
+    expect("ncclGroupStart", ncclGroupStart(), ncclSuccess, NULL);
+    expect("ncclGroupSimulateEnd in a group", ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
+           "discarded");
+    expect("ncclGroupEnd after it", ncclGroupEnd(), ncclInvalidUsage, "without a matching");
     ncclUniqueId ids[2] = {a, b};
     expect("ncclCommInitRankScalable(nId 2)",
            ncclCommInitRankScalable(&comm, 2, 0, 2, ids, NULL), ncclInvalidUsage, "nId 2");

@@ -2,8 +2,9 @@
 //! - scripts/nccl-api-test.sh: SONAME, every function of nccl.h exported, and the C
 //!   program tests/nccl-api/api_nogpu.c linked with -lnccl passing;
 //! - scripts/nccl-header-check.sh: weft's nccl.h against NVIDIA's (enum values, struct
-//!   layouts), skipped with a message where NVIDIA's header was not fetched
-//!   (scripts/install-deps fetches it; scripts/test and CI run that first).
+//!   layouts, function prototypes), skipped with a message where NVIDIA's header was not
+//!   fetched (scripts/install-deps fetches it and sets WEFT_REQUIRE_NCCL_REF=1, which makes
+//!   a skip a failure; scripts/test and CI run it first).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,18 +58,30 @@ fn libnccl_exports_nccl_h_and_passes_the_c_program_without_a_gpu() {
     }
 }
 
+/// A skip that shows (stderr, which cargo test prints even for a passing test only with
+/// --nocapture, so also in the failure when required): with WEFT_REQUIRE_NCCL_REF=1 (set by
+/// scripts/install-deps once NVIDIA's header is fetched, so by scripts/test and CI) a skip
+/// is a failure.
+fn skip_header_check(why: &str) {
+    if std::env::var("WEFT_REQUIRE_NCCL_REF").is_ok_and(|v| v == "1") {
+        panic!("WEFT_REQUIRE_NCCL_REF=1 but the header check was skipped: {why}");
+    }
+    eprintln!("nccl_header: SKIPPED: {why}");
+}
+
 #[test]
 fn weft_nccl_h_matches_nvidia_nccl_h() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     if !have(&cc) {
-        println!("nccl_header: SKIPPED: {cc} not found");
+        skip_header_check(&format!("{cc} not found"));
         return;
     }
     let (code, text) = script("nccl-header-check.sh");
     if code == 77 {
-        println!("nccl_header: {text}");
+        skip_header_check(&text);
         return;
     }
     assert_eq!(code, 0, "scripts/nccl-header-check.sh failed:\n{text}");
     assert!(text.contains("matches NVIDIA's"), "{text}");
+    assert!(text.contains("function prototypes"), "{text}");
 }

@@ -358,6 +358,26 @@ pub enum GpuP2p {
     Recv { peer: usize, buf: u64, bytes: usize },
 }
 
+/// The abort flag of one [`GpuComm`], usable from any thread while the communicator
+/// itself is busy (see [`GpuComm::abort_handle`]).
+#[derive(Debug, Clone)]
+pub struct AbortHandle {
+    status: Arc<HostMapped>,
+}
+
+impl AbortHandle {
+    /// Raises the flag: the communicator's kernels return at their next look at it, and
+    /// its next `check` fails.
+    pub fn raise(&self) {
+        self.status.write_u32(0, 1);
+    }
+
+    /// Whether the flag is up (an abort, or a kernel that gave up).
+    pub fn is_raised(&self) -> bool {
+        self.status.read_u32(0).unwrap_or(0) != 0
+    }
+}
+
 /// One rank of a GPU communicator.
 #[derive(Debug)]
 pub struct GpuComm {
@@ -369,8 +389,9 @@ pub struct GpuComm {
     timeout: Duration,
     /// The device-side description (`DevComm` at 0), updated by kernels (FIFO steps).
     control: DeviceBuffer,
-    /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`).
-    status: HostMapped,
+    /// Abort flag (u32 at 0) and one `KernelFault` per block (at `FAULTS_OFFSET`); shared
+    /// with every [`AbortHandle`].
+    status: Arc<HostMapped>,
     // Dropped after `control`: peers' windows, then ours (every buffer holds its own
     // reference to the context, so field order does not matter for the context).
     peer_windows: Vec<PeerWindow>,
@@ -641,10 +662,10 @@ impl GpuComm {
             }
             _ => None,
         };
-        let status = HostMapped::alloc(
+        let status = Arc::new(HostMapped::alloc(
             &ctx,
             FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>(),
-        )?;
+        )?);
         let mut comm = GpuComm {
             rank,
             nranks,
@@ -930,6 +951,15 @@ impl GpuComm {
     /// Waits until every rank has called it (host side only: say nothing of the streams).
     pub fn barrier(&mut self) -> Result<(), GpuError> {
         Ok(self.bootstrap.barrier()?)
+    }
+
+    /// A handle on the abort flag that needs no `&mut self`: a caller that keeps the
+    /// communicator behind a lock held across blocking calls (`synchronize`, `finalize`)
+    /// raises the flag through it without waiting for the lock, and the blocked call ends.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            status: self.status.clone(),
+        }
     }
 
     /// Makes every kernel of this communicator return at its next look at the flag, and
@@ -1272,6 +1302,7 @@ impl GpuComm {
     pub unsafe fn group(&mut self, ops: &[GpuP2p], stream: &Stream) -> Result<(), GpuError> {
         self.check()?;
         self.check_stream(stream)?;
+        validate_p2p_group(self.rank, self.nranks, ops)?;
         let mut launch = P2pArgs {
             comm: self.control.ptr(),
             ..P2pArgs::default()
@@ -1418,6 +1449,60 @@ impl Drop for GpuComm {
     }
 }
 
+/// The refusals of [`GpuComm::group`] for `rank` of `nranks`, without launching anything:
+/// a caller issuing several groups (NCCL's group over several communicators) checks every
+/// one before launching any, so that a refusal never leaves a group half-launched.
+pub fn validate_p2p_group(rank: usize, nranks: usize, ops: &[GpuP2p]) -> Result<(), GpuError> {
+    let mut seen: Vec<(usize, bool)> = Vec::new();
+    let (mut to_self, mut from_self) = (Vec::new(), Vec::new());
+    let mut launched = 0usize;
+    for op in ops {
+        let (peer, bytes, send) = match *op {
+            GpuP2p::Send { peer, bytes, .. } => (peer, bytes, true),
+            GpuP2p::Recv { peer, bytes, .. } => (peer, bytes, false),
+        };
+        if peer >= nranks {
+            return Err(GpuError::InvalidArgument(format!(
+                "peer {peer} of {nranks} ranks"
+            )));
+        }
+        if seen.contains(&(peer, send)) {
+            return Err(GpuError::InvalidArgument(format!(
+                "two {} rank {peer} in one group: weft's GPU path takes one each way per peer and group",
+                if send { "sends to" } else { "receives from" }
+            )));
+        }
+        seen.push((peer, send));
+        if peer == rank {
+            if send {
+                to_self.push(bytes)
+            } else {
+                from_self.push(bytes)
+            }
+        } else if bytes > 0 {
+            launched += 1;
+        }
+    }
+    if launched > P2P_MAX_OPS {
+        return Err(GpuError::InvalidArgument(format!(
+            "more than {P2P_MAX_OPS} sends and receives in one group ({launched}; an \
+             all-to-all over more than {} ranks needs more)",
+            P2P_MAX_OPS / 2 + 1
+        )));
+    }
+    if from_self.len() != to_self.len() {
+        return Err(GpuError::InvalidArgument(
+            "a send to this rank without its receive (or the reverse)".into(),
+        ));
+    }
+    if let Some((n, m)) = from_self.iter().zip(&to_self).find(|(a, b)| a != b) {
+        return Err(GpuError::InvalidArgument(format!(
+            "a send of {m} bytes to this rank meets a receive of {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// Channels a point-to-point message of `bytes` uses: one per 512 KiB, at most `max`.
 /// The sender and the receiver compute it from the same byte count.
 pub fn p2p_channels_for(bytes: usize, max: u32) -> u32 {
@@ -1522,6 +1607,35 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn p2p_groups_are_validated_before_anything_launches() {
+        let send = |peer, bytes| GpuP2p::Send {
+            peer,
+            buf: 0x1000,
+            bytes,
+        };
+        let recv = |peer, bytes| GpuP2p::Recv {
+            peer,
+            buf: 0x2000,
+            bytes,
+        };
+        assert!(
+            validate_p2p_group(0, 4, &[send(1, 7), recv(1, 7), send(0, 3), recv(0, 3)]).is_ok()
+        );
+        let msg = |ops: &[GpuP2p]| validate_p2p_group(0, 20, ops).unwrap_err().to_string();
+        assert!(msg(&[send(1, 7), send(1, 9)]).contains("two sends to rank 1"));
+        assert!(msg(&[recv(25, 7)]).contains("peer 25 of 20"));
+        assert!(msg(&[send(0, 4)]).contains("without its receive"));
+        assert!(msg(&[send(0, 4), recv(0, 5)]).contains("send of 4 bytes"));
+        // 16 ops to others fit; the 17th is refused. Empty messages and self copies
+        // take no slot.
+        let mut ops: Vec<GpuP2p> = (1..=8).flat_map(|p| [send(p, 100), recv(p, 100)]).collect();
+        ops.extend([send(0, 5), recv(0, 5), send(9, 0)]);
+        assert!(validate_p2p_group(0, 20, &ops).is_ok());
+        ops.push(recv(9, 1));
+        assert!(msg(&ops).contains("more than 16"), "{}", msg(&ops));
+    }
 
     #[test]
     fn peer_record_round_trips() {

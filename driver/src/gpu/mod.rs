@@ -21,5 +21,5 @@ pub mod layout;
 pub mod peer;
 pub mod protocol;
 
-pub use comm::{GpuComm, GpuP2p};
+pub use comm::{AbortHandle, GpuComm, GpuP2p, validate_p2p_group};
 pub use error::GpuError;

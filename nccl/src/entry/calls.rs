@@ -16,7 +16,7 @@ use crate::result::{ApiError, NcclResult};
 use crate::types::{bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
-fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
+pub(super) fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
     run(entry, || {
         let r = body();
         if let Err(e) = &r {
@@ -411,8 +411,23 @@ fn exchange(
     let x = which(c.nranks)?;
     let block = bytes(count, dtype)?;
     bytes(count.saturating_mul(c.nranks), dtype)?;
-    let send = need_buffer(send, "sendbuff", count)?;
-    let recv = need_buffer(recv, "recvbuff", count)?;
+    // NCCL reads a gather's recvbuff on the root only, and a scatter's sendbuff on the
+    // root only: elsewhere they may be NULL.
+    let (needs_send, needs_recv) = match x {
+        Exchange::AllToAll => (true, true),
+        Exchange::Gather { root } => (true, c.rank == root),
+        Exchange::Scatter { root } => (c.rank == root, true),
+    };
+    let send = if needs_send {
+        need_buffer(send, "sendbuff", count)?
+    } else {
+        0
+    };
+    let recv = if needs_recv {
+        need_buffer(recv, "recvbuff", count)?
+    } else {
+        0
+    };
     let calls = exchange_ops(x, c.rank, c.nranks, send, recv, block)
         .into_iter()
         .map(|op| Call::P2p {
@@ -513,8 +528,9 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
     run("ncclGroupEnd", issue::group_end)
 }
 
-/// Not supported: weft has no cost model to report a group's estimated time. The group
-/// stays open.
+/// Not supported: weft has no cost model to report a group's estimated time. Like an
+/// end, it closes one level of the group (a caller that simulates then starts a fresh
+/// group must not find the old one still open), and the queued calls are discarded.
 ///
 /// # Safety
 ///
@@ -522,9 +538,17 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGroupSimulateEnd(_sim_info: *mut c_void) -> NcclResult {
     run("ncclGroupSimulateEnd", || {
-        Err(ApiError::unsupported(
-            "ncclGroupSimulateEnd (no cost model)",
-        ))
+        let dropped = issue::group_abandon().map_err(|e| {
+            ApiError::invalid_usage(format!(
+                "ncclGroupSimulateEnd is not supported (weft has no cost model), and {}",
+                e.message
+            ))
+        })?;
+        Err(ApiError::invalid_usage(format!(
+            "ncclGroupSimulateEnd is not supported (weft has no cost model): the group level \
+             was closed and its {dropped} queued call(s) discarded, not issued; call \
+             ncclGroupEnd instead"
+        )))
     })
 }
 
@@ -578,6 +602,57 @@ mod tests {
         );
         let leaf = exchange_ops(Exchange::Scatter { root: 0 }, 1, 2, 100, 700, 5);
         assert_eq!(peers(&leaf), vec![(false, 0, 700)]);
+    }
+
+    #[test]
+    fn gather_and_scatter_take_null_where_nccl_reads_nothing() {
+        use crate::result::{NCCL_INVALID_ARGUMENT, NCCL_SUCCESS};
+        // Rank 1 of 3, never initialised: calls inside a group are checked and queued
+        // without a GPU, and the group's end reports the one failure.
+        let c = std::sync::Arc::new(crate::comm::Comm::new(1, 3, 0, Default::default()));
+        let h = crate::comm::register(c) as NcclComm;
+        let buf = 0x1000 as *mut c_void;
+        let null = std::ptr::null_mut::<c_void>();
+        assert_eq!(ncclGroupStart(), NCCL_SUCCESS);
+        // Not the root: a gather's recvbuff and a scatter's sendbuff are not read.
+        assert_eq!(ncclGather(buf, null, 5, 7, 0, h, null), NCCL_SUCCESS);
+        assert_eq!(ncclScatter(null, buf, 5, 7, 0, h, null), NCCL_SUCCESS);
+        // The root needs them.
+        assert_eq!(
+            ncclGather(buf, null, 5, 7, 1, h, null),
+            NCCL_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            ncclScatter(null, buf, 5, 7, 1, h, null),
+            NCCL_INVALID_ARGUMENT
+        );
+        // Every rank sends to a gather and receives from a scatter.
+        assert_eq!(
+            ncclGather(null, buf, 5, 7, 0, h, null),
+            NCCL_INVALID_ARGUMENT
+        );
+        assert_eq!(ncclGroupEnd(), NCCL_INVALID_ARGUMENT);
+        crate::comm::unregister(h as usize).unwrap();
+    }
+
+    #[test]
+    fn simulate_end_closes_the_group_and_discards_its_calls() {
+        assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
+        assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
+        // SAFETY: no pointer is read.
+        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
+        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        assert!(issue::in_group());
+        // SAFETY: as above.
+        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
+        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        assert!(!issue::in_group());
+        // Without a group open, it is the same misuse as an unmatched end.
+        // SAFETY: as above.
+        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
+        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
+        assert_eq!(ncclGroupEnd(), crate::result::NCCL_SUCCESS);
     }
 
     #[test]

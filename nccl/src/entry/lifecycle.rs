@@ -3,15 +3,17 @@
 
 use std::ffi::c_int;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use weft::bootstrap::{BootstrapOptions, UniqueId};
 
+use super::calls::call;
 use super::{NcclComm, NcclUniqueId, index, non_null};
 use crate::boundary::run;
 use crate::comm::{self, Comm, CommState};
 use crate::config::{self, NcclConfig};
 use crate::issue;
-use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
+use crate::result::{ApiError, NcclResult};
 
 /// `NCCL_SPLIT_NOCOLOR`.
 const SPLIT_NOCOLOR: c_int = -1;
@@ -88,7 +90,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: *mut NcclConfig,
 ) -> NcclResult {
     // SAFETY: the caller's promise, passed on.
-    run("ncclCommInitRankConfig", || unsafe {
+    call("ncclCommInitRankConfig", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, config)
     })
 }
@@ -104,7 +106,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
     rank: c_int,
 ) -> NcclResult {
     // SAFETY: the caller's promise; a null config means defaults.
-    run("ncclCommInitRank", || unsafe {
+    call("ncclCommInitRank", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, std::ptr::null())
     })
 }
@@ -124,7 +126,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     comm_ids: *mut NcclUniqueId,
     config: *mut NcclConfig,
 ) -> NcclResult {
-    run("ncclCommInitRankScalable", || {
+    call("ncclCommInitRankScalable", || {
         non_null(comm_ids, "commIds")?;
         if n_id != 1 {
             return Err(ApiError::unsupported(&format!(
@@ -199,7 +201,16 @@ pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
         if comm.is_null() {
             return Ok(());
         }
-        comm::lookup(comm as usize)?.with_gpu(|gpu| Ok(gpu.finalize()?))
+        let c = comm::lookup(comm as usize)?;
+        // NCCL marks the communicator finalized on entry: a second call is an invalid
+        // argument even when the first failed.
+        if c.finalized.swap(true, Ordering::SeqCst) {
+            return Err(ApiError::invalid_argument(format!(
+                "comm {:#x} (rank {}) has already been finalized; call ncclCommDestroy next",
+                comm as usize, c.rank
+            )));
+        }
+        c.with_gpu(|gpu| Ok(gpu.finalize()?))
     })
 }
 
@@ -224,9 +235,7 @@ pub extern "C" fn ncclCommAbort(comm: NcclComm) -> NcclResult {
             return Ok(());
         }
         let c = comm::unregister(comm as usize)?;
-        if let CommState::Ready(gpu) = &mut *c.state() {
-            gpu.abort("ncclCommAbort");
-        }
+        c.abort("ncclCommAbort");
         Ok(())
     })
 }
@@ -257,8 +266,13 @@ pub unsafe extern "C" fn ncclCommSplit(
         if issue::in_group() {
             return Err(ApiError::unsupported("ncclCommSplit inside a group"));
         }
-        // SAFETY: the caller's promise.
-        let settings = unsafe { config::read(config) }?;
+        // NCCL: a NULL config inherits the parent's.
+        let settings = if config.is_null() {
+            parent.settings.clone()
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { config::read(config) }?
+        };
         let (id, rank, nranks) = parent.with_gpu(|gpu| {
             let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
             let all = gpu.exchange(&mine)?;
@@ -350,10 +364,10 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
     run("ncclCommGetAsyncError", || {
         non_null(async_error, "asyncError")?;
         let c = comm::lookup(comm as usize)?;
-        let code = match c.with_gpu(|gpu| Ok(gpu.check()?)) {
-            Ok(()) => NCCL_SUCCESS,
+        let code = match c.async_error() {
+            Ok(code) => code,
             Err(e) => {
-                crate::boundary::set_last_error(&e.message);
+                c.report_async(&e.message);
                 e.code
             }
         };
@@ -433,6 +447,31 @@ pub unsafe extern "C" fn ncclCommShrink(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
+
+    #[test]
+    fn a_failed_init_inside_a_group_fails_the_group() {
+        let id = NcclUniqueId { internal: [0; 128] };
+        let mut out: NcclComm = std::ptr::null_mut();
+        assert_eq!(crate::entry::calls::ncclGroupStart(), NCCL_SUCCESS);
+        // SAFETY: `out` is writable.
+        let rc = unsafe { ncclCommInitRank(&mut out, 0, id, 0) };
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+        assert_eq!(crate::entry::calls::ncclGroupEnd(), NCCL_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn finalize_twice_and_calls_after_finalize_are_refused() {
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let h = comm::register(c) as NcclComm;
+        // Never initialised (no GPU here): the first finalize fails on that, but marks it.
+        assert_eq!(ncclCommFinalize(h), NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommFinalize(h), NCCL_INVALID_ARGUMENT);
+        let buf = 0x1000 as *mut std::ffi::c_void;
+        let rc = crate::entry::calls::ncclAllReduce(buf, buf, 4, 7, 0, h, std::ptr::null_mut());
+        assert_eq!(rc, NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommDestroy(h), NCCL_SUCCESS);
+    }
 
     fn ck(color: i32, key: i32) -> Vec<u8> {
         [color.to_le_bytes(), key.to_le_bytes()].concat()
