@@ -302,6 +302,25 @@ __device__ void nvls_collective(const weft_peer_work& w) {
   peer_channel_part(w.count, sizeof(T), w.nchannels, n.c, &n.cstart, &n.ccount);
   u64* steps = (u64*)w.steps + n.c;
   n.base = *steps;
+  // The three collectives share the counters and steps[c], and each posts some `freed`
+  // counters only locally (all-gather: the scatter slot's; reduce-scatter: the broadcast
+  // slot's, and only for its own head), so after NVLS_STEPS such steps another
+  // collective's "freed >= step + 1 - NVLS_STEPS" would wait forever on a stale copy.
+  // So every launch first publishes, to every rank, this rank's `freed` counters for every
+  // head and both directions, set to `base`. Sound because: (1) stream order makes every
+  // earlier launch on this rank finished, so it reads no slot of a step below `base` any
+  // more; (2) `base` is at least every value this rank posted before (a launch's posts are
+  // at most its base + nloops, written back to steps[c] when it ends; one that gave up
+  // leaves the communicator aborted, never launched on again); (3) only this rank writes
+  // these counters, and the roles' later posts (> base) are ordered after this one by the
+  // fence and barrier below. Posting every `freed` to every rank in every role instead
+  // would still leave reduce-scatter's other heads unposted; this covers all three.
+  if (threadIdx.x == 0) {
+    for (u32 h = 0; h < w.nheads; h++)
+      for (u32 dir = SCATTER; dir <= BROADCAST; dir++) n.post_all(n.counter(h, dir, false, n.rank), n.base);
+    __threadfence_system();
+  }
+  __syncthreads();
   Reduction<T, OP> red;
   red.avg_scale = *(const T*)&w.red_op_arg;
   red.nranks = (u64)n.nranks;
