@@ -637,6 +637,19 @@ impl GpuComm {
                         }
                     );
                 }
+                // Each rank planned from its own environment and GPU: a rank with a larger
+                // plan would write past a smaller peer's region. Refuse any difference.
+                let plans = bootstrap.all_gather(&plan.encode())?;
+                if let Some((q, why)) = plans
+                    .iter()
+                    .enumerate()
+                    .find_map(|(q, theirs)| plan.mismatch(theirs).map(|why| (q, why)))
+                {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "WEFT_ALGO={algo}: rank {q}'s peer region differs from rank {rank}'s in \
+                         {why}: set it alike on every rank"
+                    )));
+                }
                 Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
             }
             _ => None,
