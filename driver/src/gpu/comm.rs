@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use weft_core::abi::{
     Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
-    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs,
-    KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp, RingInfo,
-    STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
+    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
+    KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp,
+    RingInfo, STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START,
+    WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
@@ -985,7 +986,8 @@ impl GpuComm {
                     .collect();
                 KernelFault::read_from_bytes(raw.as_bytes()).ok()
             })
-            .filter(|f| f.code != FAULT_NONE)
+            // FAULT_CLAIMED: a kernel thread is still writing it (the next check reads it).
+            .filter(|f| f.code != FAULT_NONE && f.code != FAULT_CLAIMED)
             // The timed-out wait is the root cause; the others saw its abort.
             .min_by_key(|f| (f.code != FAULT_TIMEOUT, std::cmp::Reverse(f.waited_ns)))
     }
