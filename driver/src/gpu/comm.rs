@@ -618,6 +618,13 @@ impl GpuComm {
                             .to_string(),
                     ));
                 }
+                // At init rather than at the first call's NVRTC compile.
+                if algo == GpuAlgo::Nvls {
+                    super::kernels::check_peer_threads(
+                        PeerSource::Nvls,
+                        super::kernels::kernel_threads(),
+                    )?;
+                }
                 let (major, minor) = dev.compute_capability()?;
                 let plan = RegionPlan::new(
                     algo,
