@@ -57,6 +57,10 @@
 // `weft_kernel_fault.code`: the host raised the abort flag during a wait.
 #define WEFT_FAULT_ABORTED 2
 
+// `weft_kernel_fault.code`: a kernel thread claimed the record and is writing it (the
+// block's warp groups share one record; the first to give up names the peer).
+#define WEFT_FAULT_CLAIMED 3
+
 // `weft_kernel_fault.wait`: waiting for the peer's data.
 #define WEFT_WAIT_RECV 0
 

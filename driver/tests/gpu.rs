@@ -1124,6 +1124,65 @@ fn nvls_unicast_every_collective_type_op_and_size() {
     every_case_with(GpuAlgo::Nvls);
 }
 
+/// NVLS (unicast form) with its three collectives mixed on one communicator: they share one
+/// set of counters and steps, and all-gather and reduce-scatter post some `freed` counters
+/// only locally, so without the kernel's start-of-launch post the all-reduce after eight
+/// all-gathers, and the all-gather after eight reduce-scatters, waited for a slot forever.
+/// Every element of every call is checked.
+#[test]
+fn nvls_unicast_collectives_mixed_on_one_communicator() {
+    assert!(
+        std::env::var("WEFT_NVLS").is_err(),
+        "WEFT_NVLS is set: no test may opt in to NVLink multicast"
+    );
+    let Some(nranks) = multi_ranks() else { return };
+    let case = |coll, seed| Case {
+        coll,
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        count: 65_536 + 3,
+        in_place: false,
+        seed,
+    };
+    let mut calls: Vec<Case> = (0..8)
+        .map(|i| case(Collective::AllGather, 3000 + i))
+        .collect();
+    calls.push(case(Collective::AllReduce, 3100));
+    calls.extend((0..8).map(|i| case(Collective::ReduceScatter, 3200 + i)));
+    calls.push(case(Collective::AllGather, 3300));
+    calls.push(case(Collective::AllReduce, 3301));
+    let wrong = run_ranks_with(
+        nranks,
+        Duration::from_secs(30),
+        Settings::algo(GpuAlgo::Nvls),
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let biggest = calls
+                .iter()
+                .map(|c| c.count * nranks * c.dtype.size_of_elem())
+                .max()
+                .unwrap_or(0);
+            let buffers = Buffers::new(&comm, biggest);
+            prepare(&mut comm);
+            let mut failures = Vec::new();
+            for (i, c) in calls.iter().enumerate() {
+                let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
+                if w > 0 {
+                    failures.push(format!("rank {rank}: call {i}: {c:?}: {w} wrong"));
+                }
+            }
+            comm.finalize().unwrap();
+            failures
+        },
+    );
+    let failures: Vec<String> = wrong.into_iter().flatten().collect();
+    eprintln!(
+        "NVLS unicast, collectives mixed on {nranks} GPU(s): {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A rank that skips a call of a peer-pointer algorithm: the other's kernel gives up on
 /// its barrier or slot within the timeout and names it.
 #[test]

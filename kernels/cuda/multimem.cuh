@@ -46,6 +46,16 @@ __device__ __forceinline__ void multimem_st16(uintptr_t a, uint4 v) {
                : "memory");
 }
 
+// Orders this thread's accesses to one memory through two virtual aliases: the multicast
+// address and this rank's unicast mapping of the same physical memory are different
+// virtual addresses, and the PTX memory model orders accesses through different aliases
+// only across a `fence.proxy.alias` (PTX ISA, "Proxies" / membar; CUDA programming guide,
+// multicast objects). The NVLS kernels execute one before each post and after each
+// successful wait when they use the multicast form.
+__device__ __forceinline__ void fence_proxy_alias() {
+  asm volatile("fence.proxy.alias;" ::: "memory");
+}
+
 // Stores a counter into every rank's copy, ordered after this thread's earlier accesses.
 __device__ __forceinline__ void multimem_st_release(uintptr_t a, u64 v) {
   asm volatile("multimem.st.release.sys.global.u64 [%0], %1;" ::"l"(a), "l"(v) : "memory");

@@ -67,19 +67,35 @@ struct Nvls {
   }
   // This rank's own copy of a counter (unicast mapping).
   __device__ u64* mine(u64 off) const { return (u64*)(w->peer_flags[rank] + off); }
+  // The multicast form reaches the same memory through two aliases (multicast and unicast
+  // addresses): accesses through one are ordered with those through the other only across
+  // fence.proxy.alias. Each role's threads execute it after a successful wait and before
+  // the barrier that precedes a post; the posting / waiting thread once more around its
+  // counter access (counters too are written through one alias and read through the other).
+  __device__ void alias_fence() const {
+#if __CUDA_ARCH__ >= 900
+    if (mc) fence_proxy_alias();
+#endif
+  }
   // Sets a counter in every rank's copy.
   __device__ void post_all(u64 off, u64 v) const {
 #if __CUDA_ARCH__ >= 900
     if (mc) {
+      fence_proxy_alias();
       multimem_st_release(w->mc_credit + off, v);
       return;
     }
 #endif
     for (int r = 0; r < nranks; r++) store_release((u64*)(w->peer_flags[r] + off), v);
   }
-  __device__ void post_local(u64 off, u64 v) const { store_release(mine(off), v); }
+  __device__ void post_local(u64 off, u64 v) const {
+    alias_fence();
+    store_release(mine(off), v);
+  }
   __device__ bool wait(u64 off, u64 need, int peer, u32 kind) const {
-    return wait_for(b, mine(off), need, peer, kind, c);
+    const bool ok = wait_for(b, mine(off), need, peer, kind, c);
+    if (ok) alias_fence();
+    return ok;
   }
 };
 
@@ -125,12 +141,14 @@ __device__ void scatter_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop
       }
       role_sync(1, nth);
       if (*stop) return;
+      n.alias_fence();
       u64 start, len;
       head_part(n, s, h, &start, &len);
       // Reduce-scatter: head h's output segment of the input.
       const u64 seg = n.coll == COLL_REDUCE_SCATTER ? (u64)head_rank * n.w->count : 0;
       T* slot = (T*)(n.w->peer_data[n.rank] + n.buffer(h, SCATTER, step));
       copy_part<false>(in + seg + n.cstart + start, slot, len, tid, nth);
+      n.alias_fence();
       role_sync(1, nth);
       if (tid == 0) {
         __threadfence_system();
@@ -193,6 +211,7 @@ __device__ void reduce_role(const Nvls& n, const Reduction<T, OP>& red, u32 tid,
     }
     role_sync(3, nth);
     if (*stop) return;
+    n.alias_fence();
     u64 start, len;
     head_part(n, s, me, &start, &len);
     const u64 npacks = div_up(len * sizeof(T), 16);
@@ -222,6 +241,7 @@ __device__ void reduce_role(const Nvls& n, const Reduction<T, OP>& red, u32 tid,
         for (int r = 0; r < n.nranks; r++) *(uint4*)(n.w->peer_data[r] + dst + 16 * p) = v;
       }
     }
+    n.alias_fence();
     role_sync(3, nth);
     if (tid == 0) {
       __threadfence_system();
@@ -249,12 +269,14 @@ __device__ void gather_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop)
       }
       role_sync(2, nth);
       if (*stop) return;
+      n.alias_fence();
       u64 start, len;
       head_part(n, s, h, &start, &len);
       // All-gather: head h's segment of the output.
       const u64 seg = n.coll == COLL_ALL_GATHER ? (u64)head_rank * n.w->count : 0;
       const T* slot = (const T*)(n.w->peer_data[n.rank] + n.buffer(h, BROADCAST, step));
       copy_part<true>(slot, out + seg + n.cstart + start, len, tid, nth);
+      n.alias_fence();
       role_sync(2, nth);
       if (tid == 0) {
         __threadfence_system();
@@ -302,6 +324,25 @@ __device__ void nvls_collective(const weft_peer_work& w) {
   peer_channel_part(w.count, sizeof(T), w.nchannels, n.c, &n.cstart, &n.ccount);
   u64* steps = (u64*)w.steps + n.c;
   n.base = *steps;
+  // The three collectives share the counters and steps[c], and each posts some `freed`
+  // counters only locally (all-gather: the scatter slot's; reduce-scatter: the broadcast
+  // slot's, and only for its own head), so after NVLS_STEPS such steps another
+  // collective's "freed >= step + 1 - NVLS_STEPS" would wait forever on a stale copy.
+  // So every launch first publishes, to every rank, this rank's `freed` counters for every
+  // head and both directions, set to `base`. Sound because: (1) stream order makes every
+  // earlier launch on this rank finished, so it reads no slot of a step below `base` any
+  // more; (2) `base` is at least every value this rank posted before (a launch's posts are
+  // at most its base + nloops, written back to steps[c] when it ends; one that gave up
+  // leaves the communicator aborted, never launched on again); (3) only this rank writes
+  // these counters, and the roles' later posts (> base) are ordered after this one by the
+  // fence and barrier below. Posting every `freed` to every rank in every role instead
+  // would still leave reduce-scatter's other heads unposted; this covers all three.
+  if (threadIdx.x == 0) {
+    for (u32 h = 0; h < w.nheads; h++)
+      for (u32 dir = SCATTER; dir <= BROADCAST; dir++) n.post_all(n.counter(h, dir, false, n.rank), n.base);
+    __threadfence_system();
+  }
+  __syncthreads();
   Reduction<T, OP> red;
   red.avg_scale = *(const T*)&w.red_op_arg;
   red.nranks = (u64)n.nranks;

@@ -68,19 +68,34 @@ struct Block {
 
 // Records why this block gives up (in its host-mapped weft_kernel_fault) and raises the
 // abort flag so that the other blocks, and the host, stop too. One thread per block (or warp
-// group) calls it.
+// group) calls it. The warp groups of one block (NVLS's three roles) share one record, and
+// the first to give up is the one that names the peer (a TIMEOUT; the others then see the
+// abort flag): so each claims the record (code NONE -> CLAIMED) before writing, and one that
+// lost the claim writes nothing. Atomics on mapped host memory are atomic among the threads
+// of this GPU, all that contend for a block's record. The code is written last, after a
+// fence, so the host (which skips CLAIMED records) never reads half a record.
 __device__ void give_up(const Block& b, u32 code, u32 channel, int peer, u32 kind, u64 step,
                         u64 waited_ns) {
   if (b.fault != nullptr) {
-    volatile weft_kernel_fault* f = b.fault + b.fault_index;
-    f->channel = channel;
-    f->peer = peer;
-    f->wait = kind;
-    f->step = step;
-    f->waited_ns = waited_ns;
-    __threadfence_system();
-    f->code = code;
+    weft_kernel_fault* f = b.fault + b.fault_index;
+    if (atomicCAS(&f->code, (u32)WEFT_FAULT_NONE, (u32)WEFT_FAULT_CLAIMED) == WEFT_FAULT_NONE) {
+      volatile weft_kernel_fault* v = f;
+      v->channel = channel;
+      v->peer = peer;
+      v->wait = kind;
+      v->step = step;
+      v->waited_ns = waited_ns;
+      __threadfence_system();
+      v->code = code;
+    } else {
+      // Lost: give the winner (a sibling warp group, running concurrently) up to a
+      // millisecond to finish its record before the abort flag sends the host to read it.
+      const u64 start = global_timer();
+      while (*(volatile u32*)&f->code == WEFT_FAULT_CLAIMED && global_timer() - start < 1000000) {
+      }
+    }
   }
+  __threadfence_system();
   *b.abort_flag = 1;
   __threadfence_system();
 }

@@ -227,6 +227,12 @@ fn nvls_modules_assemble_for_sm_90_with_multimem() {
             ptx.contains("multimem.st.release.sys.global.u64"),
             "{dtype:?}: no multimem counter store"
         );
+        // Unicast and multicast addresses alias the same memory: the multicast form orders
+        // accesses through them with fence.proxy.alias.
+        assert!(
+            ptx.contains("fence.proxy.alias"),
+            "{dtype:?}: no fence.proxy.alias"
+        );
         let reduces = RedOp::ALL
             .iter()
             .any(|op| weft_kernels::nvls_multimem_reduces(dtype, *op));

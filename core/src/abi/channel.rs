@@ -234,6 +234,11 @@ pub const FAULT_NONE: u32 = 0;
 pub const FAULT_TIMEOUT: u32 = 1;
 /// [`KernelFault::code`]: the host raised the abort flag during a wait.
 pub const FAULT_ABORTED: u32 = 2;
+/// [`KernelFault::code`] while a kernel thread writes the record's other fields: a block's
+/// warp groups share one record and each claims it (compare-and-swap from [`FAULT_NONE`])
+/// before writing, so a sibling's ABORTED never overwrites the TIMEOUT that names the peer.
+/// The host reads such a record as not there yet.
+pub const FAULT_CLAIMED: u32 = 3;
 /// [`KernelFault::wait`]: waiting for the peer's data (the receiver side of a connection).
 pub const WAIT_RECV: u32 = 0;
 /// [`KernelFault::wait`]: waiting for the peer to free a slot (the sender side).

@@ -24,9 +24,9 @@ pub mod peer_work;
 pub mod work;
 
 pub use channel::{
-    ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelFault,
-    RingInfo, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START,
-    WAIT_RECV, WAIT_SEND,
+    ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
+    KernelFault, RingInfo, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG,
+    WAIT_PEER_START, WAIT_RECV, WAIT_SEND,
 };
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,

@@ -43,6 +43,9 @@ pub const WEFT_FAULT_NONE: u32 = 0;
 pub const WEFT_FAULT_TIMEOUT: u32 = 1;
 /// `weft_kernel_fault.code`: the host raised the abort flag during a wait.
 pub const WEFT_FAULT_ABORTED: u32 = 2;
+/// `weft_kernel_fault.code`: a kernel thread claimed the record and is writing it (the
+/// block's warp groups share one record; the first to give up names the peer).
+pub const WEFT_FAULT_CLAIMED: u32 = 3;
 /// `weft_kernel_fault.wait`: waiting for the peer's data.
 pub const WEFT_WAIT_RECV: u32 = 0;
 /// `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
@@ -85,6 +88,7 @@ const _: () = {
     assert!(WEFT_FAULT_NONE == core_abi::FAULT_NONE);
     assert!(WEFT_FAULT_TIMEOUT == core_abi::FAULT_TIMEOUT);
     assert!(WEFT_FAULT_ABORTED == core_abi::FAULT_ABORTED);
+    assert!(WEFT_FAULT_CLAIMED == core_abi::FAULT_CLAIMED);
     assert!(WEFT_WAIT_RECV == core_abi::WAIT_RECV);
     assert!(WEFT_WAIT_SEND == core_abi::WAIT_SEND);
     assert!(WEFT_WAIT_PEER_START == core_abi::WAIT_PEER_START);

@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use weft_core::abi::{
     Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
-    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_NONE, FAULT_TIMEOUT, KernelArgs,
-    KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp, RingInfo,
-    STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
+    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
+    KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp,
+    RingInfo, STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START,
+    WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
@@ -638,6 +639,13 @@ impl GpuComm {
                             .to_string(),
                     ));
                 }
+                // At init rather than at the first call's NVRTC compile.
+                if algo == GpuAlgo::Nvls {
+                    super::kernels::check_peer_threads(
+                        PeerSource::Nvls,
+                        super::kernels::kernel_threads(),
+                    )?;
+                }
                 let (major, minor) = dev.compute_capability()?;
                 let plan = RegionPlan::new(
                     algo,
@@ -657,6 +665,19 @@ impl GpuComm {
                             "from the NVLS search"
                         }
                     );
+                }
+                // Each rank planned from its own environment and GPU: a rank with a larger
+                // plan would write past a smaller peer's region. Refuse any difference.
+                let plans = bootstrap.all_gather(&plan.encode())?;
+                if let Some((q, why)) = plans
+                    .iter()
+                    .enumerate()
+                    .find_map(|(q, theirs)| plan.mismatch(theirs).map(|why| (q, why)))
+                {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "WEFT_ALGO={algo}: rank {q}'s peer region differs from rank {rank}'s in \
+                         {why}: set it alike on every rank"
+                    )));
                 }
                 Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
             }
@@ -1002,7 +1023,8 @@ impl GpuComm {
                     .collect();
                 KernelFault::read_from_bytes(raw.as_bytes()).ok()
             })
-            .filter(|f| f.code != FAULT_NONE)
+            // FAULT_CLAIMED: a kernel thread is still writing it (the next check reads it).
+            .filter(|f| f.code != FAULT_NONE && f.code != FAULT_CLAIMED)
             // The timed-out wait is the root cause; the others saw its abort.
             .min_by_key(|f| (f.code != FAULT_TIMEOUT, std::cmp::Reverse(f.waited_ns)))
     }

@@ -56,6 +56,35 @@ pub enum PeerSource {
     Nvls,
 }
 
+/// Threads per block of every module: `WEFT_KERNEL_THREADS`, a knob for measurements (a
+/// multiple of 32 from 64 to 1024), or weft-kernels' default.
+pub fn kernel_threads() -> u32 {
+    std::env::var("WEFT_KERNEL_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|t| (64..=1024).contains(t) && t % 32 == 0)
+        .unwrap_or(weft_kernels::THREADS)
+}
+
+/// Fewest threads per block of the NVLS module: its three warp groups (scatter, gather,
+/// reduce) need 8 warps between them (`static_assert` in nvls.cu).
+pub const NVLS_MIN_THREADS: u32 = 256;
+const _: () = assert!(weft_kernels::THREADS >= NVLS_MIN_THREADS);
+
+/// Refuses a thread count `source`'s module cannot be compiled for, before NVRTC fails on it
+/// with a bare `static_assert`. The direct module's loops stride over any block size.
+pub fn check_peer_threads(source: PeerSource, threads: u32) -> Result<(), GpuError> {
+    if source == PeerSource::Nvls && threads < NVLS_MIN_THREADS {
+        return Err(GpuError::InvalidArgument(format!(
+            "WEFT_KERNEL_THREADS={threads}: the NVLS kernels need at least {NVLS_MIN_THREADS} \
+             threads per block (8 warps for their scatter, gather and reduce groups); raise it \
+             or unset it (default {})",
+            weft_kernels::THREADS
+        )));
+    }
+    Ok(())
+}
+
 /// The entry points of one peer-pointer module (one element type).
 #[derive(Debug, Clone)]
 pub struct PeerKernels {
@@ -111,6 +140,7 @@ impl Kernels {
             PeerSource::Direct => (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
             PeerSource::Nvls => (weft_kernels::NVLS_NAME, weft_kernels::NVLS),
         };
+        check_peer_threads(source, kernel_threads())?;
         let (module, threads) = self.compile(name, text, dtype)?;
         let by_op = RedOp::ALL
             .iter()
@@ -162,12 +192,7 @@ impl Kernels {
         {
             defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
         }
-        // Another knob for measurements: threads per block (a multiple of 32).
-        let threads = std::env::var("WEFT_KERNEL_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .filter(|t| (64..=1024).contains(t) && t % 32 == 0)
-            .unwrap_or(weft_kernels::THREADS);
+        let threads = kernel_threads();
         if threads != weft_kernels::THREADS {
             defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
         }
@@ -247,5 +272,20 @@ impl Kernels {
             *slot = Some(kernels.clone());
         }
         Ok(kernels)
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn nvls_refuses_fewer_than_256_threads_naming_the_variable() {
+        let e = check_peer_threads(PeerSource::Nvls, 128)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WEFT_KERNEL_THREADS=128"), "{e}");
+        assert!(check_peer_threads(PeerSource::Nvls, 256).is_ok());
+        assert!(check_peer_threads(PeerSource::Direct, 64).is_ok());
     }
 }

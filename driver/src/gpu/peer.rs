@@ -40,6 +40,17 @@ pub const DEFAULT_DIRECT_WINDOW: u64 = 8 << 20;
 /// form needs no VMM, but keeps the multicast form's sizes).
 pub const NVLS_GRANULARITY: u64 = 2 << 20;
 
+/// What [`RegionPlan::encode`]'s words are, each with the setting that decides it.
+const PLAN_FIELDS: [&str; 6] = [
+    "the algorithm (WEFT_ALGO)",
+    "the one-/two-shot window (WEFT_DIRECT_WINDOW)",
+    "the NVLS channels (NCCL_NVLS_NCHANNELS; unset, it depends on the GPU: set it alike on \
+     every rank where GPUs differ)",
+    "the NVLS chunk (NCCL_NVLS_CHUNKSIZE)",
+    "the NVLS heads (the NVLS search's)",
+    "the region's bytes (the same weft build on every rank?)",
+];
+
 /// What one rank's peer region holds, the same on every rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionPlan {
@@ -156,6 +167,65 @@ impl RegionPlan {
         }
     }
 
+    /// The plan as bytes, for comparing across ranks: every rank computes it from its own
+    /// environment (`WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE`) and
+    /// its own GPU (the NVLS channel default), and a rank whose plan differs would write
+    /// past a peer's region. Eight big-endian bytes per field, in [`PLAN_FIELDS`] order,
+    /// then the heads (four bytes each).
+    pub fn encode(&self) -> Vec<u8> {
+        let (nchannels, chunk, nheads, heads) = match &self.nvls {
+            Some((layout, heads)) => (
+                layout.nchannels,
+                layout.chunk_size,
+                heads.len() as u64,
+                heads.ranks().to_vec(),
+            ),
+            None => (0, 0, 0, Vec::new()),
+        };
+        let fields = [
+            self.algo as u64,
+            self.direct_window,
+            nchannels,
+            chunk,
+            nheads,
+            self.bytes,
+        ];
+        let mut out = Vec::with_capacity(8 * fields.len() + 4 * heads.len());
+        for f in fields {
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        for h in heads {
+            out.extend_from_slice(&h.to_be_bytes());
+        }
+        out
+    }
+
+    /// `None` when another rank's [`RegionPlan::encode`] equals this one's; otherwise what
+    /// differs, naming the setting to make alike.
+    pub fn mismatch(&self, theirs: &[u8]) -> Option<String> {
+        let mine = self.encode();
+        if mine == theirs {
+            return None;
+        }
+        let word = |b: &[u8], i: usize| {
+            b.get(8 * i..8 * i + 8)
+                .and_then(|w| w.try_into().ok())
+                .map(u64::from_be_bytes)
+        };
+        for (i, what) in PLAN_FIELDS.iter().enumerate() {
+            let (a, b) = (word(&mine, i), word(theirs, i));
+            if a != b {
+                let show = |v: Option<u64>| v.map_or("nothing".to_string(), |v| v.to_string());
+                return Some(format!("{what}: {} there, {} here", show(b), show(a)));
+            }
+        }
+        Some(
+            "the NVLS heads (the NVLS search's ranks) differ; run the same weft build and \
+             topology settings (NCCL_TOPO_FILE) on every rank"
+                .to_string(),
+        )
+    }
+
     /// Channels (blocks) of a call of `count` elements of `dtype`.
     pub fn channels(&self, count: usize, dtype: DataType, nranks: usize) -> u32 {
         match &self.nvls {
@@ -240,6 +310,55 @@ mod test {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[test]
+    fn plans_are_compared_across_ranks_naming_the_setting() {
+        let a = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 90, &env(&[])).unwrap();
+        assert_eq!(a.mismatch(&a.encode()), None);
+        let b = RegionPlan::new(
+            GpuAlgo::Nvls,
+            4,
+            &[],
+            90,
+            &env(&[("NCCL_NVLS_NCHANNELS", "3")]),
+        )
+        .unwrap();
+        let why = a.mismatch(&b.encode()).unwrap();
+        assert!(why.contains("NCCL_NVLS_NCHANNELS"), "{why}");
+        assert!(why.contains("3 there"), "{why}");
+        // The channel default depends on the GPU.
+        let hopper = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 90, &env(&[])).unwrap();
+        let blackwell = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 100, &env(&[])).unwrap();
+        let why = hopper.mismatch(&blackwell.encode()).unwrap();
+        assert!(why.contains("NCCL_NVLS_NCHANNELS"), "{why}");
+        let c = RegionPlan::new(
+            GpuAlgo::Nvls,
+            4,
+            &[],
+            90,
+            &env(&[("NCCL_NVLS_CHUNKSIZE", "65536")]),
+        )
+        .unwrap();
+        let why = a.mismatch(&c.encode()).unwrap();
+        assert!(why.contains("NCCL_NVLS_CHUNKSIZE"), "{why}");
+        let d = RegionPlan::new(GpuAlgo::Nvls, 4, &[3, 2, 1, 0], 90, &env(&[])).unwrap();
+        let why = a.mismatch(&d.encode()).unwrap();
+        assert!(why.contains("heads"), "{why}");
+        let one = RegionPlan::new(GpuAlgo::OneShot, 4, &[], 90, &env(&[])).unwrap();
+        let why = one.mismatch(&a.encode()).unwrap();
+        assert!(why.contains("WEFT_ALGO"), "{why}");
+        let w = RegionPlan::new(
+            GpuAlgo::OneShot,
+            4,
+            &[],
+            90,
+            &env(&[("WEFT_DIRECT_WINDOW", "1048576")]),
+        )
+        .unwrap();
+        let why = one.mismatch(&w.encode()).unwrap();
+        assert!(why.contains("WEFT_DIRECT_WINDOW"), "{why}");
+        assert!(one.mismatch(&[1, 2, 3]).is_some());
     }
 
     #[test]

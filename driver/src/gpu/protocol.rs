@@ -72,6 +72,17 @@ impl GpuProtocols {
         if self.ll_lines == 0 {
             return Ok(());
         }
+        // The kernels' connection info holds a buffer's size in 32 bits: a larger buffer
+        // would reach them as a wrong size.
+        if u32::try_from(self.ll_buffer_bytes()).is_err() {
+            return Err(format!(
+                "an LL buffer of {} lines per step is {} bytes, 4 GiB or more, which the \
+                 kernels cannot address (their connection info holds 32-bit sizes); set \
+                 NCCL_LL_BUFFSIZE below 4 GiB (NCCL's default is 512 KiB), or 0 for none",
+                self.ll_lines,
+                self.ll_buffer_bytes()
+            ));
+        }
         LlGeometry::for_buffer(self.ll_buffer_bytes())
             .map(|_| ())
             .map_err(|e| {
@@ -189,6 +200,19 @@ mod test {
         Collective::Broadcast { root: 1 },
         Collective::Reduce { root: 0 },
     ];
+
+    #[test]
+    fn an_ll_buffer_of_4_gib_or_more_is_refused() {
+        let mut p = with("LL", None);
+        // 8 steps of 8-byte lines: 2^26 lines per step make exactly 4 GiB.
+        p.ll_lines = 1 << 26;
+        let e = p.validate().unwrap_err();
+        assert!(e.contains("NCCL_LL_BUFFSIZE"), "{e}");
+        p.ll_lines = usize::MAX;
+        assert!(p.validate().unwrap_err().contains("NCCL_LL_BUFFSIZE"));
+        p.ll_lines = (1 << 26) - 128;
+        assert_eq!(p.validate(), Ok(()));
+    }
 
     #[test]
     fn without_a_setting_every_call_runs_simple() {
