@@ -6,26 +6,11 @@
 //! refused), and whether a head gives credit. Every answer must be core's.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use weft_core::fifo::ll::{LlGeometry, LlSender, pair_data, pair_words};
+mod host_harness;
 
-fn build_harness() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let out = std::env::temp_dir().join(format!("weft-ll-lines-{}", std::process::id()));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
-    let status = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(dir.join("ll_lines_host.cpp"))
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("running {cxx} (a C++ compiler is needed: apt-get install g++, or scripts/test): {e}")
-        });
-    assert!(status.success(), "{cxx} failed on ll_lines_host.cpp");
-    out
-}
+use weft_core::fifo::ll::{LlGeometry, LlSender, pair_data, pair_words};
 
 /// A small deterministic generator (the test must be reproducible).
 struct Rng(u64);
@@ -99,7 +84,7 @@ fn queries() -> Vec<Query> {
 
 #[test]
 fn kernel_ll_arithmetic_matches_core() {
-    let harness = build_harness();
+    let harness = host_harness::build("ll_lines");
     let queries = queries();
     let input: String = queries
         .iter()

@@ -5,26 +5,11 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use weft_core::nvls::{self, Direction, Layout, Loops, channel_part};
+mod host_harness;
 
-fn build_harness() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let out = std::env::temp_dir().join(format!("weft-peer-layout-{}", std::process::id()));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
-    let status = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(dir.join("peer_layout_host.cpp"))
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("running {cxx} (a C++ compiler is needed: apt-get install g++, or scripts/test): {e}")
-        });
-    assert!(status.success(), "{cxx} failed on peer_layout_host.cpp");
-    out
-}
+use weft_core::nvls::{self, Direction, Layout, Loops, channel_part};
 
 /// A small deterministic generator (the test must be reproducible).
 struct Rng(u64);
@@ -114,7 +99,7 @@ fn kernel_layout_matches_core_nvls() {
         }
         expect.push(line);
     }
-    let harness = build_harness();
+    let harness = host_harness::build("peer_layout");
     let mut child = Command::new(&harness)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -4,8 +4,9 @@
 //! its slices must cover the step with pieces of at most one FIFO slot, 16-byte aligned.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+mod host_harness;
 
 use weft_core::sched::{Collective, Primitive, ProgramSpec, Ring, RingProgram};
 
@@ -31,22 +32,6 @@ fn coll_number(c: Collective) -> (u32, u32) {
         Collective::ReduceScatter => (3, 0),
         Collective::AllReduce => (4, 0),
     }
-}
-
-fn build_harness() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let out = std::env::temp_dir().join(format!("weft-ring-program-{}", std::process::id()));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
-    let status = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(dir.join("ring_program_host.cpp"))
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("running {cxx} (a C++ compiler is needed: apt-get install g++, or scripts/test): {e}")
-        });
-    assert!(status.success(), "{cxx} failed on ring_program_host.cpp");
-    out
 }
 
 /// A small deterministic generator (the test must be reproducible).
@@ -117,7 +102,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn kernel_ring_program_matches_core() {
-    let harness = build_harness();
+    let harness = host_harness::build("ring_program");
     let cases = cases();
     let mut input = String::new();
     for c in &cases {
