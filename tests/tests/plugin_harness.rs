@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 fn workspace_root() -> PathBuf {
@@ -58,6 +59,14 @@ fn compile_harness() -> PathBuf {
         .unwrap_or_else(|e| panic!("run {cc}: {e}"));
     assert!(status.success(), "{cc} failed on {}", src.display());
     out
+}
+
+/// The plugin and the harness, built once per test process: the tests run in parallel, and
+/// one rebuilding the harness (or copying the plugin) while another executes it failed with
+/// "Text file busy" (ETXTBSY).
+fn plugin_and_harness() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| (build_plugin(), compile_harness()))
 }
 
 /// Runs the harness with a deadline; returns its stdout.
@@ -114,20 +123,19 @@ fn counts(stdout: &str) -> (u32, u32) {
 
 #[test]
 fn c_harness_drives_the_plugin_as_nccl_does() {
-    let lib = build_plugin();
-    let harness = compile_harness();
+    let (lib, harness) = plugin_and_harness();
 
     let path = lib.to_str().expect("utf-8 path");
 
-    let full = run_harness(&harness, &[path], None);
+    let full = run_harness(harness, &[path], None);
     assert_eq!(counts(&full), (13, 0), "full path run");
 
     // NCCL_NET_PLUGIN=weft: NCCL dlopens "libnccl-net-weft.so" from the library path.
-    let by_name = run_harness(&harness, &["libnccl-net-weft.so"], lib.parent());
+    let by_name = run_harness(harness, &["libnccl-net-weft.so"], lib.parent());
     assert_eq!(counts(&by_name), (13, 0), "library path run");
 
     // Sender and receiver in two processes; the receiver is killed mid-transfer.
-    let two = run_harness(&harness, &[path, "--two-process"], None);
+    let two = run_harness(harness, &[path, "--two-process"], None);
     assert_eq!(counts(&two), (4, 0), "two-process run");
 }
 
@@ -136,31 +144,30 @@ fn c_harness_drives_the_plugin_as_nccl_does() {
 /// mode (`--peer`: the handle through a folder) between two processes of this host.
 #[test]
 fn c_harness_drives_the_mesh_backend_over_sockets() {
-    let lib = build_plugin();
-    let harness = compile_harness();
+    let (lib, harness) = plugin_and_harness();
     let path = lib.to_str().expect("utf-8 path");
     let envs = [
         ("HARNESS_BACKEND", "mesh-socket"),
         ("WEFT_NET_BACKEND", "mesh"),
         ("WEFT_MESH_TRANSPORT", "socket"),
     ];
-    let full = run_harness_with(&harness, &[path], None, &envs);
+    let full = run_harness_with(harness, &[path], None, &envs);
     assert_eq!(counts(&full), (13, 0), "mesh: full run");
-    let two = run_harness_with(&harness, &[path, "--two-process"], None, &envs);
+    let two = run_harness_with(harness, &[path, "--two-process"], None, &envs);
     assert_eq!(counts(&two), (4, 0), "mesh: two-process run");
 
     let dir = profile_dir().join(format!("mesh-peer-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a folder for the handle");
     let folder = dir.to_str().expect("utf-8 path");
-    let mut recv = Command::new(&harness)
+    let mut recv = Command::new(harness)
         .args([path, "--peer", folder, "recv"])
         .envs(envs)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the receiving harness");
-    let sent = run_harness_with(&harness, &[path, "--peer", folder, "send"], None, &envs);
+    let sent = run_harness_with(harness, &[path, "--peer", folder, "send"], None, &envs);
     assert_eq!(counts(&sent), (4, 0), "mesh: peer sender");
     let start = Instant::now();
     while recv.try_wait().expect("wait for the receiver").is_none() {
