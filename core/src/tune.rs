@@ -25,6 +25,17 @@ use core::fmt;
 use crate::abi::Protocol;
 use crate::sched::Collective;
 
+/// NCCL's `nBytes` of a call of `count` elements of `elem_size` bytes on `nranks` ranks,
+/// what the tuner weighs: the whole output of an all-gather, the whole input of a
+/// reduce-scatter (`count` is per rank for both), the buffer otherwise.
+pub fn call_bytes(collective: Collective, count: usize, elem_size: usize, nranks: usize) -> usize {
+    let per_rank = match collective {
+        Collective::AllGather | Collective::ReduceScatter => nranks,
+        _ => 1,
+    };
+    count.saturating_mul(elem_size).saturating_mul(per_rank)
+}
+
 /// A set of protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ProtocolSet(u8);

@@ -16,7 +16,7 @@
 //! memory is bound) each binds its own allocation at offset 0 ([`MulticastObject::bind`])
 //! and maps the object ([`MulticastObject::map`]). `Drop` unbinds and releases.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use weft_sys::cuda::types::{
@@ -28,7 +28,7 @@ use weft_sys::cuda::types::{
 use crate::context::Context;
 use crate::device::{Device, driver};
 use crate::error::{CudaError, Result, check};
-use crate::vmm::ShareableBuffer;
+use crate::vmm::{ShareableBuffer, export_posix_fd};
 
 /// The variable that opts in to NVLink multicast.
 pub const OPT_IN_VAR: &str = "WEFT_NVLS";
@@ -206,24 +206,11 @@ impl MulticastObject {
     /// A file descriptor for the object, to pass to the other ranks' processes (over a
     /// Unix socket with SCM_RIGHTS).
     pub fn export_fd(&self) -> Result<OwnedFd> {
-        let d = driver()?;
-        let export = d.cuMemExportToShareableHandle()?;
-        let mut fd: libc::c_int = -1;
-        check(
-            // SAFETY: for a POSIX descriptor the out-pointer is an int.
-            unsafe {
-                export(
-                    (&mut fd as *mut libc::c_int).cast(),
-                    self.handle,
-                    CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                    0,
-                )
-            },
+        export_posix_fd(
+            &self.ctx,
+            self.handle,
             "cuMemExportToShareableHandle (multicast object)",
-            Some(self.ctx.device().ordinal()),
-        )?;
-        // SAFETY: the driver just created this descriptor for us to own.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        )
     }
 
     pub fn size(&self) -> usize {

@@ -181,24 +181,7 @@ impl ShareableBuffer {
 
     /// A file descriptor for the allocation, to pass to another process.
     pub fn export_fd(&self) -> Result<OwnedFd> {
-        let d = driver()?;
-        let export = d.cuMemExportToShareableHandle()?;
-        let mut fd: libc::c_int = -1;
-        check(
-            // SAFETY: for a POSIX descriptor the out-pointer is an int.
-            unsafe {
-                export(
-                    (&mut fd as *mut libc::c_int).cast(),
-                    self.handle,
-                    CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                    0,
-                )
-            },
-            "cuMemExportToShareableHandle",
-            Some(self.ctx.device().ordinal()),
-        )?;
-        // SAFETY: the driver just created this descriptor for us to own.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        export_posix_fd(&self.ctx, self.handle, "cuMemExportToShareableHandle")
     }
 
     /// Maps another process's allocation (its [`ShareableBuffer::export_fd`]) of `bytes`
@@ -261,4 +244,31 @@ impl Drop for ShareableBuffer {
             report(unsafe { release(self.handle) }, "cuMemRelease");
         }
     }
+}
+
+/// A POSIX file descriptor for a `cuMemCreate` allocation or a multicast object (`handle`),
+/// owned by the caller; `call` names the export in errors.
+pub(crate) fn export_posix_fd(
+    ctx: &Context,
+    handle: CUmemGenericAllocationHandle,
+    call: &'static str,
+) -> Result<OwnedFd> {
+    let d = driver()?;
+    let export = d.cuMemExportToShareableHandle()?;
+    let mut fd: libc::c_int = -1;
+    check(
+        // SAFETY: for a POSIX descriptor the out-pointer is an int.
+        unsafe {
+            export(
+                (&mut fd as *mut libc::c_int).cast(),
+                handle,
+                CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        },
+        call,
+        Some(ctx.device().ordinal()),
+    )?;
+    // SAFETY: the driver just created this descriptor for us to own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

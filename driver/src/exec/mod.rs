@@ -30,7 +30,7 @@ use weft_core::fifo::NCCL_STEPS;
 use weft_core::sched::{
     ChunkSizing, Collective, ProgramSpec, align_elems, channel_part, channels_for,
 };
-use weft_core::tune::{Choice, ProtocolEnable, ProtocolSet, TuningModel};
+use weft_core::tune::{Choice, ProtocolEnable, ProtocolSet, TuningModel, call_bytes};
 
 pub use buffers::RawBuffers;
 pub use error::ExecError;
@@ -213,15 +213,7 @@ impl Executor {
         count: usize,
         dtype: DataType,
     ) -> Result<Choice, ExecError> {
-        // NCCL's nBytes: the whole output of an all-gather, the whole input of a
-        // reduce-scatter (count is per rank for both).
-        let per_rank = match collective {
-            Collective::AllGather | Collective::ReduceScatter => self.nranks,
-            _ => 1,
-        };
-        let bytes = count
-            .saturating_mul(dtype.size_of_elem())
-            .saturating_mul(per_rank);
+        let bytes = call_bytes(collective, count, dtype.size_of_elem(), self.nranks);
         self.tuning
             .choose(collective, bytes, self.nranks, self.step_bytes)
     }

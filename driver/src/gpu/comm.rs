@@ -1078,15 +1078,8 @@ impl GpuComm {
         count: usize,
         dtype: DataType,
     ) -> Result<Protocol, GpuError> {
-        // NCCL's nBytes: the whole output of an all-gather, the whole input of a
-        // reduce-scatter (count is per rank for both).
-        let per_rank = match collective {
-            Collective::AllGather | Collective::ReduceScatter => self.nranks,
-            _ => 1,
-        };
-        let bytes = count
-            .saturating_mul(dtype.size_of_elem())
-            .saturating_mul(per_rank);
+        let bytes =
+            weft_core::tune::call_bytes(collective, count, dtype.size_of_elem(), self.nranks);
         self.protocols
             .choose(
                 collective,
