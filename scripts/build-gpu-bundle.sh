@@ -23,6 +23,7 @@ mkdir -p .gpu
 cp target/release/weft .gpu/weft
 cp "$gpu_test" .gpu/gpu-test
 cp "$cuda_test" .gpu/cuda-test
-# Debug info makes the binaries large; the tree that travels is limited to 64 MiB.
-strip .gpu/weft .gpu/gpu-test .gpu/cuda-test 2>/dev/null || true
+# Debug info makes the binaries large (the tree that travels is limited to 64 MiB); the
+# symbols stay, so that a backtrace of a stuck test (cuda-gdb on the GPU machine) names functions.
+strip --strip-debug .gpu/weft .gpu/gpu-test .gpu/cuda-test 2>/dev/null || true
 ls -la .gpu

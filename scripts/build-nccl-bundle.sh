@@ -16,5 +16,5 @@ for line in sys.stdin:
         print(m["executable"])')
 [ -n "$gpu_test" ] || { echo "build-nccl-bundle: the libnccl GPU test was not built" >&2; exit 1; }
 cp "$gpu_test" .gpu/nccl-gpu-test
-strip .gpu/nccl-gpu-test 2>/dev/null || true
+strip --strip-debug .gpu/nccl-gpu-test 2>/dev/null || true
 ls -la .gpu/nccl/lib .gpu/nccl-gpu-test

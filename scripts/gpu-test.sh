@@ -47,6 +47,39 @@ for f in "$WEFT" "$GPU_TEST" "$ROOT/.gpu/cuda-test"; do
 done
 NGPUS=$(nvidia-smi -L | wc -l)
 echo "== $(uname -n): $NGPUS GPU(s), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+# On a one-GPU machine two ranks share the GPU (WEFT_TEST_SHARE_GPU=1: weft allows it, NCCL
+# does not), so every multi-rank kernel still runs; its timings are not NVLink's.
+RANKS=$NGPUS
+MODE=()
+if [ "$NGPUS" -lt 2 ]; then
+    export WEFT_TEST_SHARE_GPU=1
+    RANKS=2
+    # Threads of one process: processes sharing a GPU time-slice it, and every step of a
+    # ring would wait for the other's slice.
+    MODE=(--threads)
+    echo "   one GPU: 2 ranks share it (WEFT_TEST_SHARE_GPU=1); the benchmark compares 1 rank with NCCL's 1 rank"
+fi
+# The device tool stops a command at 600 s: each step has its own cap, cut to what is left of
+# a 570 s budget, and the logs reach $OUT after every step, so a run cut short still returns them.
+BUDGET=${GPU_TEST_BUDGET:-570}
+step_timeout() {
+    local left=$((BUDGET - SECONDS))
+    [ "$left" -lt 10 ] && { echo 0; return; }
+    [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
+save_logs() {
+    [ -n "${OUT:-}" ] || return 0
+    cat "$OUTDIR"/table-*.txt >"$OUT/tables.txt" 2>/dev/null
+    tar czf "$OUT/logs.tar.gz" -C "$OUTDIR" --exclude 'nccl-tests-build.log' . 2>/dev/null
+}
+trap save_logs EXIT
+# bounded CAP COMMAND...: the command under step_timeout CAP (124 at once when no time is left).
+bounded() {
+    local t
+    t=$(step_timeout "$1"); shift
+    [ "$t" = 0 ] && { echo "   no time left: skipped $*" >&2; return 124; }
+    timeout "$t" "$@"
+}
 nvidia-smi topo -m 2>&1 | head -5
 # weft's kernel cache lives with the run (a fresh machine has none).
 export WEFT_CACHE_DIR=/tmp/weft-gpu-kernel-cache
@@ -56,16 +89,20 @@ summary=()
 echo "== 1. GPU tests"
 # run_tests NAME BINARY PATTERN: one test binary, its log under $OUTDIR, the lines that matter.
 run_tests() {
-    if "$2" --test-threads 1 --nocapture >"$OUTDIR/$1.log" 2>&1; then
+    local t
+    t=$(step_timeout "$4")
+    if [ "$t" = 0 ]; then summary+=("$1: skipped, no time left"); STATUS=1; return; fi
+    if timeout "$t" "$2" --test-threads 1 --nocapture >"$OUTDIR/$1.log" 2>&1; then
         summary+=("$1: $(grep -E '^test result' "$OUTDIR/$1.log" | tail -1)")
     else
         STATUS=1
-        summary+=("$1: FAILED ($1.log)")
+        summary+=("$1: FAILED or timed out after ${t}s ($1.log)")
     fi
     grep -E "$3|skipped|panicked|FAILED|test result" "$OUTDIR/$1.log" | head -40
+    save_logs
 }
-run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU"
-run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up"
+run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU" 60
+run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up" 300
 
 if [ $STATUS != 0 ]; then
     # Timing kernels that give wrong results is time lost.
@@ -81,7 +118,8 @@ for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
     for spec in "float sum" "half avg" "bfloat16 max" "int32 prod" "double min" "uint8 sum" "int64 avg" "f8e4m3 sum"; do
         set -- $spec
         log="$OUTDIR/check-$coll-$1-$2.log"
-        if "$WEFT" perf "$coll" --device cuda -d "$1" -o "$2" -b 4 -e 64M -f 16 -n 3 -w 1 -c 1 -r $((NGPUS - 1)) >"$log" 2>&1 \
+        t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
+        if timeout "$t" "$WEFT" perf "$coll" --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" -b 4 -e 64M -f 16 -n 3 -w 1 -c 1 -r $((RANKS - 1)) >"$log" 2>&1 \
             && grep -q "Out of bounds values : 0 OK" "$log"; then
             checks=$((checks + 1))
         else
@@ -100,8 +138,9 @@ for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
     for spec in "float sum" "half avg" "int64 prod" "uint8 max" "f8e4m3 sum"; do
         set -- $spec
         log="$OUTDIR/check-ll-$coll-$1-$2.log"
-        if NCCL_PROTO=LL NCCL_P2P_LL_THRESHOLD=1073741824 "$WEFT" perf "$coll" --device cuda -d "$1" -o "$2" \
-            -b 4 -e 4M -f 16 -n 3 -w 1 -c 1 -r $((NGPUS - 1)) >"$log" 2>&1 \
+        t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
+        if NCCL_PROTO=LL NCCL_P2P_LL_THRESHOLD=1073741824 timeout "$t" "$WEFT" perf "$coll" --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" \
+            -b 4 -e 4M -f 16 -n 3 -w 1 -c 1 -r $((RANKS - 1)) >"$log" 2>&1 \
             && grep -q "Out of bounds values : 0 OK" "$log"; then
             checks=$((checks + 1))
         else
@@ -113,11 +152,34 @@ for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
 done
 summary+=("weft perf -c, LL: $checks runs correct, $bad failed")
 echo "   $checks correct, $bad failed"
+save_logs
+
+echo "== 2c. all-reduce with each peer algorithm forced (WEFT_ALGO), every iteration checked"
+checks=0; bad=0
+for algo in oneshot twoshot nvls; do
+    for spec in "float sum" "bfloat16 max" "int32 prod"; do
+        set -- $spec
+        log="$OUTDIR/check-algo-$algo-$1-$2.log"
+        t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
+        if WEFT_ALGO=$algo timeout "$t" "$WEFT" perf all-reduce --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" \
+            -b 4 -e 16M -f 16 -n 3 -w 1 -c 1 >"$log" 2>&1 \
+            && grep -q "Out of bounds values : 0 OK" "$log"; then
+            checks=$((checks + 1))
+        else
+            bad=$((bad + 1)); STATUS=1
+            echo "   FAILED: WEFT_ALGO=$algo $spec ($log)"; tail -5 "$log"
+        fi
+        [ "$QUICK" = 1 ] && break
+    done
+done
+summary+=("weft perf -c, WEFT_ALGO forced: $checks runs correct, $bad failed")
+echo "   $checks correct, $bad failed"
+save_logs
 
 echo "== 3. benchmark: weft vs NCCL (nccl-tests), 8 B to $MAX"
 NT="$ROOT/third_party/nccl-tests"
 if [ -d "$NT" ]; then
-    (cd "$NT" && make -j16 MPI=0 NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
+    (cd "$NT" && bounded 120 make -j16 MPI=0 NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >"$OUTDIR/nccl-tests-build.log" 2>&1) \
         || { echo "   nccl-tests did not build (nccl-tests-build.log)"; tail -5 "$OUTDIR/nccl-tests-build.log"; }
 fi
@@ -125,20 +187,20 @@ fi
 # a process per GPU too, and both with CUDA graphs (-G 10) up to 256 KiB (the latency goal).
 for coll in $COLLS; do
     wcoll=${coll//_/-}
-    "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
+    bounded 90 "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll.txt" 2>&1 || STATUS=1
     if [ ! -x "$NT/build/${coll}_perf" ]; then
         echo "   no nccl-tests binary for $coll: weft alone"; grep -v "^#" "$OUTDIR/weft-$coll.txt" | tail -30
         continue
     fi
-    "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
+    bounded 90 "$NT/build/${coll}_perf" -b 8 -e "$MAX" -f 2 -n 20 -w 5 -g "$NGPUS" >"$OUTDIR/nccl-$coll.txt" 2>&1 || true
     python3 "$ROOT/bench/compare_gpu.py" --name "$coll" --weft "$OUTDIR/weft-$coll.txt" --nccl "$OUTDIR/nccl-$coll.txt" \
         | tee "$OUTDIR/table-$coll.txt" || STATUS=1
     [ "$coll" = all_reduce ] || [ "$QUICK" = 0 ] || continue
-    "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll-procs.txt" 2>&1 || STATUS=1
+    bounded 90 "$WEFT" perf "$wcoll" --device cuda -b 8 -e "$MAX" -f 2 -n 20 -w 5 >"$OUTDIR/weft-$coll-procs.txt" 2>&1 || STATUS=1
     python3 "$ROOT/bench/compare_gpu.py" --name "$coll (weft: a process per GPU)" --weft "$OUTDIR/weft-$coll-procs.txt" \
         --nccl "$OUTDIR/nccl-$coll.txt" >"$OUTDIR/table-$coll-procs.txt" 2>&1 || STATUS=1
-    "$NT/build/${coll}_perf" -b 8 -e 256K -f 2 -n 20 -w 5 -g "$NGPUS" -G 10 >"$OUTDIR/nccl-$coll-graph.txt" 2>&1 || true
-    "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e 256K -f 2 -n 20 -w 5 -G 10 >"$OUTDIR/weft-$coll-graph.txt" 2>&1 || STATUS=1
+    bounded 90 "$NT/build/${coll}_perf" -b 8 -e 256K -f 2 -n 20 -w 5 -g "$NGPUS" -G 10 >"$OUTDIR/nccl-$coll-graph.txt" 2>&1 || true
+    bounded 90 "$WEFT" perf "$wcoll" --device cuda --threads -b 8 -e 256K -f 2 -n 20 -w 5 -G 10 >"$OUTDIR/weft-$coll-graph.txt" 2>&1 || STATUS=1
     python3 "$ROOT/bench/compare_gpu.py" --name "$coll (CUDA graphs)" --weft "$OUTDIR/weft-$coll-graph.txt" \
         --nccl "$OUTDIR/nccl-$coll-graph.txt" | tee "$OUTDIR/table-$coll-graph.txt" || STATUS=1
 done

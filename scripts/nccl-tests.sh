@@ -31,7 +31,7 @@ unset WEFT_NVLS
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LOGS=/tmp/weft-nccl
 mkdir -p "$LOGS"
-BUDGET=560
+BUDGET=${NCCL_TESTS_BUDGET:-560}
 # Seconds a step may take: its own cap, or what is left of the budget; 0 means skip it.
 step_timeout() {
     local left=$((BUDGET - SECONDS))
