@@ -26,4 +26,13 @@ cp "$cuda_test" .gpu/cuda-test
 # Debug info makes the binaries large (the tree that travels is limited to 64 MiB); the
 # symbols stay, so that a backtrace of a stuck test (cuda-gdb on the GPU machine) names functions.
 strip --strip-debug .gpu/weft .gpu/gpu-test .gpu/cuda-test 2>/dev/null || true
+# The kernels compiled ahead of time for the GPU machines' architecture (sm_90; another with
+# WEFT_BUNDLE_ARCH=8.0 ...), so that a fresh GPU machine loads them instead of spending
+# minutes of its time in NVRTC. The GPU scripts point WEFT_CACHE_DIR here. Needs NVRTC here
+# (scripts/install-deps fetches it); the GPU machine's NVRTC must have the same version
+# (13.0 both, 2026-11), else it compiles again and says so at RUST_LOG=info.
+if [ -z "${WEFT_NVRTC:-}" ]; then
+    eval "$(scripts/install-deps | grep '^export')"
+fi
+WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache" .gpu/weft kernels --arch "${WEFT_BUNDLE_ARCH:-9.0}"
 ls -la .gpu

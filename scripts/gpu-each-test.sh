@@ -6,7 +6,7 @@
 #   scripts/gpu-each-test.sh BINARY [--deadline S] [--budget S] [--only REGEX] [--logs DIR] [-- ENV=V ...]
 #
 # A line per test: ok / FAILED / HUNG, seconds; the logs (DIR, default /tmp/weft-each) and,
-# when $OUT is set, DIR as a tar.gz in $OUT. Exit 1 if any test failed or hung. Tests start
+# when $OUT is set, DIR as $OUT/<DIR's name>.tar.gz. Exit 1 if any test failed or hung. Tests start
 # only while the budget (default 540 s, under the device tool's 600 s) leaves a deadline.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -29,9 +29,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 mkdir -p "$LOGS"
-name=$(basename "$BIN")
 save() {
-    [ -n "${OUT:-}" ] && tar czf "$OUT/$name-each.tar.gz" -C "$LOGS" . 2>/dev/null
+    [ -n "${OUT:-}" ] && tar czf "$OUT/$(basename "$LOGS").tar.gz" -C "$LOGS" . 2>/dev/null
     return 0
 }
 trap save EXIT

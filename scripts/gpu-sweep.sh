@@ -21,7 +21,9 @@ WEFT="$ROOT/.gpu/weft"
 NT="$ROOT/third_party/nccl-tests"
 LOGS=/tmp/weft-sweep
 mkdir -p "$LOGS"
-export WEFT_CACHE_DIR=/tmp/weft-gpu-kernel-cache
+# The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
+# without it every run on a fresh machine compiles every module first (minutes).
+export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
 COLL=all_reduce MINB=1M MAXB=1G FACTOR=4
 configs=()
 while [ $# -gt 0 ]; do

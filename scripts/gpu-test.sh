@@ -81,8 +81,9 @@ bounded() {
     timeout "$t" "$@"
 }
 nvidia-smi topo -m 2>&1 | head -5
-# weft's kernel cache lives with the run (a fresh machine has none).
-export WEFT_CACHE_DIR=/tmp/weft-gpu-kernel-cache
+# The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
+# without it every run on a fresh machine compiles every module first (minutes).
+export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
 STATUS=0
 summary=()
 

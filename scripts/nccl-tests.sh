@@ -63,7 +63,9 @@ done
 NGPUS=$(nvidia-smi -L | wc -l)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 echo "== $(uname -n): $NGPUS GPU(s); weft's libnccl: $(ls -la "$WEFT_LIB/libnccl.so.2" | awk '{print $5}') bytes"
-export WEFT_CACHE_DIR="$LOGS/kernel-cache"
+# The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
+# without it every run on a fresh machine compiles every module first (minutes).
+export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
 status=0
 
 echo "== 1. weft's libnccl GPU tests"

@@ -33,7 +33,9 @@ if [ "$NGPUS" -lt 2 ]; then
     share=(WEFT_TEST_SHARE_GPU=1); nproc=2; SIDES="weft"
     echo "== one GPU: weft only (two ranks sharing it); the comparison with NVIDIA's NCCL needs two GPUs (it refuses two ranks on one)"
 fi
-export WEFT_CACHE_DIR="$LOGS/kernel-cache"
+# The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
+# without it every run on a fresh machine compiles every module first (minutes).
+export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
 status=0
 for which in $SIDES; do
     envs=("${share[@]}")

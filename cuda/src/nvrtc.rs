@@ -1,4 +1,4 @@
-//! CUDA C++ to PTX with NVRTC, cached on disk.
+//! CUDA C++ to PTX, or to a GPU's machine code (CUBIN), with NVRTC, cached on disk.
 //!
 //! NVRTC is found as `$WEFT_NVRTC` (a path to libnvrtc.so.N) first, then weft-sys's usual
 //! names. A compiled program is cached under `$WEFT_CACHE_DIR`, else
@@ -6,6 +6,11 @@
 //! the source, every header, every option, the architecture and NVRTC's version; writes are
 //! atomic (a temporary file renamed). `WEFT_KERNEL_CACHE=0` turns the cache off. A cache
 //! that cannot be read or written is a warning, never an error.
+//!
+//! Machine code ([`CompileOptions::cubin`]) is what the driver loads as it is: PTX is
+//! compiled again by the driver at every module load in a fresh process (its JIT cache
+//! aside), which for weft's kernels costs seconds per module. The cached CUBIN also lets a
+//! cache be filled ahead of time, on a machine without a GPU (`weft kernels`).
 
 use std::ffi::{CString, c_char, c_int};
 use std::path::{Path, PathBuf};
@@ -60,8 +65,11 @@ fn nvrtc_check(n: &Nvrtc, r: nvrtcResult, call: &'static str) -> Result<()> {
 /// How to compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// Compute capability: (9, 0) gives `--gpu-architecture=compute_90`.
+    /// Compute capability: (9, 0) gives `--gpu-architecture=compute_90` (PTX), or
+    /// `sm_90` with [`CompileOptions::cubin`].
     pub arch: (u32, u32),
+    /// Machine code for exactly `arch` (CUBIN) instead of PTX.
+    pub cubin: bool,
     /// `-D` definitions.
     pub defines: Vec<(String, String)>,
     /// Further options, passed as they are.
@@ -77,7 +85,12 @@ impl CompileOptions {
             "--std=c++17".to_string(),
             "-default-device".to_string(),
             "--fmad=false".to_string(),
-            format!("--gpu-architecture=compute_{}{}", self.arch.0, self.arch.1),
+            format!(
+                "--gpu-architecture={}_{}{}",
+                if self.cubin { "sm" } else { "compute" },
+                self.arch.0,
+                self.arch.1
+            ),
         ];
         o.extend(self.defines.iter().map(|(k, v)| format!("-D{k}={v}")));
         o.extend(self.extra.iter().cloned());
@@ -88,8 +101,9 @@ impl CompileOptions {
 /// A compiled program.
 #[derive(Debug, Clone)]
 pub struct Compiled {
-    /// PTX, NUL-terminated.
-    pub ptx: Vec<u8>,
+    /// What `cuModuleLoadData` takes: PTX, NUL-terminated, or with
+    /// [`CompileOptions::cubin`] an ELF image of machine code.
+    pub image: Vec<u8>,
     /// NVRTC's log (warnings), empty from the cache.
     pub log: String,
     pub from_cache: bool,
@@ -103,9 +117,13 @@ pub fn compile(
     headers: &[(&str, &str)],
     opts: &CompileOptions,
 ) -> Result<Compiled> {
+    compile_with_cache(name, source, headers, opts, cache_dir().as_deref())
+}
+
+/// The cache [`compile`] uses: [`default_cache_dir`], unless `WEFT_KERNEL_CACHE=0`.
+pub fn cache_dir() -> Option<PathBuf> {
     let enabled = std::env::var("WEFT_KERNEL_CACHE").map_or(true, |v| v.trim() != "0");
-    let dir = if enabled { default_cache_dir() } else { None };
-    compile_with_cache(name, source, headers, opts, dir.as_deref())
+    if enabled { default_cache_dir() } else { None }
 }
 
 /// The cache directory from the environment, if any can be named.
@@ -131,12 +149,18 @@ pub fn compile_with_cache(
     let options = opts.nvrtc_options();
     let version = nvrtc_version()?;
     let key = cache_key(source, headers, &options, version);
-    let file = cache.map(|d| d.join(format!("{}-{key}.ptx", sanitize(name))));
+    let ext = if opts.cubin { "cubin" } else { "ptx" };
+    let file = cache.map(|d| d.join(format!("{}-{key}.{ext}", sanitize(name))));
     if let Some(f) = &file {
-        if let Ok(ptx) = std::fs::read(f) {
-            if ptx.last() == Some(&0) && ptx.starts_with(b"//") {
+        if let Ok(image) = std::fs::read(f) {
+            let whole = if opts.cubin {
+                image.starts_with(b"\x7fELF")
+            } else {
+                image.last() == Some(&0) && image.starts_with(b"//")
+            };
+            if whole {
                 return Ok(Compiled {
-                    ptx,
+                    image,
                     log: String::new(),
                     from_cache: true,
                 });
@@ -147,9 +171,9 @@ pub fn compile_with_cache(
             );
         }
     }
-    let compiled = compile_uncached(name, source, headers, &options)?;
+    let compiled = compile_uncached(name, source, headers, &options, opts.cubin)?;
     if let Some(f) = &file {
-        if let Err(e) = store(f, &compiled.ptx) {
+        if let Err(e) = store(f, &compiled.image) {
             log::warn!(
                 "weft-cuda: could not write the kernel cache {}: {e}",
                 f.display()
@@ -165,7 +189,7 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
-fn store(file: &Path, ptx: &[u8]) -> std::io::Result<()> {
+fn store(file: &Path, image: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -173,7 +197,7 @@ fn store(file: &Path, ptx: &[u8]) -> std::io::Result<()> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = file.with_extension(format!("tmp{}-{n}", std::process::id()));
-    std::fs::write(&tmp, ptx)?;
+    std::fs::write(&tmp, image)?;
     std::fs::rename(&tmp, file)
 }
 
@@ -229,6 +253,7 @@ fn compile_uncached(
     source: &str,
     headers: &[(&str, &str)],
     options: &[String],
+    cubin: bool,
 ) -> Result<Compiled> {
     let n = nvrtc()?;
     let cstr = |s: &str, what: &str| {
@@ -285,19 +310,32 @@ fn compile_uncached(
             log,
         });
     }
-    let mut size = 0usize;
-    // SAFETY: a compiled program; `size` is a valid out-pointer.
-    let r = unsafe { (n.nvrtcGetPTXSize)(program.raw, &mut size) };
-    nvrtc_check(n, r, "nvrtcGetPTXSize")?;
-    let mut ptx = vec![0u8; size.max(1)];
-    // SAFETY: `ptx` holds the `size` bytes NVRTC said it needs.
-    let r = unsafe { (n.nvrtcGetPTX)(program.raw, ptx.as_mut_ptr().cast()) };
-    nvrtc_check(n, r, "nvrtcGetPTX")?;
-    if ptx.last() != Some(&0) {
-        ptx.push(0);
-    }
+    let image = if cubin {
+        let mut size = 0usize;
+        // SAFETY: a program compiled for a real architecture; `size` is a valid out-pointer.
+        let r = unsafe { (n.nvrtcGetCUBINSize)(program.raw, &mut size) };
+        nvrtc_check(n, r, "nvrtcGetCUBINSize")?;
+        let mut cubin = vec![0u8; size.max(1)];
+        // SAFETY: `cubin` holds the `size` bytes NVRTC said it needs.
+        let r = unsafe { (n.nvrtcGetCUBIN)(program.raw, cubin.as_mut_ptr().cast()) };
+        nvrtc_check(n, r, "nvrtcGetCUBIN")?;
+        cubin
+    } else {
+        let mut size = 0usize;
+        // SAFETY: a compiled program; `size` is a valid out-pointer.
+        let r = unsafe { (n.nvrtcGetPTXSize)(program.raw, &mut size) };
+        nvrtc_check(n, r, "nvrtcGetPTXSize")?;
+        let mut ptx = vec![0u8; size.max(1)];
+        // SAFETY: `ptx` holds the `size` bytes NVRTC said it needs.
+        let r = unsafe { (n.nvrtcGetPTX)(program.raw, ptx.as_mut_ptr().cast()) };
+        nvrtc_check(n, r, "nvrtcGetPTX")?;
+        if ptx.last() != Some(&0) {
+            ptx.push(0);
+        }
+        ptx
+    };
     Ok(Compiled {
-        ptx,
+        image,
         log,
         from_cache: false,
     })
@@ -345,6 +383,7 @@ mod test {
     fn options_pin_the_semantics() {
         let o = CompileOptions {
             arch: (9, 0),
+            cubin: false,
             defines: vec![("WEFT_DTYPE".into(), "7".into())],
             extra: vec!["-lineinfo".into()],
         };

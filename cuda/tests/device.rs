@@ -66,12 +66,13 @@ fn memory_streams_events_launches_and_graphs() {
     let arch = dev.compute_capability().unwrap();
     let opts = CompileOptions {
         arch,
+        cubin: false,
         defines: vec![],
         extra: vec![],
     };
     let ptx = compile_with_cache("triple.cu", KERNEL, &[], &opts, None)
         .unwrap()
-        .ptx;
+        .image;
     let module = Module::load(&ctx, &ptx).unwrap();
     let f = module.function("triple").unwrap();
     assert!(

@@ -31,6 +31,7 @@ pub fn have_nvrtc() -> bool {
 fn opts(arch: (u32, u32), scale: u32) -> CompileOptions {
     CompileOptions {
         arch,
+        cubin: false,
         defines: vec![("SCALE".to_string(), scale.to_string())],
         extra: Vec::new(),
     }
@@ -49,11 +50,11 @@ fn compiles_for_each_architecture() {
     }
     for (arch, target) in [((8, 0), ".target sm_80"), ((9, 0), ".target sm_90")] {
         let c = compile_with_cache("triple.cu", KERNEL, &[], &opts(arch, 3), None).unwrap();
-        let ptx = String::from_utf8_lossy(&c.ptx);
+        let ptx = String::from_utf8_lossy(&c.image);
         assert!(ptx.contains(target), "{target} missing");
         assert!(ptx.contains(".entry triple("), "entry point missing");
         assert_eq!(
-            c.ptx.last(),
+            c.image.last(),
             Some(&0),
             "PTX must be NUL-terminated for cuModuleLoadData"
         );
@@ -90,7 +91,7 @@ fn headers_are_found_by_their_include_name() {
         None,
     )
     .unwrap();
-    assert!(String::from_utf8_lossy(&c.ptx).contains("42"));
+    assert!(String::from_utf8_lossy(&c.image).contains("42"));
 }
 
 #[test]
@@ -104,22 +105,45 @@ fn the_cache_hits_misses_and_survives_damage() {
     let second =
         compile_with_cache("triple.cu", KERNEL, &[], &opts((9, 0), 3), Some(&dir)).unwrap();
     assert!(second.from_cache);
-    assert_eq!(first.ptx, second.ptx);
+    assert_eq!(first.image, second.image);
     // Another definition is another program.
     let other = compile_with_cache("triple.cu", KERNEL, &[], &opts((9, 0), 5), Some(&dir)).unwrap();
     assert!(!other.from_cache);
-    assert_ne!(other.ptx, first.ptx);
+    assert_ne!(other.image, first.image);
     // A damaged file is ignored and replaced.
     for f in std::fs::read_dir(&dir).unwrap() {
         std::fs::write(f.unwrap().path(), b"garbage").unwrap();
     }
     let again = compile_with_cache("triple.cu", KERNEL, &[], &opts((9, 0), 3), Some(&dir)).unwrap();
     assert!(!again.from_cache);
-    assert_eq!(again.ptx, first.ptx);
+    assert_eq!(again.image, first.image);
     // A cache that cannot be written is only a warning.
     let blocked = dir.join("file-not-dir");
     std::fs::write(&blocked, b"x").unwrap();
     let c = compile_with_cache("triple.cu", KERNEL, &[], &opts((9, 0), 3), Some(&blocked)).unwrap();
     assert!(!c.from_cache);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn machine_code_is_an_elf_image_cached_apart_from_ptx() {
+    if !have_nvrtc() {
+        return;
+    }
+    let dir = scratch("cubin");
+    let cubin = CompileOptions {
+        cubin: true,
+        ..opts((9, 0), 3)
+    };
+    let first = compile_with_cache("triple.cu", KERNEL, &[], &cubin, Some(&dir)).unwrap();
+    assert!(first.image.starts_with(b"\x7fELF"), "not an ELF image");
+    assert!(!first.from_cache);
+    let second = compile_with_cache("triple.cu", KERNEL, &[], &cubin, Some(&dir)).unwrap();
+    assert!(second.from_cache);
+    assert_eq!(first.image, second.image);
+    // The PTX of the same source is another cache entry, not the CUBIN.
+    let ptx = compile_with_cache("triple.cu", KERNEL, &[], &opts((9, 0), 3), Some(&dir)).unwrap();
+    assert!(!ptx.from_cache);
+    assert!(ptx.image.starts_with(b"//"));
     let _ = std::fs::remove_dir_all(&dir);
 }

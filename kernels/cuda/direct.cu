@@ -1,21 +1,24 @@
 // One-shot and two-shot all-reduce over peer-mapped windows: no ring, no FIFO, no host
 // round trip. Every rank has a data window of weft_peer_work.window_bytes and a flag area,
-// both mapped into every rank's process (peer_data[r], peer_flags[r]); the input goes
-// through the window in rounds of at most window_bytes, one block per channel, each block
-// working its own part of every round (core::nvls::channel_part's split) and synchronising
-// with the same block of every other rank through flags, never with the other blocks.
+// both mapped into every rank's process (peer_data[r], peer_flags[r]). One block per
+// channel: block c takes its part of the call (core::nvls::channel_part's split) and its own
+// slice of every window (the c-th of nchannels equal slices), and goes through its part in
+// rounds of one slice, synchronising with block c of every other rank through flags, never
+// with the other blocks. The slices are fixed for the whole call because blocks run at
+// their own pace: a block in its next round must not write a window byte that a slower
+// block's peers still read (a split recomputed per round, shorter in the last round, did
+// that: found on an H100, 2026-11-25, as wrong sums in calls of several rounds).
 //
-// One-shot, per round:  copy my input part into my window; barrier; read the part from
-//   every rank's window, reduce (rank order 0..n-1 on every rank, so all ranks get the same
+// One-shot, per round:  copy my input into my slice; barrier; read the slice from every
+//   rank's window, reduce (rank order 0..n-1 on every rank, so all ranks get the same
 //   bits), write my output; barrier (nobody overwrites a window a peer still reads).
-// Two-shot, per round:  the round is cut into n segments, my block's piece of each;
-//   copy my input pieces into my window; barrier; reduce segment `rank` from every rank's
-//   window (the reduce-scatter, by direct reads) and store the result into every rank's
-//   window at the same place (the all-gather, by direct writes: only rank s touches
-//   segment s between the two barriers, so this overwrites nothing anyone still reads);
-//   barrier; copy my window's pieces to my output. The next round's copy-in only touches
-//   my own window and peers write into it only after the next first barrier, so two
-//   barriers per round suffice.
+// Two-shot, per round:  the round is cut into n segments; copy my input into my slice;
+//   barrier; reduce segment `rank` from every rank's slice (the reduce-scatter, by direct
+//   reads) and store the result into every rank's slice at the same place (the all-gather,
+//   by direct writes: only rank s touches segment s between the two barriers, so this
+//   overwrites nothing anyone still reads); barrier; copy my slice to my output. The next
+//   round's copy-in only touches my own slice and peers write into it only after the next
+//   first barrier, so two barriers per round suffice.
 //
 // A barrier on channel c with epoch e: store e (release, system scope) into flag `rank` of
 // channel c in every rank's flag area, then wait until my flag area holds at least e from
@@ -146,43 +149,35 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
   u64 epoch = *steps;
   const T* in = (const T*)w.send_buff;
   T* out = (T*)w.recv_buff;
-  T* mine = (T*)w.peer_data[rank];
   const bool two_shot = w.algorithm == WEFT_PEER_ALGO_TWO_SHOT;
-  const u64 round_elems = w.window_bytes / sizeof(T) / align_elems(sizeof(T)) * align_elems(sizeof(T));
-  if (round_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return;  // the host refuses these
-  for (u64 base = 0; base < w.count; base += round_elems) {
-    const u64 n = min_u64(round_elems, w.count - base);
+  const u64 align = align_elems(sizeof(T));
+  // This block's slice of every window (16-byte aligned, as reduce_windows needs) and its
+  // part of the call.
+  const u64 slice_elems = w.window_bytes / sizeof(T) / w.nchannels / align * align;
+  if (slice_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return;  // the host refuses these
+  const u64 slice = (u64)c * slice_elems;
+  T* mine = (T*)w.peer_data[rank] + slice;
+  u64 part_start, part_len;
+  channel_part(w.count, w.nchannels, c, &part_start, &part_len);
+  for (u64 done = 0; done < part_len; done += slice_elems) {
+    const u64 n = min_u64(slice_elems, part_len - done);
+    const T* src = in + part_start + done;
+    T* dst = out + part_start + done;
+    copy_elems<false>(src, mine, n);
+    __syncthreads();
+    if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
     if (!two_shot) {
-      u64 s, len;
-      channel_part(n, w.nchannels, c, &s, &len);
-      copy_elems<false>(in + base + s, mine + s, len);
-      __syncthreads();
-      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
-      reduce_windows<OP>(red, w, nranks, s, len, out + base + s, false);
+      reduce_windows<OP>(red, w, nranks, slice, n, dst, false);
       __syncthreads();
       if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
     } else {
-      // Segment g of the round: [g * seg, min((g + 1) * seg, n)).
-      const u64 seg = align_up(div_up(n, (u64)nranks), align_elems(sizeof(T)));
-      for (int g = 0; g < nranks; g++) {
-        u64 g0 = min_u64((u64)g * seg, n), glen = min_u64(seg, n - g0), s, len;
-        channel_part(glen, w.nchannels, c, &s, &len);
-        copy_elems<false>(in + base + g0 + s, mine + g0 + s, len);
-      }
+      // Segment `rank` of the round: [g0, g0 + glen) of the slice.
+      const u64 seg = align_up(div_up(n, (u64)nranks), align);
+      const u64 g0 = min_u64((u64)rank * seg, n), glen = min_u64(seg, n - g0);
+      reduce_windows<OP>(red, w, nranks, slice + g0, glen, nullptr, true);
       __syncthreads();
       if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
-      {
-        u64 g0 = min_u64((u64)rank * seg, n), glen = min_u64(seg, n - g0), s, len;
-        channel_part(glen, w.nchannels, c, &s, &len);
-        reduce_windows<OP>(red, w, nranks, g0 + s, len, nullptr, true);
-      }
-      __syncthreads();
-      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
-      for (int g = 0; g < nranks; g++) {
-        u64 g0 = min_u64((u64)g * seg, n), glen = min_u64(seg, n - g0), s, len;
-        channel_part(glen, w.nchannels, c, &s, &len);
-        copy_elems<true>(mine + g0 + s, out + base + g0 + s, len);
-      }
+      copy_elems<true>(mine, dst, n);
       __syncthreads();
     }
   }

@@ -105,6 +105,11 @@ __device__ void give_up(const Block& b, u32 code, u32 channel, int peer, u32 kin
 __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer, u32 kind,
                          u32 channel) {
   if (load_acquire(counter) >= need) return true;
+  // A wait on this rank itself (NVLS: the gather role waits for the reduce role of its own
+  // block) is only late because another wait of the block is: twice the deadline, so that
+  // the wait on the rank really missing gives up first and names it; the abort flag it
+  // raises then ends this one.
+  const u64 timeout_ns = peer == b.comm->rank ? 2 * b.comm->timeout_ns : b.comm->timeout_ns;
   u64 start = global_timer();
   u32 spins = 0;
   for (;;) {
@@ -115,7 +120,7 @@ __device__ bool wait_for(const Block& b, const u64* counter, u64 need, int peer,
     u64 now = global_timer();
     if (*b.abort_flag != 0) {
       code = WEFT_FAULT_ABORTED;
-    } else if (b.comm->timeout_ns != 0 && now - start > b.comm->timeout_ns) {
+    } else if (timeout_ns != 0 && now - start > timeout_ns) {
       code = WEFT_FAULT_TIMEOUT;
     }
     if (code == WEFT_FAULT_NONE) continue;

@@ -27,6 +27,7 @@ fn compile(
 ) -> Result<Compiled, weft_cuda::CudaError> {
     let opts = CompileOptions {
         arch,
+        cubin: false,
         defines: weft_kernels::defines(dtype),
         extra: extra.to_vec(),
     };
@@ -42,7 +43,7 @@ fn compile(
 fn check_module(dtype: DataType, arch: (u32, u32), extra: &[String]) -> String {
     let c = compile(dtype, arch, extra)
         .unwrap_or_else(|e| panic!("{dtype:?} for sm_{}{}: {e}", arch.0, arch.1));
-    let ptx = String::from_utf8_lossy(&c.ptx).into_owned();
+    let ptx = String::from_utf8_lossy(&c.image).into_owned();
     assert!(ptx.contains(&format!(".target sm_{}{}", arch.0, arch.1)));
     for op in RedOp::ALL {
         for entry in [
@@ -148,6 +149,7 @@ fn compile_source(
 ) -> String {
     let opts = CompileOptions {
         arch,
+        cubin: false,
         defines: weft_kernels::defines(dtype),
         extra: extra.to_vec(),
     };
@@ -158,7 +160,7 @@ fn compile_source(
         "{name} {dtype:?}: NVRTC says:\n{}",
         c.log
     );
-    String::from_utf8_lossy(&c.ptx).into_owned()
+    String::from_utf8_lossy(&c.image).into_owned()
 }
 
 #[test]

@@ -952,6 +952,33 @@ impl GpuComm {
             }
             Ok(())
         };
+        // Every module this will load, compiled into the cache on all cores first (one
+        // NVRTC compilation takes seconds; without a cache there is nothing to fill).
+        if weft_cuda::nvrtc::cache_dir().is_some() {
+            let mut pairs = Vec::new();
+            for &d in dtypes {
+                let module = if d.is_fp8() {
+                    [DataType::Uint8, d]
+                } else {
+                    [d, d]
+                };
+                for m in module {
+                    pairs.push((weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES, m));
+                    match peer {
+                        Some(PeerSource::Direct) => {
+                            pairs.push((weft_kernels::DIRECT_NAME, weft_kernels::DIRECT, m));
+                        }
+                        Some(PeerSource::Nvls) => {
+                            pairs.push((weft_kernels::NVLS_NAME, weft_kernels::NVLS, m));
+                        }
+                        None => {}
+                    }
+                }
+            }
+            pairs.sort_by_key(|(name, _, d)| (*name, *d as usize));
+            pairs.dedup_by_key(|(name, _, d)| (*name, *d as usize));
+            super::kernels::precompile(&pairs, self.kernels.arch())?;
+        }
         for &d in dtypes {
             if d.is_fp8() {
                 load(DataType::Uint8)?;

@@ -2,8 +2,9 @@
 //!
 //! One NVRTC module per element type (weft-kernels' `collectives.cu` with `WEFT_DTYPE`), for
 //! the device's own architecture, loaded into the device's primary context. weft-cuda keeps
-//! the compiled PTX on disk, so a process compiles a type only the first time any process
-//! of the machine uses it.
+//! the compiled machine code (CUBIN) on disk, so a process compiles a type only the first
+//! time any process of the machine uses it, and loads it without the driver's JIT; `weft
+//! kernels` fills that cache ahead of time, with no GPU needed.
 //!
 //! The fp8 modules use the fp8 conversion instructions of compute capability 8.9 and newer;
 //! on older GPUs they are refused here with an error saying so (collectives that only move
@@ -54,6 +55,106 @@ pub enum PeerSource {
     Direct,
     /// `nvls.cu`: NVLS, multicast and unicast forms.
     Nvls,
+}
+
+/// Compiles (or takes from the on-disk cache) the machine code of source `name` for `dtype`
+/// on a GPU of compute capability `arch`; needs no GPU.
+pub fn compile_module(
+    name: &str,
+    text: &str,
+    dtype: DataType,
+    arch: (u32, u32),
+) -> Result<weft_cuda::Compiled, GpuError> {
+    let mut defines = weft_kernels::defines(dtype);
+    // A tuning knob for measurements: 16-byte packs in flight per thread.
+    if let Some(u) = std::env::var("WEFT_KERNEL_UNROLL")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|u| (1..=16).contains(u))
+    {
+        defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
+    }
+    let threads = kernel_threads();
+    if threads != weft_kernels::THREADS {
+        defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
+    }
+    let opts = CompileOptions {
+        arch,
+        cubin: true,
+        defines,
+        extra: Vec::new(),
+    };
+    let started = std::time::Instant::now();
+    let compiled = weft_cuda::compile(name, text, weft_kernels::HEADERS, &opts)?;
+    log::info!(
+        "weft: {name} {} kernels for sm_{}{} {}",
+        dtype.name(),
+        arch.0,
+        arch.1,
+        if compiled.from_cache {
+            "loaded from the kernel cache".to_string()
+        } else {
+            format!(
+                "compiled with NVRTC in {:.1} s",
+                started.elapsed().as_secs_f64()
+            )
+        }
+    );
+    Ok(compiled)
+}
+
+/// Compiles every `(source, dtype)` pair for `arch` into the on-disk cache, several at once
+/// (one NVRTC compilation takes seconds and uses one core): the first use of a type then
+/// only loads it. Pairs the architecture cannot run (fp8 reductions before sm_89) are
+/// skipped. Returns how many were compiled now (the rest were in the cache).
+pub fn precompile(
+    pairs: &[(&'static str, &'static str, DataType)],
+    arch: (u32, u32),
+) -> Result<usize, GpuError> {
+    // Ranks of one process prepare together: the second waits here and then finds
+    // everything in the cache instead of compiling it all a second time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let pairs: Vec<_> = pairs
+        .iter()
+        .filter(|(_, _, d)| weft_kernels::compiles_for(*d, arch))
+        .collect();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pairs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let compiled = std::sync::atomic::AtomicUsize::new(0);
+    let first_error: Mutex<Option<GpuError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, text, dtype)) = pairs.get(i) else {
+                        return;
+                    };
+                    match compile_module(name, text, *dtype, arch) {
+                        Ok(c) if !c.from_cache => {
+                            compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            let mut slot =
+                                first_error.lock().unwrap_or_else(PoisonError::into_inner);
+                            slot.get_or_insert(e);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    match first_error
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+    {
+        Some(e) => Err(e),
+        None => Ok(compiled.into_inner()),
+    }
 }
 
 /// Threads per block of every module: `WEFT_KERNEL_THREADS`, a knob for measurements (a
@@ -183,37 +284,8 @@ impl Kernels {
         text: &str,
         dtype: DataType,
     ) -> Result<(Arc<Module>, u32), GpuError> {
-        let mut defines = weft_kernels::defines(dtype);
-        // A tuning knob for measurements: 16-byte packs in flight per thread.
-        if let Some(u) = std::env::var("WEFT_KERNEL_UNROLL")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .filter(|u| (1..=16).contains(u))
-        {
-            defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
-        }
-        let threads = kernel_threads();
-        if threads != weft_kernels::THREADS {
-            defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
-        }
-        let opts = CompileOptions {
-            arch: self.arch,
-            defines,
-            extra: Vec::new(),
-        };
-        let compiled = weft_cuda::compile(name, text, weft_kernels::HEADERS, &opts)?;
-        log::info!(
-            "weft: {name} {} kernels for sm_{}{} {}",
-            dtype.name(),
-            self.arch.0,
-            self.arch.1,
-            if compiled.from_cache {
-                "loaded from the kernel cache"
-            } else {
-                "compiled with NVRTC"
-            }
-        );
-        Ok((Module::load(&self.ctx, &compiled.ptx)?, threads))
+        let compiled = compile_module(name, text, dtype, self.arch)?;
+        Ok((Module::load(&self.ctx, &compiled.image)?, kernel_threads()))
     }
 
     fn check_threads(&self, functions: &[Function], threads: u32) -> Result<(), GpuError> {
@@ -231,6 +303,11 @@ impl Kernels {
             }
         }
         Ok(())
+    }
+
+    /// The GPU's compute capability, the architecture the modules are compiled for.
+    pub fn arch(&self) -> (u32, u32) {
+        self.arch
     }
 
     /// Whether this GPU has the kernels of `dtype` (fp8 needs compute capability 8.9).

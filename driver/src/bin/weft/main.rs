@@ -4,8 +4,10 @@
 //!   with local rank processes (`--ranks N`) or as one rank of a larger job (`--id`).
 //! - `weft unique-id`: prints a fresh unique id and serves its rendezvous, for `--id`.
 //! - `weft topo [options]`: the machine's topology, paths and channels ([`weft::topo::cli`]).
+//! - `weft kernels [options]`: compiles the CUDA kernels into the on-disk cache ahead of time.
 
 mod args;
+mod kernels;
 mod perf;
 mod perf_cuda;
 mod spawn;
@@ -21,6 +23,8 @@ commands:
   topo [options]
         the machine's topology as NCCL sees it: devices, paths, channels, NCCL's XML dumps
         (weft topo --help for options)
+  kernels [--arch 9.0] [--dtype float]
+        compile weft's CUDA kernels into the kernel cache ahead of time (no GPU needed)
   unique-id
         print a unique id for `weft perf --id` and serve its rendezvous until every rank
         has checked in
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         "perf" => perf::main(rest),
         "unique-id" => unique_id(),
         "topo" => topo(rest),
+        "kernels" => kernels::main(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS
