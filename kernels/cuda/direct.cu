@@ -77,9 +77,10 @@ __device__ void copy_elems(const T* src, T* dst, u64 n) {
     dst[i] = VOLATILE_SRC ? load_volatile_elem(src + i) : src[i];
 }
 
-// out[i] = finish(pre(win_0[i]) OP ... OP pre(win_{n-1}[i])) for `len` elements at element
-// offset `off` of every rank's window; with `scatter_back`, the result is also stored into
-// every rank's window at the same place (two-shot's all-gather).
+// out[i] = finish(win_0[i] OP ... OP win_{n-1}[i]) for `len` elements at element offset
+// `off` of every rank's window (each rank pre-multiplied its own input on the way in:
+// pre_copy); with `scatter_back`, the result is also stored into every rank's window at the
+// same place (two-shot's all-gather).
 template <int OP>
 __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work& w, int nranks,
                                u64 off, u64 len, T* out, bool scatter_back) {
@@ -94,13 +95,11 @@ __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work
   for (u64 p = threadIdx.x; p < npacks; p += DTHREADS) {
     Pack acc;
     acc.v = load_volatile16((const T*)w.peer_data[0] + off + p * PER_PACK);
-#pragma unroll
-    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.pre(acc.e[j]);
     for (int r = 1; r < nranks; r++) {
       Pack x;
       x.v = load_volatile16((const T*)w.peer_data[r] + off + p * PER_PACK);
 #pragma unroll
-      for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], red.pre(x.e[j]));
+      for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], x.e[j]);
     }
 #pragma unroll
     for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.finish(acc.e[j]);
@@ -113,9 +112,9 @@ __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work
       for (int r = 0; r < nranks; r++) ((uint4*)((T*)w.peer_data[r] + off))[p] = acc.v;
   }
   for (u64 i = npacks * PER_PACK + threadIdx.x; i < len; i += DTHREADS) {
-    T v = red.pre(load_volatile_elem((const T*)w.peer_data[0] + off + i));
+    T v = load_volatile_elem((const T*)w.peer_data[0] + off + i);
     for (int r = 1; r < nranks; r++)
-      v = red.combine(v, red.pre(load_volatile_elem((const T*)w.peer_data[r] + off + i)));
+      v = red.combine(v, load_volatile_elem((const T*)w.peer_data[r] + off + i));
     v = red.finish(v);
     if (out != nullptr) out[i] = v;
     if (scatter_back)
@@ -140,8 +139,7 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
   b.fault = (weft_kernel_fault*)comm->fault;
   b.fault_index = blockIdx.x;
   Reduction<T, OP> red;
-  red.avg_scale = *(const T*)&w.red_op_arg;
-  red.nranks = (u64)nranks;
+  red.init(w.red_op_arg, w.red_op_flags, (u64)nranks);
   u64* steps = (u64*)w.steps + c;
   u64 epoch = *steps;
   const T* in = (const T*)w.send_buff;
@@ -155,7 +153,7 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
     if (!two_shot) {
       u64 s, len;
       channel_part(n, w.nchannels, c, &s, &len);
-      copy_elems<false>(in + base + s, mine + s, len);
+      pre_copy<T, OP>(red, in + base + s, mine + s, len, threadIdx.x, DTHREADS);
       __syncthreads();
       if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
       reduce_windows<OP>(red, w, nranks, s, len, out + base + s, false);
@@ -167,7 +165,7 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
       for (int g = 0; g < nranks; g++) {
         u64 g0 = min_u64((u64)g * seg, n), glen = min_u64(seg, n - g0), s, len;
         channel_part(glen, w.nchannels, c, &s, &len);
-        copy_elems<false>(in + base + g0 + s, mine + g0 + s, len);
+        pre_copy<T, OP>(red, in + base + g0 + s, mine + g0 + s, len, threadIdx.x, DTHREADS);
       }
       __syncthreads();
       if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
