@@ -148,12 +148,19 @@ int main(void) {
     expect("ncclGroupEnd of a group with a failed call", ncclGroupEnd(), ncclInvalidArgument,
            "earlier call in it failed");
 
-    /* Unsupported calls say so rather than succeed. */
+    /* PreMulSum operators belong to a communicator; built-in ones are never destroyed. */
     ncclRedOp_t op;
     float scalar = 2.0f;
-    expect("ncclRedOpCreatePreMulSum",
+    expect("ncclRedOpCreatePreMulSum, NULL comm",
            ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL),
-           ncclInvalidUsage, "not supported");
+           ncclInvalidArgument, "comm is NULL");
+    expect("ncclRedOpCreatePreMulSum, NULL op",
+           ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, NULL),
+           ncclInvalidArgument, "op");
+    expect("ncclRedOpDestroy(ncclSum)", ncclRedOpDestroy(ncclSum, NULL), ncclInvalidArgument,
+           "built-in");
+
+    /* Unsupported calls say so rather than succeed. */
     expect("ncclCommShrink", ncclCommShrink(NULL, NULL, 0, NULL, NULL, NCCL_SHRINK_DEFAULT),
            ncclInvalidUsage, "not supported");
     expect("ncclCommWindowRegister", ncclCommWindowRegister(NULL, buf, 16, NULL, 0),
