@@ -123,8 +123,11 @@ int main(void) {
     expect("ncclAllReduce(datatype -1)",
            ncclAllReduce(buf, buf, 4, (ncclDataType_t)-1, ncclSum, NULL, NULL),
            ncclInvalidArgument, "invalid data type -1");
+    expect("ncclReduce(op -1)", ncclReduce(buf, buf, 4, ncclFloat, (ncclRedOp_t)-1, 0, NULL, NULL),
+           ncclInvalidArgument, "invalid reduction operator -1");
+    /* Operators from ncclNumOps on are ncclRedOpCreatePreMulSum's: a communicator's. */
     expect("ncclReduce(op 5)", ncclReduce(buf, buf, 4, ncclFloat, ncclNumOps, 0, NULL, NULL),
-           ncclInvalidArgument, "invalid reduction operator 5");
+           ncclInvalidArgument, "comm is NULL");
     expect("ncclSend(datatype 99)", ncclSend(buf, 4, (ncclDataType_t)99, 0, NULL, NULL),
            ncclInvalidArgument, "invalid data type 99");
     expect("ncclCommDestroy(NULL)", ncclCommDestroy(NULL), ncclSuccess, NULL);
