@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU path on a GPU machine: correctness first, then the benchmark against NCCL.
 #
-#   scripts/gpu-test.sh [--quick] [--max 1G] [--colls "all_reduce all_gather reduce_scatter"]
+#   scripts/gpu-test.sh [--quick] [--skip-tests] [--max 1G] [--colls "all_reduce all_gather reduce_scatter"]
 #
 # Builds nothing of weft's: run scripts/build-gpu-bundle.sh here first, and carry `.gpu`
 # (the weft binary and the GPU test binary) and `third_party/nccl-tests` (fetched source of
@@ -32,11 +32,13 @@ mkdir -p "$OUTDIR"
 MAX=1G
 COLLS="all_reduce all_gather reduce_scatter"
 QUICK=0
+SKIP_TESTS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --max) MAX=$2; shift 2 ;;
         --colls) COLLS=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
+        --skip-tests) SKIP_TESTS=1; shift ;;
         *) echo "gpu-test: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -102,8 +104,12 @@ run_tests() {
     grep -E "$3|skipped|panicked|FAILED|test result" "$OUTDIR/$1.log" | head -40
     save_logs
 }
-run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU" 60
-run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up" 300
+if [ "$SKIP_TESTS" = 1 ]; then
+    echo "   skipped (--skip-tests)"
+else
+    run_tests cuda-tests "$ROOT/.gpu/cuda-test" "GPU" 60
+    run_tests gpu-tests "$GPU_TEST" "GPU\(s\)|gave up" 300
+fi
 
 if [ $STATUS != 0 ]; then
     # Timing kernels that give wrong results is time lost.

@@ -11,7 +11,8 @@
 # then uses it for every library that needs the SONAME libnccl.so.2. NCCL_DEBUG=INFO shows
 # which library answered ("NCCL version 2.28.3+weft-...").
 #
-# Within the device tool's 600 s per command: each run has at most 270 s (the two < 570 s),
+# Within the device tool's 600 s per command: each run has at most 270 s (the two < 570 s;
+# NCCL_TORCH_TIMEOUT=S another cap),
 # and the logs are copied to $OUT as each run ends and on exit. NVIDIA's NCCL refuses two
 # ranks on one GPU ("Duplicate GPU detected"), so on a one-GPU machine only the weft side
 # runs (two ranks sharing the GPU) and the comparison is reported as needing two GPUs.
@@ -40,12 +41,12 @@ status=0
 for which in $SIDES; do
     envs=("${share[@]}")
     [ "$which" = weft ] && envs+=(LD_PRELOAD="$LIB" NCCL_DEBUG=INFO)
-    env "${envs[@]}" timeout 270 torchrun --standalone --nproc_per_node="$nproc" \
+    env "${envs[@]}" timeout "${NCCL_TORCH_TIMEOUT:-270}" torchrun --standalone --nproc_per_node="$nproc" \
         "$ROOT/scripts/nccl_torch_ddp.py" >"$LOGS/$which.log" 2>&1
     rc=$?
     echo "== $which: exit $rc; $(grep -c 'match the CPU' "$LOGS/$which.log")/$nproc ranks matched the CPU"
     grep -E '^rank [0-9]+: (BAD|DDP)' "$LOGS/$which.log" | head -8
-    [ $rc -eq 124 ] && echo "   (timed out after 270 s)"
+    [ $rc -eq 124 ] && echo "   (timed out after ${NCCL_TORCH_TIMEOUT:-270} s)"
     [ $rc -eq 0 ] || { tail -30 "$LOGS/$which.log"; status=1; }
     save_logs
 done

@@ -6,7 +6,8 @@ forward/backward/step on rank-dependent data through DistributedDataParallel (pa
 broadcast at construction, gradient all-reduce in buckets), then compares every parameter
 with the step computed on the CPU from all ranks' data. Also an all_reduce, all_gather,
 reduce_scatter, broadcast and a send/recv pair through ProcessGroupNCCL, each checked.
-Prints one line per check; exits 1 on the first mismatch.
+A new_group (a split communicator) runs an all_reduce and a reduce. Prints one line per
+check; exits 1 on the first mismatch.
 """
 
 import os
@@ -58,6 +59,16 @@ def main():
     b = x.clone()
     dist.broadcast(b, src=world - 1)
     check("broadcast", b, torch.arange(1001.0) * world, rank)
+    # A second communicator: new_group over every rank (ProcessGroupNCCL splits the default
+    # communicator with ncclCommSplit, its device being bound at init), and a reduce on it.
+    group = dist.new_group(ranks=list(range(world)))
+    g = x.clone()
+    dist.all_reduce(g, op=dist.ReduceOp.MAX, group=group)
+    check("all_reduce max on a new_group", g, torch.arange(1001.0) * world, rank)
+    r = x.clone()
+    dist.reduce(r, dst=0, group=group)
+    if rank == 0:
+        check("reduce to rank 0 on a new_group", r, torch.arange(1001.0) * sum(q + 1 for q in range(world)), rank)
     if world >= 2 and rank < 2:
         peer = 1 - rank
         recv = torch.empty_like(x)

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 4
+#define WEFT_ABI_VERSION 5
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -96,6 +96,13 @@
 
 // Bytes of one channel's flags in a one-/two-shot window's flag area.
 #define WEFT_PEER_FLAGS_STRIDE 128
+
+// `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
+// no final division).
+#define WEFT_RED_OP_PREMUL (1 << 0)
+
+// `weft_coll_work.red_op_flags`: `red_op_arg` is the device address of the factor.
+#define WEFT_RED_OP_ARG_DEVICE_PTR (1 << 1)
 
 // Most entries in a mesh handle.
 #define WEFT_MESH_MAX_ENTRIES 9
@@ -271,7 +278,10 @@ typedef struct weft_coll_work {
   uint64_t recv_buff;
   // Elements per rank, as the user passed it to the collective.
   uint64_t count;
-  // Operator argument: the divisor of `Avg` (nranks), as the bits of a `u64`; else 0.
+  // Operator argument, read by the `Avg` kernels (which also run `PreMulSum`): the
+  // factor each input is multiplied by, in the data type's bits in the low bytes (float
+  // `Avg`: 1/nranks; `PreMulSum`: the user's scalar), or with
+  // [`RED_OP_ARG_DEVICE_PTR`] the device address of that factor; else 0.
   uint64_t red_op_arg;
   // Bytes each channel moves per step of the ring program (a multiple of the element size).
   uint32_t chunk_size;
@@ -299,6 +309,9 @@ typedef struct weft_coll_work {
   // straight into the receiver's output (all-reduce, all-gather, broadcast, SIMPLE only);
   // 0: through the FIFO. The same on every rank, or the two ends would disagree on where data lands.
   uint32_t direct;
+  // `RED_OP_*` flags: how the `Avg` kernels read `red_op_arg` (0 for every other op).
+  uint32_t red_op_flags;
+  uint32_t reserved;
 } weft_coll_work;
 
 // One direction of one connection (NCCL's `ncclConnInfo`, laid out for weft).
@@ -579,6 +592,9 @@ typedef struct weft_peer_work {
   // NVLS: the channels `core::nvls::Layout` was made for (buffer and counter offsets
   // use it; a launch may use fewer); 0 for one-/two-shot.
   uint32_t layout_channels;
+  // As `CollWork::red_op_flags`.
+  uint32_t red_op_flags;
+  uint32_t reserved;
 } weft_peer_work;
 
 

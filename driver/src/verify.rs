@@ -298,12 +298,82 @@ impl TestData {
         }
     }
 
-    fn reduced(&self, index: impl Fn(usize) -> usize) -> Value {
-        let mut acc = self.contribution(0, index(0));
-        for r in 1..self.nranks {
-            acc = self.combine(acc, self.contribution(r, index(r)));
+    /// `rank`'s contribution at `index` to a `PreMulSum` call whose ranks passed
+    /// [`TestData::premul_scalar`]: the input times the rank's scalar, wrapping for
+    /// integers; exact for floats (the scalars are powers of two).
+    fn premul_contribution(&self, rank: usize, index: usize) -> Value {
+        match (self.input(rank, index), self.premul_value(rank)) {
+            (Value::Int(x), Value::Int(s)) => {
+                Value::Int(self.normalize(self.normalize(x).wrapping_mul(self.normalize(s))))
+            }
+            (Value::Float(x), Value::Float(s)) => Value::Float(x * s),
+            (v, _) => v,
         }
-        self.finish(acc)
+    }
+
+    fn reduced(&self, index: impl Fn(usize) -> usize, premul: bool) -> Value {
+        let contribution = |r: usize| {
+            if premul {
+                self.premul_contribution(r, index(r))
+            } else {
+                self.contribution(r, index(r))
+            }
+        };
+        let mut acc = contribution(0);
+        for r in 1..self.nranks {
+            acc = self.combine(acc, contribution(r));
+        }
+        if premul { acc } else { self.finish(acc) }
+    }
+
+    /// `rank`'s scalar in a `PreMulSum` test of this data, widened. Integers: a different
+    /// odd value per rank and seed, negative ones too for signed types (products wrap).
+    /// Floats: positive powers of two (1/4 to 2), so each product is exact and sums round
+    /// no more than `Sum`'s; for fp8 the same 1/2 on every rank, so that every partial sum
+    /// stays exact in any order (see [`TestData::fp8_input`]'s sum budget).
+    fn premul_value(&self, rank: usize) -> Value {
+        let r = splitmix(self.seed ^ 0x5ca1_ab1e ^ rank as u64);
+        if !self.is_float() {
+            return Value::Int(self.normalize(r | 1));
+        }
+        if self.dtype.is_fp8() {
+            return Value::Float(0.5);
+        }
+        Value::Float([0.25, 0.5, 1.0, 2.0][(r % 4) as usize])
+    }
+
+    /// `rank`'s scalar for a `PreMulSum` test of this data (whose `op` must be `Sum`: its
+    /// inputs are `Sum`'s), as the bits of one element of `dtype` in the low bytes of a
+    /// `u64`, as NCCL's `ncclScalarHostImmediate` reads them (the same bytes, in memory
+    /// order, are what a device-resident scalar holds: `to_ne_bytes()[..size]`).
+    pub fn premul_scalar(&self, rank: usize) -> u64 {
+        let mut bytes = [0u8; 8];
+        self.encode(self.premul_value(rank), &mut bytes[..self.esize()]);
+        u64::from_ne_bytes(bytes)
+    }
+
+    /// [`TestData::count_wrong`] for a `PreMulSum` call in which every rank `r` passed
+    /// [`TestData::premul_scalar`]`(r)`: `out[i] = sum over ranks of scalar_r * in(r, i)`
+    /// (reduce-scatter, reduce: the same, on their elements). `op` must be `Sum`.
+    pub fn count_wrong_premul_sum(
+        &self,
+        expect: Expect,
+        rank: usize,
+        count: usize,
+        out: &[u8],
+    ) -> usize {
+        assert_eq!(
+            self.op,
+            RedOp::Sum,
+            "PreMulSum data is Sum's data with scalars: build the TestData with RedOp::Sum"
+        );
+        let esize = self.esize();
+        let wrong = AtomicUsize::new(0);
+        on_every_cpu(out, esize, |start, part| {
+            let n = self.count_wrong_from(expect, rank, count, start, part, true);
+            wrong.fetch_add(n, Ordering::Relaxed);
+        });
+        wrong.into_inner()
     }
 
     /// Fills `buf` with what `rank` contributes at element indices `first..`, on every CPU
@@ -319,13 +389,21 @@ impl TestData {
 
     /// The expected output element `i` of `rank` for `expect` (`count` as in NCCL's API);
     /// `None` where nothing is defined (non-root ranks of a reduce).
-    fn expected(&self, expect: Expect, rank: usize, count: usize, i: usize) -> Option<Value> {
+    /// With `premul`, the reductions are `PreMulSum`'s (see [`TestData::premul_scalar`]).
+    fn expected(
+        &self,
+        expect: Expect,
+        rank: usize,
+        count: usize,
+        i: usize,
+        premul: bool,
+    ) -> Option<Value> {
         Some(match expect {
-            Expect::AllReduce => self.reduced(|_| i),
-            Expect::ReduceScatter => self.reduced(|_| rank * count + i),
+            Expect::AllReduce => self.reduced(|_| i, premul),
+            Expect::ReduceScatter => self.reduced(|_| rank * count + i, premul),
             Expect::AllGather => self.input(i / count.max(1), i % count.max(1)),
             Expect::Broadcast { root } => self.input(root, i),
-            Expect::Reduce { root } if root == rank => self.reduced(|_| i),
+            Expect::Reduce { root } if root == rank => self.reduced(|_| i, premul),
             Expect::Reduce { .. } => return None,
             Expect::Recv { from } => self.input(from, i),
         })
@@ -361,13 +439,14 @@ impl TestData {
         let esize = self.esize();
         let wrong = AtomicUsize::new(0);
         on_every_cpu(out, esize, |start, part| {
-            let n = self.count_wrong_from(expect, rank, count, start, part);
+            let n = self.count_wrong_from(expect, rank, count, start, part, false);
             wrong.fetch_add(n, Ordering::Relaxed);
         });
         wrong.into_inner()
     }
 
-    /// [`TestData::count_wrong`] of the elements `first..` of the output, in `out`.
+    /// [`TestData::count_wrong`] of the elements `first..` of the output, in `out`; with
+    /// `premul`, [`TestData::count_wrong_premul_sum`]'s.
     fn count_wrong_from(
         &self,
         expect: Expect,
@@ -375,13 +454,14 @@ impl TestData {
         count: usize,
         first: usize,
         out: &[u8],
+        premul: bool,
     ) -> usize {
         let esize = self.esize();
         let tol = self.tolerance();
         let mut wrong = 0usize;
         for (k, chunk) in out.chunks_exact(esize).enumerate() {
             let i = first + k;
-            let Some(want) = self.expected(expect, rank, count, i) else {
+            let Some(want) = self.expected(expect, rank, count, i, premul) else {
                 continue;
             };
             // Round the expectation to the type first: that is what a correct result holds.
@@ -491,6 +571,65 @@ mod test {
         assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 0);
         out[7] ^= 1;
         assert_eq!(d.count_wrong(Expect::AllReduce, 1, 5, &out), 1);
+    }
+
+    /// PreMulSum's reference: each rank's input times its own scalar, summed; checked
+    /// against products and sums computed here for an integer and a float type.
+    #[test]
+    fn premul_sum_reference_multiplies_each_ranks_input_by_its_scalar() {
+        for dtype in [DataType::Int32, DataType::Float32] {
+            let d = TestData {
+                dtype,
+                op: RedOp::Sum,
+                seed: 11,
+                nranks: 3,
+            };
+            let count = 64;
+            let mut bufs = vec![vec![0u8; 4 * count]; 3];
+            for (r, b) in bufs.iter_mut().enumerate() {
+                d.fill(r, 0, b);
+            }
+            let scalars: Vec<[u8; 4]> = (0..3)
+                .map(|r| d.premul_scalar(r).to_ne_bytes()[..4].try_into().unwrap())
+                .collect();
+            let mut out = vec![0u8; 4 * count];
+            for i in 0..count {
+                let elem = |r: usize| -> [u8; 4] { bufs[r][4 * i..4 * i + 4].try_into().unwrap() };
+                let v = if dtype == DataType::Int32 {
+                    let s = (0..3).fold(0i32, |acc, r| {
+                        acc.wrapping_add(
+                            i32::from_ne_bytes(elem(r))
+                                .wrapping_mul(i32::from_ne_bytes(scalars[r])),
+                        )
+                    });
+                    s.to_ne_bytes()
+                } else {
+                    let s = (0..3).fold(0f32, |acc, r| {
+                        acc + f32::from_ne_bytes(elem(r)) * f32::from_ne_bytes(scalars[r])
+                    });
+                    s.to_ne_bytes()
+                };
+                out[4 * i..4 * i + 4].copy_from_slice(&v);
+            }
+            assert_eq!(
+                d.count_wrong_premul_sum(Expect::AllReduce, 0, count, &out),
+                0
+            );
+            // The plain sum is not the answer (the scalars are not all 1).
+            assert!(
+                d.count_wrong(Expect::AllReduce, 0, count, &out) > 0,
+                "{dtype}"
+            );
+            out[9] ^= 0x10;
+            assert_eq!(
+                d.count_wrong_premul_sum(Expect::AllReduce, 0, count, &out),
+                1
+            );
+            // Integer scalars differ between ranks.
+            if dtype == DataType::Int32 {
+                assert_ne!(scalars[0], scalars[1]);
+            }
+        }
     }
 
     #[test]

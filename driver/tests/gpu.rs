@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use weft::bootstrap::{BootstrapOptions, BootstrapRoot, UniqueId};
 use weft::comm::CommOptions;
 use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
-use weft::gpu::{GpuComm, GpuError, GpuP2p};
+use weft::gpu::{GpuComm, GpuError, GpuP2p, GpuRedOp, PreMulScalar};
 use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_core::algo::GpuAlgo;
@@ -134,6 +134,20 @@ struct Case {
     count: usize,
     in_place: bool,
     seed: u64,
+    /// `Some`: a `PreMulSum` call (`op` is then `Sum`, whose data it uses), each rank with
+    /// its own scalar (`TestData::premul_scalar`), passed this way.
+    premul: Option<ScalarAt>,
+}
+
+/// Where a `PreMulSum` test passes its scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScalarAt {
+    /// `PreMulScalar::Immediate`.
+    Host,
+    /// `PreMulScalar::Device`: written to device memory before the call; consecutive cases
+    /// change the value at the same address, so a kernel that read it at any other time
+    /// than its own run would be caught.
+    Device,
 }
 
 fn cases(nranks: usize) -> Vec<Case> {
@@ -153,6 +167,7 @@ fn cases(nranks: usize) -> Vec<Case> {
                         count,
                         in_place,
                         seed,
+                        premul: None,
                     });
                 };
                 for &op in RedOp::ALL {
@@ -173,6 +188,8 @@ fn cases(nranks: usize) -> Vec<Case> {
 struct Buffers {
     send: DeviceBuffer,
     recv: DeviceBuffer,
+    /// A `PreMulSum` call's device-resident scalar (one element of any type).
+    scalar: DeviceBuffer,
 }
 
 impl Buffers {
@@ -181,6 +198,7 @@ impl Buffers {
         Buffers {
             send: DeviceBuffer::alloc(ctx, bytes).unwrap(),
             recv: DeviceBuffer::alloc(ctx, bytes).unwrap(),
+            scalar: DeviceBuffer::alloc(ctx, 8).unwrap(),
         }
     }
 }
@@ -234,7 +252,21 @@ fn run_case(
     } else {
         b.send.ptr()
     };
-    // SAFETY: both buffers hold the call's input and output and outlive the synchronize.
+    let op = match c.premul {
+        None => GpuRedOp::Builtin(c.op),
+        Some(ScalarAt::Host) => {
+            GpuRedOp::PreMulSum(PreMulScalar::Immediate(data.premul_scalar(rank)))
+        }
+        Some(ScalarAt::Device) => {
+            // The previous call has finished (synchronized): the new value may replace it.
+            b.scalar
+                .copy_from_host(&data.premul_scalar(rank).to_ne_bytes())
+                .unwrap();
+            GpuRedOp::PreMulSum(PreMulScalar::Device(b.scalar.ptr()))
+        }
+    };
+    // SAFETY: both buffers (and the scalar's) hold the call's input, output and scalar and
+    // outlive the synchronize.
     unsafe {
         comm.collective(
             c.coll,
@@ -242,7 +274,7 @@ fn run_case(
             b.recv.ptr() + out_at as u64,
             c.count,
             c.dtype,
-            c.op,
+            op,
             stream,
         )
     }
@@ -251,7 +283,11 @@ fn run_case(
         .unwrap_or_else(|e| panic!("rank {rank}: {c:?}: {e}"));
     b.recv.copy_to_host(&mut host).unwrap();
     let out = &host[out_at..out_at + out_elems * esize];
-    data.count_wrong(Expect::from(c.coll), rank, c.count, out)
+    if c.premul.is_some() {
+        data.count_wrong_premul_sum(Expect::from(c.coll), rank, c.count, out)
+    } else {
+        data.count_wrong(Expect::from(c.coll), rank, c.count, out)
+    }
 }
 
 fn every_collective_on(nranks: usize) {
@@ -1029,6 +1065,7 @@ fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
                             count,
                             in_place,
                             seed,
+                            premul: None,
                         });
                     }
                 }
@@ -1053,6 +1090,7 @@ fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
                 count: per_rank / dtype.size_of_elem() - 3,
                 in_place: false,
                 seed,
+                premul: None,
             });
         }
     }
@@ -1143,6 +1181,7 @@ fn nvls_unicast_collectives_mixed_on_one_communicator() {
         count: 65_536 + 3,
         in_place: false,
         seed,
+        premul: None,
     };
     let mut calls: Vec<Case> = (0..8)
         .map(|i| case(Collective::AllGather, 3000 + i))
@@ -1237,4 +1276,156 @@ fn peer_algorithms_name_a_rank_that_skips_a_call() {
         );
         eprintln!("{algo}: rank 0 gave up after {took:?}: {text}");
     }
+}
+
+/// `PreMulSum` cases for the collectives `colls`: every type, in and out of place, the
+/// scalar on the host and on the device, each rank with its own scalar.
+fn premul_cases(colls: &[Collective]) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut seed = 5000u64;
+    for &dtype in DataType::ALL {
+        for count in [1usize, 7, 1000, 65_536 + 3] {
+            for in_place in [false, true] {
+                for &coll in colls {
+                    for at in [ScalarAt::Host, ScalarAt::Device] {
+                        seed += 1;
+                        out.push(Case {
+                            coll,
+                            dtype,
+                            op: RedOp::Sum,
+                            count,
+                            in_place,
+                            seed,
+                            premul: Some(at),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every `PreMulSum` case of `colls` under `settings`, every element checked against
+/// `sum over ranks of scalar_r * in_r`.
+fn premul_sum_with(
+    nranks: usize,
+    settings: Settings,
+    colls: &'static [Collective],
+    what: &'static str,
+) {
+    let cases = premul_cases(colls);
+    let total = cases.len();
+    let started = Instant::now();
+    let wrong = run_ranks_with(
+        nranks,
+        Duration::from_secs(60),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let biggest = cases
+                .iter()
+                .map(|c| c.count * nranks * c.dtype.size_of_elem())
+                .max()
+                .unwrap_or(0);
+            let buffers = Buffers::new(&comm, biggest);
+            prepare(&mut comm);
+            let mut failures = Vec::new();
+            let mut skipped = 0usize;
+            for c in &cases {
+                if !comm.can_reduce(c.dtype) {
+                    skipped += 1;
+                    continue;
+                }
+                let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
+                if w > 0 {
+                    failures.push(format!("rank {rank}: {what}: {c:?}: {w} wrong"));
+                }
+            }
+            comm.finalize().unwrap();
+            (failures, skipped)
+        },
+    );
+    let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
+    let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
+    eprintln!(
+        "PreMulSum, {what}, {nranks} rank(s): {total} calls per rank ({skipped} fp8 skipped), \
+         {} failed, {:.1} s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const RING_REDUCTIONS: &[Collective] = &[
+    Collective::AllReduce,
+    Collective::ReduceScatter,
+    Collective::Reduce { root: 0 },
+];
+
+#[test]
+fn premul_sum_on_one_gpu() {
+    if gpus().is_none() {
+        return;
+    }
+    premul_sum_with(1, Settings::default(), RING_REDUCTIONS, "ring of one");
+}
+
+#[test]
+fn premul_sum_ring_simple_and_ll() {
+    let Some(nranks) = multi_ranks() else { return };
+    premul_sum_with(nranks, Settings::default(), RING_REDUCTIONS, "ring SIMPLE");
+    premul_sum_with(nranks, Settings::LL, RING_REDUCTIONS, "ring LL");
+}
+
+#[test]
+fn premul_sum_peer_algorithms() {
+    assert!(
+        std::env::var("WEFT_NVLS").is_err(),
+        "WEFT_NVLS is set: no test may opt in to NVLink multicast"
+    );
+    let Some(nranks) = multi_ranks() else { return };
+    const ALL_REDUCE: &[Collective] = &[Collective::AllReduce];
+    const NVLS: &[Collective] = &[Collective::AllReduce, Collective::ReduceScatter];
+    premul_sum_with(
+        nranks,
+        Settings::algo(GpuAlgo::OneShot),
+        ALL_REDUCE,
+        "one-shot",
+    );
+    premul_sum_with(
+        nranks,
+        Settings::algo(GpuAlgo::TwoShot),
+        ALL_REDUCE,
+        "two-shot",
+    );
+    premul_sum_with(nranks, Settings::algo(GpuAlgo::Nvls), NVLS, "NVLS unicast");
+}
+
+/// A null device scalar is refused before anything is launched, naming the fault.
+#[test]
+fn premul_sum_refuses_a_null_device_scalar() {
+    if gpus().is_none() {
+        return;
+    }
+    let errs = run_ranks(1, Duration::from_secs(30), |_, mut comm| {
+        let stream = Stream::new(comm.context()).unwrap();
+        let b = Buffers::new(&comm, 64);
+        // SAFETY: refused before any launch; the buffers are valid anyway.
+        let r = unsafe {
+            comm.collective(
+                Collective::AllReduce,
+                b.send.ptr(),
+                b.recv.ptr(),
+                4,
+                DataType::Float32,
+                GpuRedOp::PreMulSum(PreMulScalar::Device(0)),
+                &stream,
+            )
+        };
+        comm.finalize().unwrap();
+        r.map_err(|e| e.to_string())
+    });
+    let e = errs[0].clone().unwrap_err();
+    assert!(e.contains("null"), "{e}");
 }

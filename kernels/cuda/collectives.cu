@@ -165,8 +165,7 @@ __device__ __forceinline__ void reduce_copy(const Reduction<T, OP>& red, const T
 // A plain copy of bytes (point-to-point): src to out.
 __device__ __forceinline__ void copy_bytes(const u8* src, u8* out, u64 n, bool src_is_fifo) {
   Reduction<u8, OP_SUM> copy;
-  copy.avg_scale = 0;
-  copy.nranks = 1;
+  copy.init(0, 0, 1);
   if (src_is_fifo)
     reduce_copy_of<u8, OP_SUM, false, false, true, false, false>(copy, nullptr, src, out, nullptr, n);
   else
@@ -347,8 +346,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
   if (stop) return;
 
   Reduction<T, OP> red;
-  red.avg_scale = *(const T*)&w.red_op_arg;
-  red.nranks = nranks;
+  red.init(w.red_op_arg, w.red_op_flags, nranks);
   const bool reduces = w.coll == COLL_ALL_REDUCE || w.coll == COLL_REDUCE_SCATTER || w.coll == COLL_REDUCE;
   RingProgram prog;
   prog.init(w.coll, w.root, w.count, sizeof(T), w.chunk_size / sizeof(T), w.channel_count,

@@ -80,9 +80,10 @@ __device__ void copy_elems(const T* src, T* dst, u64 n) {
     dst[i] = VOLATILE_SRC ? load_volatile_elem(src + i) : src[i];
 }
 
-// out[i] = finish(pre(win_0[i]) OP ... OP pre(win_{n-1}[i])) for `len` elements at element
-// offset `off` of every rank's window; with `scatter_back`, the result is also stored into
-// every rank's window at the same place (two-shot's all-gather).
+// out[i] = finish(win_0[i] OP ... OP win_{n-1}[i]) for `len` elements at element offset
+// `off` of every rank's window (each rank pre-multiplied its own input on the way in:
+// pre_copy); with `scatter_back`, the result is also stored into every rank's window at the
+// same place (two-shot's all-gather).
 template <int OP>
 __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work& w, int nranks,
                                u64 off, u64 len, T* out, bool scatter_back) {
@@ -97,13 +98,11 @@ __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work
   for (u64 p = threadIdx.x; p < npacks; p += DTHREADS) {
     Pack acc;
     acc.v = load_volatile16((const T*)w.peer_data[0] + off + p * PER_PACK);
-#pragma unroll
-    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.pre(acc.e[j]);
     for (int r = 1; r < nranks; r++) {
       Pack x;
       x.v = load_volatile16((const T*)w.peer_data[r] + off + p * PER_PACK);
 #pragma unroll
-      for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], red.pre(x.e[j]));
+      for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], x.e[j]);
     }
 #pragma unroll
     for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.finish(acc.e[j]);
@@ -116,9 +115,9 @@ __device__ void reduce_windows(const Reduction<T, OP>& red, const weft_peer_work
       for (int r = 0; r < nranks; r++) ((uint4*)((T*)w.peer_data[r] + off))[p] = acc.v;
   }
   for (u64 i = npacks * PER_PACK + threadIdx.x; i < len; i += DTHREADS) {
-    T v = red.pre(load_volatile_elem((const T*)w.peer_data[0] + off + i));
+    T v = load_volatile_elem((const T*)w.peer_data[0] + off + i);
     for (int r = 1; r < nranks; r++)
-      v = red.combine(v, red.pre(load_volatile_elem((const T*)w.peer_data[r] + off + i)));
+      v = red.combine(v, load_volatile_elem((const T*)w.peer_data[r] + off + i));
     v = red.finish(v);
     if (out != nullptr) out[i] = v;
     if (scatter_back)
@@ -143,8 +142,7 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
   b.fault = (weft_kernel_fault*)comm->fault;
   b.fault_index = blockIdx.x;
   Reduction<T, OP> red;
-  red.avg_scale = *(const T*)&w.red_op_arg;
-  red.nranks = (u64)nranks;
+  red.init(w.red_op_arg, w.red_op_flags, (u64)nranks);
   u64* steps = (u64*)w.steps + c;
   u64 epoch = *steps;
   const T* in = (const T*)w.send_buff;
@@ -163,7 +161,7 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
     const u64 n = min_u64(slice_elems, part_len - done);
     const T* src = in + part_start + done;
     T* dst = out + part_start + done;
-    copy_elems<false>(src, mine, n);
+    pre_copy<T, OP>(red, src, mine, n, threadIdx.x, DTHREADS);
     __syncthreads();
     if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
     if (!two_shot) {

@@ -274,8 +274,7 @@ __device__ bool run_step_ll(const Block& b, const Reduction<T, OP>& red, u32 cha
 __device__ void p2p_ll(const Block& b, Fifo& fifo, bool send, u8* user, u64 len, u32 channel,
                        LlStop halt) {
   Reduction<u8, OP_SUM> copy;
-  copy.avg_scale = 0;
-  copy.nranks = 1;
+  copy.init(0, 0, 1);
   Slicing cut;
   cut.init(len, fifo.ll_step_lines * 4 / 16 * 16, 16);
   for (u64 s = 0; s < cut.n && len > 0; s++) {

@@ -124,8 +124,11 @@ __device__ void copy_part(const T* src, T* dst, u64 n, u32 tid, u32 nth) {
     dst[i] = VOLATILE_SRC ? load_volatile_elem(src + i) : src[i];
 }
 
-// Scatter: this rank's input chunks into its own scatter slot of each head.
-__device__ void scatter_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop) {
+// Scatter: this rank's input chunks into its own scatter slot of each head, pre-multiplied
+// (Avg, PreMulSum) with this rank's own factor (pre_copy says why here).
+template <int OP>
+__device__ void scatter_role(const Nvls& n, const Reduction<T, OP>& red, u32 tid, u32 nth,
+                             volatile int* stop) {
   const T* in = (const T*)n.w->send_buff;
   const u64 loops = nloops(n);
   for (u64 s = 0; s < loops; s++) {
@@ -147,7 +150,7 @@ __device__ void scatter_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop
       // Reduce-scatter: head h's output segment of the input.
       const u64 seg = n.coll == COLL_REDUCE_SCATTER ? (u64)head_rank * n.w->count : 0;
       T* slot = (T*)(n.w->peer_data[n.rank] + n.buffer(h, SCATTER, step));
-      copy_part<false>(in + seg + n.cstart + start, slot, len, tid, nth);
+      pre_copy<T, OP>(red, in + seg + n.cstart + start, slot, len, tid, nth);
       n.alias_fence();
       role_sync(1, nth);
       if (tid == 0) {
@@ -162,7 +165,8 @@ __device__ void scatter_role(const Nvls& n, u32 tid, u32 nth, volatile int* stop
   }
 }
 
-// The reduction of every rank's copy of the 16-byte pack at `off` (unicast form).
+// The reduction of every rank's copy of the 16-byte pack at `off` (unicast form); each rank
+// pre-multiplied its copy when it scattered it.
 template <int OP>
 __device__ __forceinline__ uint4 unicast_load_reduce(const Nvls& n, const Reduction<T, OP>& red,
                                                      u64 off) {
@@ -172,12 +176,10 @@ __device__ __forceinline__ uint4 unicast_load_reduce(const Nvls& n, const Reduct
     T e[PER_PACK];
   } acc, x;
   acc.v = load_volatile16((const void*)(n.w->peer_data[0] + off));
-#pragma unroll
-  for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.pre(acc.e[j]);
   for (int r = 1; r < n.nranks; r++) {
     x.v = load_volatile16((const void*)(n.w->peer_data[r] + off));
 #pragma unroll
-    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], red.pre(x.e[j]));
+    for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.combine(acc.e[j], x.e[j]);
   }
 #pragma unroll
   for (u64 j = 0; j < PER_PACK; j++) acc.e[j] = red.finish(acc.e[j]);
@@ -344,8 +346,7 @@ __device__ void nvls_collective(const weft_peer_work& w) {
   }
   __syncthreads();
   Reduction<T, OP> red;
-  red.avg_scale = *(const T*)&w.red_op_arg;
-  red.nranks = (u64)n.nranks;
+  red.init(w.red_op_arg, w.red_op_flags, (u64)n.nranks);
 
   // NCCL's warp split for a one-node NVLS all-reduce of 16 warps: reduce 7 warps up to 6
   // ranks, 5 beyond; the rest shared by scatter (the larger half) and gather.
@@ -356,7 +357,7 @@ __device__ void nvls_collective(const weft_peer_work& w) {
   const u32 warp = threadIdx.x / 32;
   const u32 lane = threadIdx.x % 32;
   if (warp < scatter_w) {
-    scatter_role(n, warp * 32 + lane, scatter_w * 32, &stop[0]);
+    scatter_role<OP>(n, red, warp * 32 + lane, scatter_w * 32, &stop[0]);
   } else if (warp < scatter_w + gather_w) {
     gather_role(n, (warp - scatter_w) * 32 + lane, gather_w * 32, &stop[1]);
   } else {

@@ -2,8 +2,10 @@
 // (driver/src/exec/reduce): integer sum and product wrap; float min/max are fmin/fmax
 // (a NaN operand yields the other, -0 < +0); half and bfloat16 compute in float and round
 // to nearest even; float Avg pre-multiplies each input by 1/nranks, integer Avg divides the
-// wrapped sum, truncating toward zero. Compiled with --fmad=false so that x*s + y is two
-// roundings, as on the CPU. fp8 computes through binary16 as NCCL does (see Fp8Elem).
+// wrapped sum, truncating toward zero. NCCL's PreMulSum runs on the Avg entries (see
+// Reduction): every type pre-multiplies by the user's scalar, integers wrapping, and nothing
+// is divided. Compiled with --fmad=false so that x*s + y is two roundings, as on the CPU.
+// fp8 computes through binary16 as NCCL does (see Fp8Elem).
 #ifndef WEFT_REDUCE_CUH
 #define WEFT_REDUCE_CUH
 
@@ -101,7 +103,7 @@ template <typename T> struct Elem;
       if (OP == OP_MIN) return y < x ? y : x;                                               \
       return y > x ? y : x;                                                                 \
     }                                                                                       \
-    __device__ static __forceinline__ T scale(T x, T) { return x; }                         \
+    __device__ static __forceinline__ T scale(T x, T s) { return (T)((U)x * (U)s); }        \
     __device__ static __forceinline__ T divide(T x, u64 n) {                                \
       bool negative = ((T)-1 < (T)0) && x < (T)0;                                           \
       U magnitude = negative ? (U)(0 - (U)x) : (U)x;                                        \
@@ -244,22 +246,79 @@ template <> struct Elem<e5m2_t> : Fp8Elem<e5m2_t, E5m2Cvt> {};
 #endif
 
 // One call's reduction: which op, the Avg factor (float) or divisor (integer).
+//
+// NCCL's PreMulSum (result = sum over ranks of scalar_r * x_r) runs on the OP_AVG entries,
+// not entries of its own: NVRTC compiles every entry of every module per data type at run
+// time, and float Avg already is "multiply each rank's own input by a factor, then sum".
+// What differs is chosen at run time from weft_coll_work.red_op_flags: WEFT_RED_OP_PREMUL
+// makes integers multiply too and skip Avg's final division; WEFT_RED_OP_ARG_DEVICE_PTR
+// says red_op_arg is the address of the factor (ncclScalarDevice), loaded here once per
+// thread when the kernel starts, so a value the stream wrote before the call is the one
+// used. Every Avg entry then pre-multiplies (integer Avg by one), and only the integer
+// finish tests `premul`, the same way in every thread. (Under LL, where pre and finish are
+// run-time choices in one loop, the integer Avg entries spill more registers than before:
+// 100 bytes for int32 on sm_90, against 8; SIMPLE's entries do not spill.)
 template <typename T, int OP> struct Reduction {
-  T avg_scale;  // float Avg: 1/nranks in T (weft_coll_work.red_op_arg's low bytes)
+  T avg_scale;  // float Avg: 1/nranks in T; PreMulSum: this rank's scalar
   u64 nranks;   // integer Avg: the divisor
+  bool premul;  // PreMulSum: integers pre-multiply, and no division follows
+
+  // Reads the operator's argument and flags of a launch (weft_coll_work or
+  // weft_peer_work), for a communicator of `n` ranks.
+  __device__ __forceinline__ void init(u64 red_op_arg, u32 red_op_flags, u64 n) {
+    if (red_op_flags & WEFT_RED_OP_ARG_DEVICE_PTR)
+      avg_scale = *(const T*)red_op_arg;
+    else
+      avg_scale = *(const T*)&red_op_arg;
+    nranks = n;
+    premul = (red_op_flags & WEFT_RED_OP_PREMUL) != 0;
+    // Integer Avg multiplies by one: pre() then has no test of `premul` (its bytes: 1 in
+    // the low byte, the little-endian 1 of every integer width).
+    if (!Elem<T>::is_float && !premul) {
+      u64 one = 1;
+      avg_scale = *(const T*)&one;
+    }
+  }
 
   // What a rank's own input becomes when it enters the reduction.
   __device__ __forceinline__ T pre(T x) const {
-    if (OP == OP_AVG && Elem<T>::is_float) return Elem<T>::scale(x, avg_scale);
+    if (OP == OP_AVG) return Elem<T>::scale(x, avg_scale);
     return x;
   }
   __device__ __forceinline__ T combine(T x, T y) const { return Elem<T>::template apply<OP>(x, y); }
   // Applied once by the step that completes a result.
   __device__ __forceinline__ T finish(T x) const {
-    if (OP == OP_AVG && !Elem<T>::is_float) return Elem<T>::divide(x, nranks);
+    if (OP == OP_AVG && !Elem<T>::is_float && !premul) return Elem<T>::divide(x, nranks);
     return x;
   }
 };
+
+// dst[i] = red.pre(src[i]) for n elements, thread `tid` of `nth`: how the peer-pointer
+// algorithms (direct.cu, nvls.cu) put this rank's input where the others read it. The
+// pre-multiplication happens here, by the rank that owns the input, because PreMulSum's
+// scalar may differ between ranks: a rank that reduces its peers' data must not apply its
+// own scalar to them. Operators without one copy 16-byte packs untouched.
+template <typename T, int OP>
+__device__ __forceinline__ void pre_copy(const Reduction<T, OP>& red, const T* src, T* dst, u64 n,
+                                         u32 tid, u32 nth) {
+  constexpr u64 PER_PACK = 16 / sizeof(T);
+  union Pack {
+    uint4 v;
+    T e[PER_PACK];
+  };
+  const bool aligned = (((uintptr_t)src | (uintptr_t)dst) & 15) == 0;
+  const u64 npacks = aligned ? n / PER_PACK : 0;
+  for (u64 p = tid; p < npacks; p += nth) {
+    Pack x;
+    x.v = ((const uint4*)src)[p];
+    if (OP == OP_AVG) {
+#pragma unroll
+      for (u64 j = 0; j < PER_PACK; j++) x.e[j] = red.pre(x.e[j]);
+    }
+    ((uint4*)dst)[p] = x.v;
+  }
+  for (u64 i = npacks * PER_PACK + tid; i < n; i += nth) dst[i] = red.pre(src[i]);
+}
 
 }  // namespace weft
 

@@ -131,7 +131,7 @@ typedef enum {
     ncclMax = 2,
     ncclMin = 3,
     ncclAvg = 4,
-    /* Built-in operators; ncclRedOpCreatePreMulSum's would follow. */
+    /* Built-in operators; ncclRedOpCreatePreMulSum's values follow. */
     ncclNumOps = 5,
     /* Keeps the enumeration as wide as an int. */
     ncclMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(ncclRedOp_dummy_t))

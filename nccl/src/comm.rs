@@ -14,6 +14,7 @@ use weft_core::abi::DataType;
 
 use crate::config::CommSettings;
 use crate::debug;
+use crate::redop::UserRedOps;
 use crate::result::{
     ApiError, NCCL_IN_PROGRESS, NCCL_INVALID_USAGE, NCCL_REMOTE_ERROR, NCCL_SUCCESS,
     NCCL_UNHANDLED_CUDA_ERROR, NcclResult,
@@ -48,6 +49,9 @@ pub struct Comm {
     /// The asynchronous error `ncclCommGetAsyncError` last made the last error: a caller
     /// polling it (PyTorch's watchdog does, every few ms) records it once, not per poll.
     async_reported: Mutex<Option<String>>,
+    /// Operators from `ncclRedOpCreatePreMulSum` on this communicator. Apart from `state`,
+    /// so that creating or using one never waits for a call holding the GPU communicator.
+    user_ops: Mutex<UserRedOps>,
 }
 
 impl Comm {
@@ -61,7 +65,14 @@ impl Comm {
             state: Mutex::new(CommState::Pending),
             abort: OnceLock::new(),
             async_reported: Mutex::new(None),
+            user_ops: Mutex::new(UserRedOps::default()),
         }
+    }
+
+    /// This communicator's `PreMulSum` operators.
+    pub fn user_ops(&self) -> MutexGuard<'_, UserRedOps> {
+        // A panic while holding it was caught at the boundary; the table itself is whole.
+        self.user_ops.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Makes `text` the last error unless this communicator's poll already did.

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft::bootstrap::UniqueId;
-use weft::gpu::GpuP2p;
-use weft_core::abi::{DataType, RedOp};
+use weft::gpu::{GpuP2p, GpuRedOp};
+use weft_core::abi::DataType;
 use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
 
@@ -33,7 +33,10 @@ pub enum Call {
         recv: u64,
         count: usize,
         dtype: DataType,
-        op: RedOp,
+        /// A built-in operator, or a `PreMulSum` resolved when the call was made (its
+        /// scalar or the scalar's address copied: destroying the operator before the
+        /// group ends does not change a queued call).
+        op: GpuRedOp,
         stream: usize,
     },
     P2p {

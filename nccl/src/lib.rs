@@ -8,6 +8,7 @@
 //! - [`entry`]: the exported functions, each inside [`boundary`] (no panic crosses into C).
 //! - [`issue`] and [`group`]: calls queued in groups, issued at the outermost end.
 //! - [`comm`]: the communicator behind a handle, and the handle registry.
+//! - [`redop`]: each communicator's `PreMulSum` operators (`ncclRedOpCreatePreMulSum`).
 //! - [`config`], [`types`], [`result`]: `ncclConfig_t`, data types and operators,
 //!   result codes: the pure mappings, unit-tested here.
 //! - [`debug`]: `NCCL_DEBUG` lines in NCCL's format.
@@ -19,6 +20,7 @@ pub mod debug;
 pub mod entry;
 pub mod group;
 pub mod issue;
+pub mod redop;
 pub mod result;
 pub mod types;
 

@@ -22,8 +22,8 @@ pub fn data_type(value: i32) -> Result<DataType, ApiError> {
         })
 }
 
-/// `ncclRedOp_t` -> weft's. Operators from `ncclRedOpCreatePreMulSum` (>= ncclNumOps)
-/// never exist in weft, which cannot create them: they are invalid here.
+/// A built-in `ncclRedOp_t` -> weft's. Operators from `ncclRedOpCreatePreMulSum`
+/// (>= ncclNumOps) belong to a communicator: [`crate::redop::UserRedOps::resolve`].
 pub fn red_op(value: i32) -> Result<RedOp, ApiError> {
     u32::try_from(value)
         .ok()

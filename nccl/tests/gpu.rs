@@ -13,14 +13,18 @@ use std::sync::Arc;
 use nccl::entry::calls::*;
 use nccl::entry::info::*;
 use nccl::entry::lifecycle::*;
+use nccl::entry::memory::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use nccl::entry::{NcclComm, NcclUniqueId};
-use nccl::result::NCCL_SUCCESS;
+use nccl::result::{NCCL_INVALID_ARGUMENT, NCCL_SUCCESS};
 use weft_cuda::{Context, Device, DeviceBuffer, Stream};
 
 const INT32: c_int = 2;
 const FLOAT32: c_int = 7;
 const SUM: c_int = 0;
 const MAX: c_int = 2;
+/// `ncclScalarResidence_t`.
+const SCALAR_DEVICE: c_int = 0;
+const SCALAR_HOST_IMMEDIATE: c_int = 1;
 
 /// A skip, or with WEFT_REQUIRE_GPU=1 (set by scripts/nccl-tests.sh on the GPU machine) a
 /// failure: a skipped test counts as passed, and a GPU run must not pass by skipping.
@@ -337,6 +341,244 @@ fn in_place_on(ranks: &[Rank]) {
     );
 }
 
+/// `ncclRedOpCreatePreMulSum` through the exports: each rank with its own scalar, an int32
+/// operator with host-immediate scalars (all-reduce out of place, reduce at the last rank)
+/// and a float32 one with device scalars written after the operator was created (the
+/// kernel reads them when it runs; reduce-scatter in place, all-reduce in place), all in
+/// one group; then the refusals: another type, another rank's communicator, after destroy.
+fn premul_sum_on(ranks: &[Rank]) {
+    let n = ranks.len();
+    let count = 3_001usize;
+    let inputs: Vec<Vec<i32>> = (0..n).map(|r| input(r, count * n, 3)).collect();
+    // Different per rank: odd integers, some negative; powers of two for floats (exact).
+    let int_scalar = |r: usize| {
+        if r % 2 == 1 {
+            -(r as i32) - 2
+        } else {
+            r as i32 + 3
+        }
+    };
+    let float_scalar = |r: usize| [0.5f32, 2.0, 0.25, 4.0][r % 4];
+    let mut int_ops = vec![0 as c_int; n];
+    let mut float_ops = vec![0 as c_int; n];
+    let scalars: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(4)).collect();
+    for (r, rank) in ranks.iter().enumerate() {
+        let mut s = int_scalar(r);
+        // SAFETY: a valid out-pointer; the host scalar is read now.
+        ok(
+            unsafe {
+                ncclRedOpCreatePreMulSum(
+                    &mut int_ops[r],
+                    (&mut s as *mut i32).cast(),
+                    INT32,
+                    SCALAR_HOST_IMMEDIATE,
+                    rank.comm,
+                )
+            },
+            "ncclRedOpCreatePreMulSum (int32, host)",
+        );
+        // SAFETY: a valid out-pointer; the device scalar is only recorded.
+        ok(
+            unsafe {
+                ncclRedOpCreatePreMulSum(
+                    &mut float_ops[r],
+                    scalars[r].ptr() as *mut c_void,
+                    FLOAT32,
+                    SCALAR_DEVICE,
+                    rank.comm,
+                )
+            },
+            "ncclRedOpCreatePreMulSum (float32, device)",
+        );
+        assert!(
+            int_ops[r] >= 5 && float_ops[r] >= 5,
+            "operators follow ncclNumOps"
+        );
+        // After creation: the value the kernels must see.
+        upload_i32(&scalars[r], &[float_scalar(r).to_bits() as i32]);
+    }
+    let send: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let ar: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let rd: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let rs: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * n * 4)).collect();
+    let arf: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let as_f32 =
+        |v: &[i32]| -> Vec<i32> { v.iter().map(|&x| (x as f32).to_bits() as i32).collect() };
+    for r in 0..n {
+        upload_i32(&send[r], &inputs[r][..count]);
+        upload_i32(&rs[r], &as_f32(&inputs[r]));
+        upload_i32(&arf[r], &as_f32(&inputs[r][..count]));
+    }
+    let at = |b: &DeviceBuffer, elems: usize| (b.ptr() + (elems * 4) as u64) as *mut c_void;
+    let root = n - 1;
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (c, s) = (rank.comm, rank.s());
+        ok(
+            ncclAllReduce(
+                at(&send[r], 0),
+                at(&ar[r], 0),
+                count,
+                INT32,
+                int_ops[r],
+                c,
+                s,
+            ),
+            "ncclAllReduce (PreMulSum int32)",
+        );
+        ok(
+            ncclReduce(
+                at(&send[r], 0),
+                at(&rd[r], 0),
+                count,
+                INT32,
+                int_ops[r],
+                root as c_int,
+                c,
+                s,
+            ),
+            "ncclReduce (PreMulSum int32)",
+        );
+        ok(
+            ncclReduceScatter(
+                at(&rs[r], 0),
+                at(&rs[r], r * count),
+                count,
+                FLOAT32,
+                float_ops[r],
+                c,
+                s,
+            ),
+            "ncclReduceScatter in place (PreMulSum float32, device scalar)",
+        );
+        ok(
+            ncclAllReduce(
+                at(&arf[r], 0),
+                at(&arf[r], 0),
+                count,
+                FLOAT32,
+                float_ops[r],
+                c,
+                s,
+            ),
+            "ncclAllReduce in place (PreMulSum float32, device scalar)",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (PreMulSum)");
+    for rank in ranks {
+        rank.stream.synchronize().expect("stream");
+    }
+    let int_want: Vec<i32> = (0..count)
+        .map(|i| {
+            (0..n).fold(0i32, |acc, r| {
+                acc.wrapping_add(inputs[r][i].wrapping_mul(int_scalar(r)))
+            })
+        })
+        .collect();
+    let float_want = |b: usize| -> Vec<i32> {
+        (0..count)
+            .map(|i| {
+                let v: f32 = (0..n)
+                    .map(|r| inputs[r][b * count + i] as f32 * float_scalar(r))
+                    .sum();
+                v.to_bits() as i32
+            })
+            .collect()
+    };
+    for r in 0..n {
+        assert_eq!(
+            download_i32(&ar[r], count),
+            int_want,
+            "PreMulSum all-reduce, rank {r}"
+        );
+        let got = download_i32(&rs[r], count * n);
+        assert_eq!(
+            got[r * count..(r + 1) * count].to_vec(),
+            float_want(r),
+            "PreMulSum reduce-scatter in place, rank {r}"
+        );
+        assert_eq!(
+            download_i32(&arf[r], count),
+            float_want(0),
+            "PreMulSum all-reduce in place, rank {r}"
+        );
+    }
+    assert_eq!(
+        download_i32(&rd[root], count),
+        int_want,
+        "PreMulSum reduce at {root}"
+    );
+
+    // Refusals, outside a group so that each call returns its own error.
+    let (c0, s0) = (ranks[0].comm, ranks[0].s());
+    let refused = |rc: i32, what: &str, needle: &str| {
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT, "{what} returned {rc}");
+        let e = nccl::boundary::last_error();
+        assert!(e.contains(needle), "{what}: {e}");
+    };
+    refused(
+        ncclAllReduce(
+            at(&arf[0], 0),
+            at(&arf[0], 0),
+            count,
+            FLOAT32,
+            int_ops[0],
+            c0,
+            s0,
+        ),
+        "an int32 operator on float32 data",
+        "created for",
+    );
+    if n > 1 {
+        refused(
+            ncclAllReduce(
+                at(&ar[0], 0),
+                at(&ar[0], 0),
+                count,
+                INT32,
+                int_ops[1],
+                c0,
+                s0,
+            ),
+            "rank 1's operator on rank 0's communicator",
+            "unknown to this communicator",
+        );
+        refused(
+            ncclRedOpDestroy(int_ops[1], c0),
+            "destroying rank 1's operator on rank 0's communicator",
+            "unknown to this communicator",
+        );
+    }
+    for (r, rank) in ranks.iter().enumerate() {
+        ok(
+            ncclRedOpDestroy(int_ops[r], rank.comm),
+            "ncclRedOpDestroy (int32)",
+        );
+        ok(
+            ncclRedOpDestroy(float_ops[r], rank.comm),
+            "ncclRedOpDestroy (float32)",
+        );
+    }
+    refused(
+        ncclAllReduce(
+            at(&ar[0], 0),
+            at(&ar[0], 0),
+            count,
+            INT32,
+            int_ops[0],
+            c0,
+            s0,
+        ),
+        "a destroyed operator",
+        "destroyed",
+    );
+    refused(
+        ncclRedOpDestroy(int_ops[0], c0),
+        "a second destroy",
+        "destroyed",
+    );
+}
+
 fn ranks_from(comms: Vec<NcclComm>, devices: &[usize]) -> Vec<Rank> {
     comms
         .into_iter()
@@ -389,6 +631,7 @@ fn every_call_through_comm_init_all() {
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
     in_place_on(&ranks);
+    premul_sum_on(&ranks);
     destroy(ranks);
 }
 
@@ -419,5 +662,6 @@ fn every_call_through_comm_init_rank_in_a_group() {
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
     in_place_on(&ranks);
+    premul_sum_on(&ranks);
     destroy(ranks);
 }

@@ -71,9 +71,10 @@ static_assert(WEFT_OK == 0 && WEFT_ERR_NULL_ARG == 1 && WEFT_ERR_TRUNCATED == 2 
 static_assert(sizeof(weft_conn_info) == 96 && offsetof(weft_conn_info, head) == 40 &&
                   offsetof(weft_conn_info, step) == 72,
               "weft_conn_info layout");
-static_assert(sizeof(weft_coll_work) == 80 && offsetof(weft_coll_work, dtype) == 44,
+static_assert(sizeof(weft_coll_work) == 88 && offsetof(weft_coll_work, dtype) == 44 &&
+                  offsetof(weft_coll_work, red_op_flags) == 80,
               "weft_coll_work layout");
-static_assert(sizeof(weft_kernel_args) == 88 && sizeof(weft_channel_peer) == 192 &&
+static_assert(sizeof(weft_kernel_args) == 96 && sizeof(weft_channel_peer) == 192 &&
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 48 && sizeof(weft_kernel_fault) == 32,
               "device struct sizes");
 

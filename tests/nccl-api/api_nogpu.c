@@ -123,8 +123,11 @@ int main(void) {
     expect("ncclAllReduce(datatype -1)",
            ncclAllReduce(buf, buf, 4, (ncclDataType_t)-1, ncclSum, NULL, NULL),
            ncclInvalidArgument, "invalid data type -1");
+    expect("ncclReduce(op -1)", ncclReduce(buf, buf, 4, ncclFloat, (ncclRedOp_t)-1, 0, NULL, NULL),
+           ncclInvalidArgument, "invalid reduction operator -1");
+    /* Operators from ncclNumOps on are ncclRedOpCreatePreMulSum's: a communicator's. */
     expect("ncclReduce(op 5)", ncclReduce(buf, buf, 4, ncclFloat, ncclNumOps, 0, NULL, NULL),
-           ncclInvalidArgument, "invalid reduction operator 5");
+           ncclInvalidArgument, "comm is NULL");
     expect("ncclSend(datatype 99)", ncclSend(buf, 4, (ncclDataType_t)99, 0, NULL, NULL),
            ncclInvalidArgument, "invalid data type 99");
     expect("ncclCommDestroy(NULL)", ncclCommDestroy(NULL), ncclSuccess, NULL);
@@ -148,12 +151,19 @@ int main(void) {
     expect("ncclGroupEnd of a group with a failed call", ncclGroupEnd(), ncclInvalidArgument,
            "earlier call in it failed");
 
-    /* Unsupported calls say so rather than succeed. */
+    /* PreMulSum operators belong to a communicator; built-in ones are never destroyed. */
     ncclRedOp_t op;
     float scalar = 2.0f;
-    expect("ncclRedOpCreatePreMulSum",
+    expect("ncclRedOpCreatePreMulSum, NULL comm",
            ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL),
-           ncclInvalidUsage, "not supported");
+           ncclInvalidArgument, "comm is NULL");
+    expect("ncclRedOpCreatePreMulSum, NULL op",
+           ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, NULL),
+           ncclInvalidArgument, "op");
+    expect("ncclRedOpDestroy(ncclSum)", ncclRedOpDestroy(ncclSum, NULL), ncclInvalidArgument,
+           "built-in");
+
+    /* Unsupported calls say so rather than succeed. */
     expect("ncclCommShrink", ncclCommShrink(NULL, NULL, 0, NULL, NULL, NCCL_SHRINK_DEFAULT),
            ncclInvalidUsage, "not supported");
     expect("ncclCommWindowRegister", ncclCommWindowRegister(NULL, buf, 16, NULL, 0),

@@ -37,12 +37,15 @@ pub use peer_work::{
     PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT, PEER_ALGO_TWO_SHOT,
     PEER_FLAGS_STRIDE, PEER_MAX_RANKS, PeerWork,
 };
-pub use work::{CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp};
+pub use work::{
+    CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp, RED_OP_ARG_DEVICE_PTR,
+    RED_OP_KNOWN_FLAGS, RED_OP_PREMUL,
+};
 
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's
 /// meaning or an enum's numbers, so a kernel or C caller built against another `weft.h`
 /// can refuse to run instead of misreading memory.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Number of FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const NUM_PROTOCOLS: usize = 3;

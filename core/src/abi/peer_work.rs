@@ -73,11 +73,14 @@ pub struct PeerWork {
     /// NVLS: the channels `core::nvls::Layout` was made for (buffer and counter offsets
     /// use it; a launch may use fewer); 0 for one-/two-shot.
     pub layout_channels: u32,
+    /// As `CollWork::red_op_flags`.
+    pub red_op_flags: u32,
+    pub reserved: u32,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<PeerWork>() == 264);
+    assert!(size_of::<PeerWork>() == 272);
     assert!(offset_of!(PeerWork, send_buff) == 8);
     assert!(offset_of!(PeerWork, count) == 24);
     assert!(offset_of!(PeerWork, window_bytes) == 40);
@@ -90,4 +93,5 @@ const _: () = {
     assert!(offset_of!(PeerWork, coll) == 232);
     assert!(offset_of!(PeerWork, nchannels) == 248);
     assert!(offset_of!(PeerWork, layout_channels) == 260);
+    assert!(offset_of!(PeerWork, red_op_flags) == 264);
 };

@@ -22,7 +22,10 @@ pub struct CollWork {
     pub recv_buff: u64,
     /// Elements per rank, as the user passed it to the collective.
     pub count: u64,
-    /// Operator argument: the divisor of `Avg` (nranks), as the bits of a `u64`; else 0.
+    /// Operator argument, read by the `Avg` kernels (which also run `PreMulSum`): the
+    /// factor each input is multiplied by, in the data type's bits in the low bytes (float
+    /// `Avg`: 1/nranks; `PreMulSum`: the user's scalar), or with
+    /// [`RED_OP_ARG_DEVICE_PTR`] the device address of that factor; else 0.
     pub red_op_arg: u64,
     /// Bytes each channel moves per step of the ring program (a multiple of the element size).
     pub chunk_size: u32,
@@ -50,11 +53,24 @@ pub struct CollWork {
     /// straight into the receiver's output (all-reduce, all-gather, broadcast, SIMPLE only);
     /// 0: through the FIFO. The same on every rank, or the two ends would disagree on where data lands.
     pub direct: u32,
+    /// `RED_OP_*` flags: how the `Avg` kernels read `red_op_arg` (0 for every other op).
+    pub red_op_flags: u32,
+    pub reserved: u32,
 }
+
+/// [`CollWork::red_op_flags`]: the `Avg` kernels run NCCL's `PreMulSum` instead: every
+/// type, integers included, multiplies each rank's own input by the factor before the sum,
+/// and no division follows (integer `Avg` divides the sum by nranks instead).
+pub const RED_OP_PREMUL: u32 = 1 << 0;
+/// [`CollWork::red_op_flags`]: `red_op_arg` is the device address of the factor (NCCL's
+/// `ncclScalarDevice`), which each block loads when the kernel starts (stream-ordered).
+pub const RED_OP_ARG_DEVICE_PTR: u32 = 1 << 1;
+/// Every `RED_OP_*` flag.
+pub const RED_OP_KNOWN_FLAGS: u32 = RED_OP_PREMUL | RED_OP_ARG_DEVICE_PTR;
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<CollWork>() == 80);
+    assert!(size_of::<CollWork>() == 88);
     assert!(align_of::<CollWork>() == 8);
     assert!(offset_of!(CollWork, send_buff) == 0);
     assert!(offset_of!(CollWork, recv_buff) == 8);
@@ -72,6 +88,7 @@ const _: () = {
     assert!(offset_of!(CollWork, slice_steps) == 68);
     assert!(offset_of!(CollWork, chunk_steps) == 72);
     assert!(offset_of!(CollWork, direct) == 76);
+    assert!(offset_of!(CollWork, red_op_flags) == 80);
 };
 
 /// A `CollWork` whose enumerated fields were checked, in typed form.
@@ -91,7 +108,8 @@ impl CollWork {
     /// values, a channel range inside `[0, MAX_CHANNELS)`, a root below `nranks` for rooted
     /// collectives, a chunk that is a non-zero multiple of the element size, chunk steps a
     /// multiple of slice steps, `direct` 0 or 1 (and 0 for collectives that cannot use it),
-    /// and a byte count that fits a `u64`.
+    /// `red_op_flags` known and only on `Avg` (a device scalar's address non-zero), and a
+    /// byte count that fits a `u64`.
     pub fn validate(&self, nranks: u32) -> Result<CollSpec, ParseError> {
         let coll = CollKind::try_from(self.coll)?;
         let dtype = DataType::try_from(self.dtype)?;
@@ -131,6 +149,13 @@ impl CollWork {
         if self.direct > 1 || (self.direct == 1 && !direct_ok) {
             return Err(bad("work direct", self.direct));
         }
+        // The flags belong to the `Avg` kernels; a device address must be one.
+        let flags_ok = self.red_op_flags & !RED_OP_KNOWN_FLAGS == 0
+            && (self.red_op_flags == 0 || redop == RedOp::Avg)
+            && (self.red_op_flags & RED_OP_ARG_DEVICE_PTR == 0 || self.red_op_arg != 0);
+        if !flags_ok {
+            return Err(bad("work red_op_flags", self.red_op_flags));
+        }
         let bytes = dtype.bytes_for(self.count).ok_or(ParseError::BadField {
             field: "work count",
             value: self.count,
@@ -165,7 +190,7 @@ pub struct KernelArgs {
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<KernelArgs>() == 88);
+    assert!(size_of::<KernelArgs>() == 96);
     assert!(offset_of!(KernelArgs, comm) == 0);
     assert!(offset_of!(KernelArgs, work) == 8);
 };
@@ -250,6 +275,8 @@ mod test {
             slice_steps: 2,
             chunk_steps: 4,
             direct: 0,
+            red_op_flags: 0,
+            reserved: 0,
         }
     }
 
@@ -383,13 +410,43 @@ mod test {
             }),
             "work count"
         );
+        // PreMulSum rides on the Avg kernels: its flags on another op, an unknown flag, or
+        // a device scalar at address 0 are refused.
+        let avg = CollWork {
+            redop: RedOp::Avg as u32,
+            red_op_arg: 0x7000_1000,
+            red_op_flags: RED_OP_PREMUL | RED_OP_ARG_DEVICE_PTR,
+            ..w
+        };
+        assert!(avg.validate(7).is_ok());
+        assert_eq!(
+            field(CollWork {
+                redop: RedOp::Sum as u32,
+                ..avg
+            }),
+            "work red_op_flags"
+        );
+        assert_eq!(
+            field(CollWork {
+                red_op_flags: 1 << 2,
+                ..avg
+            }),
+            "work red_op_flags"
+        );
+        assert_eq!(
+            field(CollWork {
+                red_op_arg: 0,
+                ..avg
+            }),
+            "work red_op_flags"
+        );
     }
 
     proptest! {
         /// Every field lands at its offset; validate never panics on any bytes.
         #[test]
         fn bytes_round_trip_and_validate_never_panics(
-            raw in proptest::collection::vec(any::<u8>(), 88),
+            raw in proptest::collection::vec(any::<u8>(), 96),
             nranks in any::<u32>(),
         ) {
             let args = KernelArgs::read_from_bytes(&raw).unwrap();
@@ -399,6 +456,7 @@ mod test {
             prop_assert_eq!(w.count, u64::from_ne_bytes(raw[24..32].try_into().unwrap()));
             prop_assert_eq!(w.dtype, u32::from_ne_bytes(raw[52..56].try_into().unwrap()));
             prop_assert_eq!(w.direct, u32::from_ne_bytes(raw[84..88].try_into().unwrap()));
+            prop_assert_eq!(w.red_op_flags, u32::from_ne_bytes(raw[88..92].try_into().unwrap()));
             if let Ok(spec) = w.validate(nranks) {
                 prop_assert_eq!(spec.dtype as u32, w.dtype);
                 prop_assert_eq!(u128::from(spec.bytes),

@@ -14,7 +14,7 @@ use super::status::{CallError, weft_status};
 // each is written out here and checked against core at compile time.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 4;
+pub const WEFT_ABI_VERSION: u32 = 5;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.
@@ -70,6 +70,11 @@ pub const WEFT_PEER_ALGO_NVLS: u32 = 2;
 pub const WEFT_PEER_ALGO_NVLS_UNICAST: u32 = 3;
 /// Bytes of one channel's flags in a one-/two-shot window's flag area.
 pub const WEFT_PEER_FLAGS_STRIDE: u64 = 128;
+/// `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
+/// no final division).
+pub const WEFT_RED_OP_PREMUL: u32 = 1 << 0;
+/// `weft_coll_work.red_op_flags`: `red_op_arg` is the device address of the factor.
+pub const WEFT_RED_OP_ARG_DEVICE_PTR: u32 = 1 << 1;
 
 const _: () = {
     use weft_core::abi as core_abi;
@@ -101,6 +106,9 @@ const _: () = {
     assert!(WEFT_PEER_ALGO_NVLS == core_abi::PEER_ALGO_NVLS);
     assert!(WEFT_PEER_ALGO_NVLS_UNICAST == core_abi::PEER_ALGO_NVLS_UNICAST);
     assert!(WEFT_PEER_FLAGS_STRIDE == core_abi::PEER_FLAGS_STRIDE);
+    assert!(WEFT_RED_OP_PREMUL == core_abi::RED_OP_PREMUL);
+    assert!(WEFT_RED_OP_ARG_DEVICE_PTR == core_abi::RED_OP_ARG_DEVICE_PTR);
+    assert!(core_abi::RED_OP_KNOWN_FLAGS == WEFT_RED_OP_PREMUL | WEFT_RED_OP_ARG_DEVICE_PTR);
     assert!(
         core_abi::CONN_KNOWN_FLAGS
             == WEFT_CONN_DIRECT_READ
@@ -398,7 +406,7 @@ mod test {
         assert_eq!(unsafe { weft_abi_layout_get(&mut l) }, weft_status::WEFT_OK);
         assert_eq!(l.abi_version, ABI_VERSION);
         assert_eq!(l.conn_info_size, 96);
-        assert_eq!(l.coll_work_size, 80);
+        assert_eq!(l.coll_work_size, 88);
         assert_eq!(l.dev_channel_size, 64);
         assert_eq!(VERSION.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
     }

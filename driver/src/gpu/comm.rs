@@ -38,11 +38,12 @@ use super::kernels::{Kernels, PeerSource};
 use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
 use super::peer::RegionPlan;
 use super::protocol::GpuProtocols;
+pub use super::redop::avg_scale_bits;
+use super::redop::{GpuRedOp, KernelRedOp};
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
 use crate::comm::{CommError, CommOptions};
-use crate::exec::reduce::{Bf16, F8E4M3, F8E5M2, F16};
 use crate::transport::shm::ShmMapping;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
@@ -1142,6 +1143,9 @@ impl GpuComm {
     /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); every rank must enqueue the same collectives in the same order; and the
     /// calls of one communicator must not run concurrently: enqueue them on one stream, or
     /// order their streams with events (they share the connections' FIFOs and counters).
+    /// `op` is a [`RedOp`] or a [`GpuRedOp`] (NCCL's `PreMulSum`); with a
+    /// [`super::PreMulScalar::Device`] scalar, that address must also stay valid until the
+    /// stream reaches this call's end.
     // NCCL's calls take these same arguments (ncclAllReduce has seven and the comm).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn collective(
@@ -1151,7 +1155,7 @@ impl GpuComm {
         recv: u64,
         count: usize,
         dtype: DataType,
-        op: RedOp,
+        op: impl Into<GpuRedOp>,
         stream: &Stream,
     ) -> Result<(), GpuError> {
         self.check()?;
@@ -1193,7 +1197,13 @@ impl GpuComm {
                 self.nranks
             )));
         }
-        let op = if collective.reduces() { op } else { RedOp::Sum };
+        // Collectives that do not reduce run the sum entry and ignore the operator.
+        let op = if collective.reduces() {
+            op.into()
+        } else {
+            GpuRedOp::Builtin(RedOp::Sum)
+        };
+        let red = op.for_kernel(dtype, self.nranks)?;
         let caps = PeerCaps {
             peer_mapped: self.peer.is_some(),
             nvls_heads: self.peer.as_ref().is_some_and(|p| p.plan.nvls.is_some()),
@@ -1208,19 +1218,19 @@ impl GpuComm {
         .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
         if algo != GpuAlgo::Ring {
             // SAFETY: the caller's promise, passed on.
-            return unsafe { self.peer_collective(coll, send, recv, count, dtype, op, stream) };
+            return unsafe { self.peer_collective(coll, send, recv, count, dtype, red, stream) };
         }
         let chunk_bytes = sizing.chunk_elems() * esize;
         let work = CollWork {
             send_buff: send,
             recv_buff: recv,
             count: count as u64,
-            red_op_arg: avg_scale_bits(dtype, op, self.nranks),
+            red_op_arg: red.arg,
             chunk_size: u32::try_from(chunk_bytes).unwrap_or(u32::MAX),
             root,
             coll: coll as u32,
             dtype: dtype as u32,
-            redop: op as u32,
+            redop: red.op as u32,
             algorithm: Algorithm::Ring as u32,
             protocol: protocol as u32,
             channel_lo: 0,
@@ -1237,6 +1247,8 @@ impl GpuComm {
                         CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
                     ),
             ),
+            red_op_flags: red.flags,
+            reserved: 0,
         };
         let mut args = KernelArgs {
             comm: self.control.ptr(),
@@ -1256,7 +1268,7 @@ impl GpuComm {
         // points to; the buffers are the caller's promise; the control block and windows
         // live as long as `self`, which synchronizes before freeing them.
         unsafe {
-            kernels.ring(op, protocol).launch(
+            kernels.ring(red.op, protocol).launch(
                 (nchannels, 1, 1),
                 (kernels.threads(), 1, 1),
                 0,
@@ -1281,7 +1293,7 @@ impl GpuComm {
         recv: u64,
         count: usize,
         dtype: DataType,
-        op: RedOp,
+        red: KernelRedOp,
         stream: &Stream,
     ) -> Result<(), GpuError> {
         let Some(region) = &self.peer else {
@@ -1313,15 +1325,16 @@ impl GpuComm {
             recv,
             count as u64,
             module,
-            op,
-            avg_scale_bits(dtype, op, self.nranks),
+            red.op,
+            red.arg,
             nchannels,
         );
+        work.red_op_flags = red.flags;
         let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
         // SAFETY: the peer kernels take one `weft_peer_work` by value, which `params` points
         // to; the buffers are the caller's promise; the regions live as long as `self`.
         unsafe {
-            kernels.get(op).launch(
+            kernels.get(red.op).launch(
                 (nchannels, 1, 1),
                 (kernels.threads(), 1, 1),
                 0,
@@ -1551,24 +1564,6 @@ pub fn p2p_channels_for(bytes: usize, max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(512 << 10))
         .unwrap_or(u32::MAX)
         .clamp(1, max.max(1))
-}
-
-/// `weft_coll_work.red_op_arg`: for a float `Avg`, the factor each input is multiplied by
-/// (1/nranks rounded as the CPU executor does), in the type's bits; 0 otherwise.
-pub fn avg_scale_bits(dtype: DataType, op: RedOp, nranks: usize) -> u64 {
-    if op != RedOp::Avg {
-        return 0;
-    }
-    let inv = 1.0 / nranks.max(1) as f64;
-    match dtype {
-        DataType::Float32 => u64::from((inv as f32).to_bits()),
-        DataType::Float64 => inv.to_bits(),
-        DataType::Float16 => u64::from(F16::from_f32(inv as f32).0),
-        DataType::Bfloat16 => u64::from(Bf16::from_f32(inv as f32).0),
-        DataType::Float8E4M3 => u64::from(F8E4M3::from_f32(inv as f32).0),
-        DataType::Float8E5M2 => u64::from(F8E5M2::from_f32(inv as f32).0),
-        _ => 0,
-    }
 }
 
 /// Checks that all ranks are on one host, no two on one GPU, with the same explicit

@@ -8,6 +8,7 @@
 //! - [`peer`]: the memory of the peer-pointer algorithms (one-shot, two-shot, NVLS in its
 //!   unicast form), set by `WEFT_ALGO`.
 //! - [`protocol`]: which protocol (LL or SIMPLE) a call runs, alike on every rank.
+//! - [`redop`]: [`GpuRedOp`], a call's reduction: a built-in operator or NCCL's `PreMulSum`.
 //! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
 //! - [`error`]: [`GpuError`].
 //!
@@ -20,6 +21,8 @@ pub mod kernels;
 pub mod layout;
 pub mod peer;
 pub mod protocol;
+pub mod redop;
 
 pub use comm::{AbortHandle, GpuComm, GpuP2p, validate_p2p_group};
 pub use error::GpuError;
+pub use redop::{GpuRedOp, PreMulScalar};

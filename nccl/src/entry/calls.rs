@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use weft::gpu::GpuP2p;
+use weft::gpu::{GpuP2p, GpuRedOp};
 use weft_core::abi::RedOp;
 use weft_core::sched::Collective;
 
@@ -13,7 +13,7 @@ use crate::boundary::run;
 use crate::comm;
 use crate::issue::{self, Call};
 use crate::result::{ApiError, NcclResult};
-use crate::types::{bytes, data_type, red_op};
+use crate::types::{NUM_OPS, bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
 pub(super) fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
@@ -57,14 +57,21 @@ fn collective(
     op: Option<c_int>,
     stream: CudaStream,
 ) -> Result<(), ApiError> {
-    // Type and operator first: they need no communicator, so a test without a GPU can
-    // see them refused (NCCL's order differs; the code is the same).
+    // Type and built-in operator first: they need no communicator, so a test without a
+    // GPU can see them refused (NCCL's order differs; the code is the same).
     let dtype = data_type(dtype)?;
-    let op = match op {
-        Some(o) => red_op(o)?,
-        None => RedOp::Sum,
+    let builtin = match op {
+        Some(o) if o < NUM_OPS => Some(GpuRedOp::Builtin(red_op(o)?)),
+        Some(_) => None,
+        None => Some(GpuRedOp::Builtin(RedOp::Sum)),
     };
     let c = comm::lookup(handle as usize)?;
+    // A user operator (ncclRedOpCreatePreMulSum) belongs to a communicator.
+    let op = match (builtin, op) {
+        (Some(b), _) => b,
+        (None, Some(o)) => c.user_ops().resolve(o, dtype)?,
+        (None, None) => GpuRedOp::Builtin(RedOp::Sum),
+    };
     let collective = which(c.nranks)?;
     // The largest buffer any rank passes must have a size.
     bytes(count.saturating_mul(c.nranks), dtype)?;

@@ -10,8 +10,9 @@ use super::{NcclComm, non_null};
 use crate::boundary::run;
 use crate::comm;
 use crate::debug;
+use crate::redop::{self, PreMulSum};
 use crate::result::{ApiError, NcclResult};
-use crate::types::NUM_OPS;
+use crate::types::{NUM_OPS, data_type};
 
 /// Buffers from `ncclMemAlloc`, by device address; freed by `ncclMemFree`.
 static ALLOCATIONS: Mutex<Option<HashMap<u64, DeviceBuffer>>> = Mutex::new(None);
@@ -152,38 +153,54 @@ pub extern "C" fn ncclCommWindowDeregister(_comm: NcclComm, _win: *mut c_void) -
     })
 }
 
-/// Not supported: weft's kernels have no pre-multiplied sum with a user scalar yet.
+/// NCCL's `PreMulSum` operator for `datatype` on `comm`: each rank's input multiplied by
+/// its scalar (ranks may pass different ones), then summed. `residence`
+/// `ncclScalarHostImmediate` (1) reads the host value now; `ncclScalarDevice` (0) keeps the
+/// device address, which every call using the operator reads when its kernel runs
+/// (stream-ordered). The new value (>= ncclNumOps) is valid on `comm` only, with
+/// `datatype` only, until `ncclRedOpDestroy`.
 ///
 /// # Safety
 ///
-/// No pointer is read.
+/// `op` must be null or writable; for `ncclScalarHostImmediate`, `scalar` must be null or
+/// readable for one element of `datatype`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
-    _op: *mut c_int,
-    _scalar: *mut c_void,
-    _datatype: c_int,
-    _residence: c_int,
-    _comm: NcclComm,
+    op: *mut c_int,
+    scalar: *mut c_void,
+    datatype: c_int,
+    residence: c_int,
+    comm: NcclComm,
 ) -> NcclResult {
     run("ncclRedOpCreatePreMulSum", || {
-        Err(ApiError::unsupported(
-            "ncclRedOpCreatePreMulSum (user reduction operators)",
-        ))
+        non_null(op, "op")?;
+        let dtype = data_type(datatype)?;
+        let c = comm::lookup(comm as usize)?;
+        // SAFETY: readable for one element when host-resident, by the caller's promise
+        // (null is refused inside).
+        let scalar = unsafe { redop::scalar_from_c(scalar.cast::<u8>(), dtype, residence) }?;
+        let value = c.user_ops().create(PreMulSum { dtype, scalar })?;
+        debug::info(
+            c.device,
+            &format!("ncclRedOpCreatePreMulSum: op {value} for {dtype}, scalar {scalar:?}"),
+        );
+        // SAFETY: checked non-null; writable by the caller's promise.
+        unsafe { op.write(value) };
+        Ok(())
     })
 }
 
-/// No operator can be destroyed: built-in ones never are, and weft creates no others.
+/// Frees an operator from `ncclRedOpCreatePreMulSum` on `comm`. Calls already issued
+/// with it are unaffected (they carry its scalar, or its scalar's address, with them).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclRedOpDestroy(op: c_int, comm: NcclComm) -> NcclResult {
     run("ncclRedOpDestroy", || {
-        comm::lookup(comm as usize)?;
         if (0..NUM_OPS).contains(&op) {
             return Err(ApiError::invalid_argument(format!(
                 "op {op} is a built-in operator, not one from ncclRedOpCreatePreMulSum"
             )));
         }
-        Err(ApiError::invalid_argument(format!(
-            "op {op} was not created by ncclRedOpCreatePreMulSum"
-        )))
+        let c = comm::lookup(comm as usize)?;
+        c.user_ops().destroy(op)
     })
 }
