@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # weft's libnccl.so.2 without a GPU, as an NCCL user builds against it:
 #  1. SONAME is libnccl.so.2 (readelf -d);
-#  2. every function nccl/include/nccl.h declares is exported (nm -D);
+#  2. every function nccl/include/nccl.h declares is exported (nm -D), nothing else named
+#     nccl* but the device-API calls programs link (NCCL declares them in nccl_device.h);
+#     and where NVIDIA's 2.28 headers are in target/nccl-ref (scripts/install-deps), every
+#     host function of their nccl.h and nccl_device headers is exported too (PyTorch's
+#     libtorch_cuda.so does not load without ncclDevCommDestroy);
 #  3. tests/nccl-api/api_nogpu.c, compiled with that header and linked with -lnccl, passes
 #     (versions, error texts, unique ids, argument checks, no-GPU errors, groups, refusals).
 # `cargo test` runs it (tests/tests/nccl_api.rs). PROFILE=release tests the release build.
@@ -28,12 +32,30 @@ if [ -n "$missing" ]; then
     echo "FAIL: declared in nccl.h but not exported by $lib:" $missing >&2
     exit 1
 fi
-undeclared="$(comm -13 <(echo "$declared") <(echo "$exported"))"
+# Exported for programs that link them, declared by NCCL's nccl_device.h only.
+device_api="ncclDevCommCreate ncclDevCommDestroy ncclLsaBarrierCreateRequirement"
+undeclared="$(comm -13 <({ echo "$declared"; printf '%s\n' $device_api; } | sort -u) <(echo "$exported"))"
 if [ -n "$undeclared" ]; then
     echo "FAIL: exported by $lib but not declared in nccl.h:" $undeclared >&2
     exit 1
 fi
-echo "ok  all $(echo "$declared" | wc -l) functions of nccl.h exported, nothing else named nccl*"
+echo "ok  all $(echo "$declared" | wc -l) functions of nccl.h exported, and beside them only the device-API calls"
+ref="$(ls -d target/nccl-ref/*/nvidia/nccl/include 2>/dev/null | head -1)"
+if [ -n "$ref" ]; then
+    theirs="$(cat "$ref/nccl.h" "$ref"/nccl_device.h "$ref"/nccl_device/*.h 2>/dev/null |
+        grep -oE '(ncclResult_t|const char *\*|void) +nccl[A-Za-z]+ *\(' | grep -oE 'nccl[A-Za-z]+ *\(' | tr -d ' (' | sort -u)"
+    absent="$(comm -23 <(echo "$theirs") <(echo "$exported"))"
+    if [ -n "$absent" ]; then
+        echo "FAIL: NVIDIA's NCCL 2.28 headers ($ref) declare functions $lib does not export:" $absent >&2
+        exit 1
+    fi
+    echo "ok  every host function of NVIDIA's nccl.h and nccl_device headers exported ($(echo "$theirs" | wc -l))"
+elif [ "${WEFT_REQUIRE_NCCL_REF:-0}" = 1 ]; then
+    echo "FAIL: WEFT_REQUIRE_NCCL_REF=1 but NVIDIA's headers are not in target/nccl-ref (scripts/install-deps)" >&2
+    exit 1
+else
+    echo "skipped: NVIDIA's NCCL headers are not in target/nccl-ref (scripts/install-deps fetches them)"
+fi
 
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -I "$out/include" -o "$out/api_nogpu" \
     tests/nccl-api/api_nogpu.c -L "$out/lib" -lnccl

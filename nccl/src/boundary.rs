@@ -176,13 +176,20 @@ pub fn run_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// The last error this thread recorded (tests: the process-wide text may be another
+/// test thread's by the time it is read).
+#[cfg(test)]
+pub(crate) fn this_threads_last_error() -> String {
+    MINE.with(|m| m.borrow().clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::result::NCCL_INVALID_USAGE;
 
     fn mine() -> String {
-        MINE.with(|m| m.borrow().clone())
+        this_threads_last_error()
     }
 
     #[test]

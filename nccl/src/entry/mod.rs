@@ -4,8 +4,10 @@
 //! - [`lifecycle`]: communicators: init, split, finalize, destroy, abort, queries.
 //! - [`calls`]: collectives, sends and receives, groups.
 //! - [`memory`]: `ncclMemAlloc`, registrations, reduction operators.
+//! - [`device_api`]: NCCL 2.28's device-API host calls, which programs link: refused.
 
 pub mod calls;
+pub mod device_api;
 pub mod info;
 pub mod lifecycle;
 pub mod memory;
