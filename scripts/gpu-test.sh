@@ -185,7 +185,11 @@ save_logs
 
 echo "== 3. benchmark: weft vs NCCL (nccl-tests), 8 B to $MAX"
 NT="$ROOT/third_party/nccl-tests"
-if [ -d "$NT" ]; then
+if [ "$NGPUS" -lt 2 ]; then
+    # One rank on each side: a copy (NCCL's in place: nothing), which says nothing of either.
+    echo "   skipped: one GPU (the comparison needs two)"
+    COLLS=""
+elif [ -d "$NT" ]; then
     (cd "$NT" && bounded 120 make -j16 MPI=0 NCCL_HOME=/usr CUDA_HOME=/usr/local/cuda \
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >"$OUTDIR/nccl-tests-build.log" 2>&1) \
         || { echo "   nccl-tests did not build (nccl-tests-build.log)"; tail -5 "$OUTDIR/nccl-tests-build.log"; }

@@ -1203,7 +1203,23 @@ impl GpuComm {
         } else {
             GpuRedOp::Builtin(RedOp::Sum)
         };
+        let changes_data = matches!(op, GpuRedOp::PreMulSum(_));
         let red = op.for_kernel(dtype, self.nranks)?;
+        // A communicator of one rank: the output of every collective is its input (Avg
+        // divides by one), so, as NCCL, copy it (in place: nothing to do) instead of
+        // launching a kernel. PreMulSum scales, and a reduction this GPU cannot run is
+        // still refused, so those go on to the kernel.
+        if self.nranks == 1
+            && !changes_data
+            && (!collective.reduces() || self.kernels.supports(dtype))
+        {
+            if send != recv {
+                // SAFETY: the caller's promise: both buffers hold `count` elements (one
+                // rank's input and output have the same length in every collective).
+                unsafe { weft_cuda::copy_async(recv, send, count * esize, stream)? };
+            }
+            return Ok(());
+        }
         let caps = PeerCaps {
             peer_mapped: self.peer.is_some(),
             nvls_heads: self.peer.as_ref().is_some_and(|p| p.plan.nvls.is_some()),
