@@ -64,24 +64,14 @@ fi
 # The device tool stops a command at 600 s: each step has its own cap, cut to what is left of
 # a 570 s budget, and the logs reach $OUT after every step, so a run cut short still returns them.
 BUDGET=${GPU_TEST_BUDGET:-570}
-step_timeout() {
-    local left=$((BUDGET - SECONDS))
-    [ "$left" -lt 10 ] && { echo 0; return; }
-    [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
-}
+# shellcheck source=scripts/lib/deadline.sh
+source "$ROOT/scripts/lib/deadline.sh"
 save_logs() {
     [ -n "${OUT:-}" ] || return 0
     cat "$OUTDIR"/table-*.txt >"$OUT/tables.txt" 2>/dev/null
     tar czf "$OUT/logs.tar.gz" -C "$OUTDIR" --exclude 'nccl-tests-build.log' . 2>/dev/null
 }
 trap save_logs EXIT
-# bounded CAP COMMAND...: the command under step_timeout CAP (124 at once when no time is left).
-bounded() {
-    local t
-    t=$(step_timeout "$1"); shift
-    [ "$t" = 0 ] && { echo "   no time left: skipped $*" >&2; return 124; }
-    timeout "$t" "$@"
-}
 nvidia-smi topo -m 2>&1 | head -5
 # The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
 # without it every run on a fresh machine compiles every module first (minutes).
@@ -119,69 +109,68 @@ if [ $STATUS != 0 ]; then
     exit 1
 fi
 
-echo "== 2. weft perf --device cuda -c (multi-process, every iteration checked)"
+# check NAME [VAR=VALUE ...] -- PERF-ARGS...: one `weft perf --device cuda -c 1` run, every
+# iteration checked; counts it in $checks or $bad and shows the end of a failing log.
 checks=0; bad=0
-for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
+check() {
+    local name=$1 log envs=()
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    log="$OUTDIR/check-$name.log"
+    if env "${envs[@]}" "${BOUNDED[@]}" "$WEFT" perf "$@" --device cuda "${MODE[@]}" --ranks "$RANKS" \
+        -n 3 -w 1 -c 1 >"$log" 2>&1 && grep -q "Out of bounds values : 0 OK" "$log"; then
+        checks=$((checks + 1))
+    else
+        bad=$((bad + 1)); STATUS=1
+        echo "   FAILED: ${envs[*]} $* ($log)"; tail -5 "$log"
+    fi
+}
+# check_step TITLE: the end of a step's checks: its line in the summary, counters reset.
+check_step() {
+    summary+=("$1: $checks runs correct, $bad failed")
+    echo "   $checks correct, $bad failed"
+    checks=0; bad=0
+    save_logs
+}
+COLLECTIVES="all-reduce reduce-scatter all-gather broadcast reduce sendrecv"
+
+echo "== 2. weft perf --device cuda -c (every iteration checked)"
+for coll in $COLLECTIVES; do
     for spec in "float sum" "half avg" "bfloat16 max" "int32 prod" "double min" "uint8 sum" "int64 avg" "f8e4m3 sum"; do
         set -- $spec
-        log="$OUTDIR/check-$coll-$1-$2.log"
         t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
-        if timeout "$t" "$WEFT" perf "$coll" --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" -b 4 -e 64M -f 16 -n 3 -w 1 -c 1 -r $((RANKS - 1)) >"$log" 2>&1 \
-            && grep -q "Out of bounds values : 0 OK" "$log"; then
-            checks=$((checks + 1))
-        else
-            bad=$((bad + 1)); STATUS=1
-            echo "   FAILED: $coll $spec ($log)"; tail -5 "$log"
-        fi
+        BOUNDED=(timeout "$t")
+        check "$coll-$1-$2" -- "$coll" -d "$1" -o "$2" -b 4 -e 64M -f 16 -r $((RANKS - 1))
         [ "$QUICK" = 1 ] && break
     done
 done
-summary+=("weft perf -c: $checks runs correct, $bad failed")
-echo "   $checks correct, $bad failed"
+check_step "weft perf -c"
 
 echo "== 2b. the same with LL forced (NCCL_PROTO=LL; send/recv: NCCL_P2P_LL_THRESHOLD past every size)"
-checks=0; bad=0
-for coll in all-reduce reduce-scatter all-gather broadcast reduce sendrecv; do
+for coll in $COLLECTIVES; do
     for spec in "float sum" "half avg" "int64 prod" "uint8 max" "f8e4m3 sum"; do
         set -- $spec
-        log="$OUTDIR/check-ll-$coll-$1-$2.log"
         t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
-        if NCCL_PROTO=LL NCCL_P2P_LL_THRESHOLD=1073741824 timeout "$t" "$WEFT" perf "$coll" --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" \
-            -b 4 -e 4M -f 16 -n 3 -w 1 -c 1 -r $((RANKS - 1)) >"$log" 2>&1 \
-            && grep -q "Out of bounds values : 0 OK" "$log"; then
-            checks=$((checks + 1))
-        else
-            bad=$((bad + 1)); STATUS=1
-            echo "   FAILED: LL $coll $spec ($log)"; tail -5 "$log"
-        fi
+        BOUNDED=(timeout "$t")
+        check "ll-$coll-$1-$2" NCCL_PROTO=LL NCCL_P2P_LL_THRESHOLD=1073741824 -- \
+            "$coll" -d "$1" -o "$2" -b 4 -e 4M -f 16 -r $((RANKS - 1))
         [ "$QUICK" = 1 ] && break
     done
 done
-summary+=("weft perf -c, LL: $checks runs correct, $bad failed")
-echo "   $checks correct, $bad failed"
-save_logs
+check_step "weft perf -c, LL"
 
 echo "== 2c. all-reduce with each peer algorithm forced (WEFT_ALGO), every iteration checked"
-checks=0; bad=0
 for algo in oneshot twoshot nvls; do
     for spec in "float sum" "bfloat16 max" "int32 prod"; do
         set -- $spec
-        log="$OUTDIR/check-algo-$algo-$1-$2.log"
         t=$(step_timeout 60); [ "$t" = 0 ] && { echo "   no time left: skipped"; break 2; }
-        if WEFT_ALGO=$algo timeout "$t" "$WEFT" perf all-reduce --device cuda "${MODE[@]}" --ranks "$RANKS" -d "$1" -o "$2" \
-            -b 4 -e 16M -f 16 -n 3 -w 1 -c 1 >"$log" 2>&1 \
-            && grep -q "Out of bounds values : 0 OK" "$log"; then
-            checks=$((checks + 1))
-        else
-            bad=$((bad + 1)); STATUS=1
-            echo "   FAILED: WEFT_ALGO=$algo $spec ($log)"; tail -5 "$log"
-        fi
+        BOUNDED=(timeout "$t")
+        check "algo-$algo-$1-$2" WEFT_ALGO=$algo -- all-reduce -d "$1" -o "$2" -b 4 -e 16M -f 16
         [ "$QUICK" = 1 ] && break
     done
 done
-summary+=("weft perf -c, WEFT_ALGO forced: $checks runs correct, $bad failed")
-echo "   $checks correct, $bad failed"
-save_logs
+check_step "weft perf -c, WEFT_ALGO forced"
 
 echo "== 3. benchmark: weft vs NCCL (nccl-tests), 8 B to $MAX"
 NT="$ROOT/third_party/nccl-tests"

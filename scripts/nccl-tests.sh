@@ -32,12 +32,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LOGS=/tmp/weft-nccl
 mkdir -p "$LOGS"
 BUDGET=${NCCL_TESTS_BUDGET:-560}
-# Seconds a step may take: its own cap, or what is left of the budget; 0 means skip it.
-step_timeout() {
-    local left=$((BUDGET - SECONDS))
-    [ "$left" -lt 10 ] && { echo 0; return; }
-    [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
-}
+# shellcheck source=scripts/lib/deadline.sh
+source "$ROOT/scripts/lib/deadline.sh"
 save_logs() {
     [ -n "${OUT:-}" ] || return 0
     [ -f "$LOGS/summary.txt" ] && cp "$LOGS/summary.txt" "$OUT/"
