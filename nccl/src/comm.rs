@@ -193,9 +193,10 @@ pub fn init_gpu(
     for note in &settings.notes {
         debug::info(device, &format!("config: {note}"));
     }
-    let opts = CommOptions::from_env().map_err(|e| {
+    let mut opts = CommOptions::from_env().map_err(|e| {
         ApiError::invalid_argument(format!("reading weft's environment variables: {e}"))
     })?;
+    opts.channel_bounds = settings.channel_bounds;
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
     let name = settings.name.as_deref().unwrap_or("");
     debug::info(

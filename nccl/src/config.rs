@@ -6,6 +6,8 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
+use weft::comm::{ChannelBounds, MAX_CHANNELS};
+
 use crate::result::ApiError;
 
 /// `NCCL_CONFIG_UNDEF_INT`.
@@ -68,6 +70,8 @@ impl Default for NcclConfig {
 pub struct CommSettings {
     /// `commName`, for log lines.
     pub name: Option<String>,
+    /// `minCTAs` / `maxCTAs`: bounds on the communicator's channels (one CTA each).
+    pub channel_bounds: Option<ChannelBounds>,
     /// Hints taken without effect, each with why, for the INFO log.
     pub notes: Vec<String>,
 }
@@ -142,9 +146,48 @@ pub fn parse(
     if set(c.collnet_enable) && c.collnet_enable != 0 {
         return refuse("collnetEnable", c.collnet_enable, "weft has no CollNet");
     }
+    // minCTAs / maxCTAs bound the communicator's channels (one CTA per channel in weft's
+    // kernels, as in NCCL's), after NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS. As NCCL: a
+    // value past the channel limit is cut to it, and a minimum above the maximum is lowered
+    // to it, each said at INFO.
+    let mut channel_bound = |field: &str, v: c_int| -> Result<Option<u32>, ApiError> {
+        if !set(v) {
+            return Ok(None);
+        }
+        if v < 1 {
+            return Err(ApiError::invalid_argument(format!(
+                "ncclConfig_t.{field} = {v}: at least 1 CTA, or NCCL_CONFIG_UNDEF_INT"
+            )));
+        }
+        let n = u32::try_from(v).unwrap_or(u32::MAX);
+        if n > MAX_CHANNELS {
+            notes.push(format!("{field} {v} cut to weft's {MAX_CHANNELS} channels"));
+        }
+        Ok(Some(n.min(MAX_CHANNELS)))
+    };
+    let min = channel_bound("minCTAs", c.min_ctas)?;
+    let max = channel_bound("maxCTAs", c.max_ctas)?;
+    let channel_bounds = match (min, max) {
+        (None, None) => None,
+        (min, max) => {
+            let max = max.unwrap_or(MAX_CHANNELS);
+            let min = min.unwrap_or(1);
+            if min > max {
+                notes.push(format!(
+                    "minCTAs {min} above maxCTAs {max}: lowered to {max}"
+                ));
+            }
+            notes.push(format!(
+                "channels between {} and {max} (minCTAs / maxCTAs)",
+                min.min(max)
+            ));
+            Some(ChannelBounds {
+                min: min.min(max),
+                max,
+            })
+        }
+    };
     for (field, v) in [
-        ("minCTAs", c.min_ctas),
-        ("maxCTAs", c.max_ctas),
         ("nvlsCTAs", c.nvls_ctas),
         ("nChannelsPerNetPeer", c.n_channels_per_net_peer),
     ] {
@@ -152,8 +195,7 @@ pub fn parse(
             return refuse(
                 field,
                 v,
-                "weft does not take channel counts from the config yet (NCCL_MIN_NCHANNELS / \
-                 NCCL_MAX_NCHANNELS in the environment do work)",
+                "weft's NVLS and NET paths take no channel count from the config",
             );
         }
     }
@@ -198,6 +240,7 @@ pub fn parse(
     }
     Ok(CommSettings {
         name: comm_name,
+        channel_bounds,
         notes,
     })
 }
@@ -234,10 +277,8 @@ mod tests {
     #[test]
     fn unsupported_fields_are_refused_by_name() {
         type Setter = fn(&mut NcclConfig);
-        let cases: [(Setter, &str); 5] = [
+        let cases: [(Setter, &str); 3] = [
             (|c| c.collnet_enable = 1, "collnetEnable"),
-            (|c| c.max_ctas = 8, "maxCTAs"),
-            (|c| c.min_ctas = 2, "minCTAs"),
             (|c| c.cta_policy = 2, "CTAPolicy"),
             (|c| c.nvls_ctas = 4, "nvlsCTAs"),
         ];
@@ -268,6 +309,40 @@ mod tests {
             "{:?}",
             s.notes
         );
+    }
+
+    #[test]
+    fn min_and_max_ctas_bound_the_channels_as_nccls_do() {
+        let bounds = |min: c_int, max: c_int| {
+            let c = NcclConfig {
+                min_ctas: min,
+                max_ctas: max,
+                ..NcclConfig::default()
+            };
+            parse(&c, None, None).map(|s| (s.channel_bounds, s.notes))
+        };
+        let b = |min, max| Some(ChannelBounds { min, max });
+        assert_eq!(bounds(UNDEF_INT, UNDEF_INT).unwrap().0, None);
+        assert_eq!(bounds(2, 8).unwrap().0, b(2, 8));
+        assert_eq!(bounds(UNDEF_INT, 4).unwrap().0, b(1, 4));
+        assert_eq!(bounds(16, UNDEF_INT).unwrap().0, b(16, MAX_CHANNELS));
+        // Past the limit: cut, and said.
+        let (cut, notes) = bounds(UNDEF_INT, 1000).unwrap();
+        assert_eq!(cut, b(1, MAX_CHANNELS));
+        assert!(
+            notes.iter().any(|n| n.contains("maxCTAs 1000 cut")),
+            "{notes:?}"
+        );
+        // A minimum above the maximum is lowered to it, as NCCL does.
+        let (low, notes) = bounds(12, 4).unwrap();
+        assert_eq!(low, b(4, 4));
+        assert!(
+            notes.iter().any(|n| n.contains("lowered to 4")),
+            "{notes:?}"
+        );
+        let e = bounds(0, UNDEF_INT).unwrap_err();
+        assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+        assert!(e.message.contains("minCTAs = 0"), "{}", e.message);
     }
 
     #[test]

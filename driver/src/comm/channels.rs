@@ -163,6 +163,17 @@ impl Limits {
     }
 }
 
+/// `rings` within `min..=max` channels as NCCL bounds them (at most `max`, the first kept;
+/// then repeated up to `min`): what `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` do to a
+/// plan, for bounds that come from elsewhere (`ncclConfig_t`'s `minCTAs` / `maxCTAs`).
+pub fn bound_channels(rings: Vec<Vec<u32>>, min: u32, max: u32) -> Vec<Vec<u32>> {
+    Limits {
+        min: min.min(MAX_CHANNELS),
+        max: max.clamp(1, MAX_CHANNELS),
+    }
+    .apply(rings)
+}
+
 /// Why the search does not apply to these peers, or `None` when it does.
 fn no_search_reason(peers: &[Peer]) -> Option<String> {
     if let Some((r, _)) = peers

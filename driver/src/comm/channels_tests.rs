@@ -521,3 +521,18 @@ fn nvls_heads_come_from_the_nvls_search() {
     assert!(ring.nvls_heads.is_empty());
     assert_eq!(ring.rings, plan.rings);
 }
+
+#[test]
+fn a_communicators_own_bounds_cut_then_repeat_the_channels() {
+    let rings = |n: u32| -> Vec<Vec<u32>> { (0..n).map(|c| vec![c, c + 1]).collect() };
+    // At most 2: the first two kept.
+    assert_eq!(bound_channels(rings(3), 1, 2), rings(2));
+    // At least 5 of 2: channel c takes the ring of channel c - 2.
+    assert_eq!(
+        bound_channels(rings(2), 5, 64),
+        vec![vec![0, 1], vec![1, 2], vec![0, 1], vec![1, 2], vec![0, 1]]
+    );
+    // Out of range bounds are cut to the channel limit; a max of 0 keeps one.
+    assert_eq!(bound_channels(rings(3), 0, 0), rings(1));
+    assert_eq!(bound_channels(rings(1), 1000, 1000).len(), MAX_CHANNELS as usize);
+}

@@ -126,7 +126,19 @@ pub struct CommOptions {
     /// `None`: never, until LL has run on a GPU (docs/gpu.md; NCCL's default is 16384).
     /// `WEFT_P2P_LL_THRESHOLD` / `NCCL_P2P_LL_THRESHOLD`.
     pub p2p_ll_threshold: Option<usize>,
+    /// GPU communicators: bounds on the channel count set by the program for this
+    /// communicator (`ncclConfig_t`'s `minCTAs` / `maxCTAs`), applied after the environment's
+    /// `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` the same way (at most `max`: the first
+    /// channels kept; at least `min`: they repeat). `None`: no bound beyond those.
+    pub channel_bounds: Option<ChannelBounds>,
     pub bootstrap: BootstrapOptions,
+}
+
+/// A communicator's own bounds on its channel count (see [`CommOptions::channel_bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelBounds {
+    pub min: u32,
+    pub max: u32,
 }
 
 impl Default for CommOptions {
@@ -145,6 +157,7 @@ impl Default for CommOptions {
             ll_lines: None,
             algo: None,
             p2p_ll_threshold: None,
+            channel_bounds: None,
             bootstrap: BootstrapOptions::default(),
         }
     }

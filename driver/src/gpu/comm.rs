@@ -115,6 +115,20 @@ fn channel_rings(
             Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
             Err(e) => Ok((plain(&e.to_string()), None, Vec::new())),
         }?;
+    // The program's own bounds for this communicator (ncclConfig_t's minCTAs / maxCTAs).
+    let rings = match opts.channel_bounds {
+        Some(b) => {
+            let bounded = crate::comm::channels::bound_channels(rings, b.min, b.max);
+            log::info!(
+                "weft: {} channel(s) within the communicator's bounds {}..={}",
+                bounded.len(),
+                b.min,
+                b.max
+            );
+            bounded
+        }
+        None => rings,
+    };
     // Plain rings are counted from each rank's own NCCL_MIN/MAX_NCHANNELS: rank 0's count
     // wins, or ranks with different environments would lay out their windows differently.
     let counts = bootstrap.all_gather(&(rings.len() as u32).to_be_bytes())?;
