@@ -43,7 +43,7 @@ use super::redop::{GpuRedOp, KernelRedOp};
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels};
 use crate::comm::peers::{Peer, Settings};
-use crate::comm::{CommError, CommOptions};
+use crate::comm::{ChannelBounds, CommError, CommOptions};
 use crate::transport::shm::ShmMapping;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
@@ -115,7 +115,37 @@ fn channel_rings(
             Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
             Err(e) => Ok((plain(&e.to_string()), None, Vec::new())),
         }?;
-    // The program's own bounds for this communicator (ncclConfig_t's minCTAs / maxCTAs).
+    // The program's own bounds for this communicator (ncclConfig_t's minCTAs / maxCTAs),
+    // the same on every rank: a rank that bounded the agreed plan differently would fall
+    // back to plain rings below while the others keep the searched ones (whose orders
+    // differ), and their neighbours would not match.
+    let encode = |b: Option<ChannelBounds>| -> [u8; 8] {
+        let (min, max) = b.map_or((0, 0), |b| (b.min, b.max));
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&min.to_be_bytes());
+        out[4..].copy_from_slice(&max.to_be_bytes());
+        out
+    };
+    let mine = encode(opts.channel_bounds);
+    for (r, theirs) in bootstrap.all_gather(&mine)?.iter().enumerate() {
+        if theirs.as_slice() != mine.as_slice() {
+            let show = |b: &[u8]| match (b.get(..4), b.get(4..8)) {
+                (Some([0, 0, 0, 0]), Some([0, 0, 0, 0])) => "none".to_string(),
+                (Some(lo), Some(hi)) => format!(
+                    "{}..={}",
+                    u32::from_be_bytes(lo.try_into().unwrap_or_default()),
+                    u32::from_be_bytes(hi.try_into().unwrap_or_default())
+                ),
+                _ => "malformed".to_string(),
+            };
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {r} bounds its channels to {} and this rank to {} (ncclConfig_t's \
+                 minCTAs / maxCTAs): every rank of a communicator must pass the same",
+                show(theirs),
+                show(&mine)
+            )));
+        }
+    }
     let rings = match opts.channel_bounds {
         Some(b) => {
             let bounded = crate::comm::channels::bound_channels(rings, b.min, b.max);
