@@ -33,7 +33,9 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 # Exported for programs that link them, declared by NCCL's nccl_device.h only.
-device_api="ncclDevCommCreate ncclDevCommDestroy ncclLsaBarrierCreateRequirement"
+device_api="ncclDevCommCreate ncclDevCommDestroy ncclLsaBarrierCreateRequirement ncclTeamWorld
+    ncclTeamLsa ncclTeamRail ncclTeamRankToWorld ncclTeamRankToLsa ncclLLA2ACalcSlots
+    ncclLLA2ACreateRequirement"
 undeclared="$(comm -13 <({ echo "$declared"; printf '%s\n' $device_api; } | sort -u) <(echo "$exported"))"
 if [ -n "$undeclared" ]; then
     echo "FAIL: exported by $lib but not declared in nccl.h:" $undeclared >&2
@@ -42,8 +44,12 @@ fi
 echo "ok  all $(echo "$declared" | wc -l) functions of nccl.h exported, and beside them only the device-API calls"
 ref="$(ls -d target/nccl-ref/*/nvidia/nccl/include 2>/dev/null | head -1)"
 if [ -n "$ref" ]; then
-    theirs="$(cat "$ref/nccl.h" "$ref"/nccl_device.h "$ref"/nccl_device/*.h 2>/dev/null |
-        grep -oE '(ncclResult_t|const char *\*|void) +nccl[A-Za-z]+ *\(' | grep -oE 'nccl[A-Za-z]+ *\(' | tr -d ' (' | sort -u)"
+    # nccl.h's functions, and every NCCL_EXTERN_C __host__ function of the device headers,
+    # whatever it returns (ncclTeam_t, int, ...).
+    theirs="$({
+        grep -oE '(ncclResult_t|const char *\*|void) +nccl[A-Za-z0-9_]+ *\(' "$ref/nccl.h"
+        cat "$ref"/nccl_device.h "$ref"/nccl_device/*.h 2>/dev/null | grep -E 'NCCL_EXTERN_C +__host__'
+    } | grep -oE 'nccl[A-Za-z0-9_]+ *\(' | tr -d ' (' | sort -u)"
     absent="$(comm -23 <(echo "$theirs") <(echo "$exported"))"
     if [ -n "$absent" ]; then
         echo "FAIL: NVIDIA's NCCL 2.28 headers ($ref) declare functions $lib does not export:" $absent >&2

@@ -534,5 +534,8 @@ fn a_communicators_own_bounds_cut_then_repeat_the_channels() {
     );
     // Out of range bounds are cut to the channel limit; a max of 0 keeps one.
     assert_eq!(bound_channels(rings(3), 0, 0), rings(1));
-    assert_eq!(bound_channels(rings(1), 1000, 1000).len(), MAX_CHANNELS as usize);
+    assert_eq!(
+        bound_channels(rings(1), 1000, 1000).len(),
+        MAX_CHANNELS as usize
+    );
 }
