@@ -36,7 +36,8 @@ save() {
 trap save EXIT
 status=0
 for t in $("$BIN" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "$ONLY"); do
-    left=$((BUDGET - SECONDS))
+    # 40 s of the budget stay for a backtrace of a test that hangs.
+    left=$((BUDGET - SECONDS - 40))
     if [ "$left" -lt 15 ]; then
         echo "SKIPPED  $t (no time left)"; status=1; continue
     fi
@@ -44,14 +45,15 @@ for t in $("$BIN" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "$ONLY");
     [ "$d" -gt "$left" ] && d=$left
     log="$LOGS/$t.log"
     start=$SECONDS
-    env "${ENVS[@]}" "$BIN" --exact "$t" --nocapture --test-threads 1 >"$log" 2>&1 &
+    # Its own process group, so that a kill also ends the rank processes it started.
+    setsid env "${ENVS[@]}" "$BIN" --exact "$t" --nocapture --test-threads 1 >"$log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - start)) -lt "$d" ]; do sleep 0.5; done
     if kill -0 "$pid" 2>/dev/null; then
         # Where every thread is (host stacks; cuda-gdb also lists the device's kernels).
-        timeout 60 cuda-gdb -batch -p "$pid" -ex "info cuda kernels" -ex "thread apply all bt 25" \
+        timeout 35 cuda-gdb -batch -p "$pid" -ex "info cuda kernels" -ex "thread apply all bt 25" \
             >"$LOGS/$t.backtrace" 2>&1
-        kill -9 "$pid" 2>/dev/null
+        kill -9 -- "-$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
         echo "HUNG     $t (killed after ${d}s; $t.backtrace)"; status=1
     elif wait "$pid"; then

@@ -154,7 +154,7 @@ pub fn compile_with_cache(
     if let Some(f) = &file {
         if let Ok(image) = std::fs::read(f) {
             let whole = if opts.cubin {
-                image.starts_with(b"\x7fELF")
+                elf_is_whole(&image)
             } else {
                 image.last() == Some(&0) && image.starts_with(b"//")
             };
@@ -181,6 +181,53 @@ pub fn compile_with_cache(
         }
     }
     Ok(compiled)
+}
+
+/// Whether `image` is a 64-bit ELF file whose section table and every section with bytes
+/// lie within it: a cached CUBIN cut short (a partial copy of a cache) is then compiled
+/// again instead of failing at `cuModuleLoadData`.
+fn elf_is_whole(image: &[u8]) -> bool {
+    let u16_at = |o: usize| {
+        image
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |o: usize| {
+        image
+            .get(o..o + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+    };
+    let u64_at = |o: usize| {
+        image
+            .get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    // ELF magic, 64-bit class, little-endian.
+    if !image.starts_with(b"\x7fELF") || image.get(4) != Some(&2) || image.get(5) != Some(&1) {
+        return false;
+    }
+    let (Some(shoff), Some(shentsize), Some(shnum)) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c))
+    else {
+        return false;
+    };
+    let len = image.len() as u64;
+    let table_end = u64::from(shentsize)
+        .checked_mul(u64::from(shnum))
+        .and_then(|n| n.checked_add(shoff));
+    if shentsize < 0x40 || table_end.is_none_or(|end| end > len) {
+        return false;
+    }
+    const SHT_NOBITS: u32 = 8;
+    (0..usize::from(shnum)).all(|i| {
+        let h = shoff as usize + i * usize::from(shentsize);
+        match (u32_at(h + 4), u64_at(h + 0x18), u64_at(h + 0x20)) {
+            (Some(SHT_NOBITS), Some(_), Some(_)) => true,
+            (Some(_), Some(off), Some(size)) => off.checked_add(size).is_some_and(|end| end <= len),
+            _ => false,
+        }
+    })
 }
 
 fn sanitize(name: &str) -> String {
@@ -357,6 +404,41 @@ fn program_log(p: &Program<'_>) -> Result<String> {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// A 64-bit ELF of one section of `data_len` bytes at offset 64, its table after it.
+    fn tiny_elf(data_len: u64) -> Vec<u8> {
+        let mut e = vec![0u8; 64];
+        e[..4].copy_from_slice(b"\x7fELF");
+        e[4] = 2;
+        e[5] = 1;
+        let shoff = 64 + data_len;
+        e[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        e[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        e[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes());
+        e.extend(std::iter::repeat_n(0xab, data_len as usize));
+        let mut sh = vec![0u8; 64];
+        sh[4..8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
+        sh[0x18..0x20].copy_from_slice(&64u64.to_le_bytes());
+        sh[0x20..0x28].copy_from_slice(&data_len.to_le_bytes());
+        e.extend(sh);
+        e
+    }
+
+    #[test]
+    fn a_cut_short_elf_is_not_whole() {
+        let whole = tiny_elf(100);
+        assert!(elf_is_whole(&whole));
+        // Cut anywhere: the section table (at the end) no longer fits.
+        for cut in [whole.len() - 1, whole.len() - 64, 70, 64, 10] {
+            assert!(!elf_is_whole(&whole[..cut]), "cut at {cut}");
+        }
+        // A section that claims more bytes than the file has.
+        let mut lying = whole.clone();
+        let h = 64 + 100;
+        lying[h + 0x20..h + 0x28].copy_from_slice(&10_000u64.to_le_bytes());
+        assert!(!elf_is_whole(&lying));
+        assert!(!elf_is_whole(b"// PTX text"));
+    }
 
     #[test]
     fn cache_keys_change_with_every_input() {

@@ -88,6 +88,11 @@ fn run(args: &[String]) -> Result<(), String> {
     if dtypes.is_empty() {
         dtypes = DataType::ALL.to_vec();
     }
+    // fp8 data that is only moved (all-gather, broadcast, send/receive) runs the uint8
+    // modules, which a run on fp8 then loads too.
+    if dtypes.iter().any(|d| d.is_fp8()) && !dtypes.contains(&DataType::Uint8) {
+        dtypes.push(DataType::Uint8);
+    }
     let sources = [
         (weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES),
         (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
