@@ -178,7 +178,8 @@ pub fn parse(
                 ));
             }
             notes.push(format!(
-                "channels between {} and {max} (minCTAs / maxCTAs)",
+                "ring channels between {} and {max} (minCTAs / maxCTAs); send/receive and \
+                 WEFT_ALGO's one-/two-shot and NVLS keep their own counts",
                 min.min(max)
             ));
             Some(ChannelBounds {

@@ -998,8 +998,9 @@ impl GpuComm {
             Ok(())
         };
         // Every module this will load, compiled into the cache on all cores first (one
-        // NVRTC compilation takes seconds; without a cache there is nothing to fill).
-        if weft_cuda::nvrtc::cache_dir().is_some() {
+        // NVRTC compilation takes seconds). Without a cache it can keep them in, that would
+        // compile everything twice: then each is compiled as it loads, one at a time.
+        if weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
             let mut pairs = Vec::new();
             for &d in dtypes {
                 let module = if d.is_fp8() {
@@ -1624,6 +1625,21 @@ pub fn p2p_channels_for(bytes: usize, max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(512 << 10))
         .unwrap_or(u32::MAX)
         .clamp(1, max.max(1))
+}
+
+/// Whether files can be created in `dir` (made if missing): a probe file, removed again.
+fn writable_dir(dir: &std::path::Path) -> bool {
+    let probe = dir.join(format!(".weft-probe-{}", std::process::id()));
+    let ok = std::fs::create_dir_all(dir).is_ok() && std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if !ok {
+        log::warn!(
+            "weft: the kernel cache {} cannot be written: kernels compile one at a time as \
+             they load (set WEFT_CACHE_DIR to a writable directory)",
+            dir.display()
+        );
+    }
+    ok
 }
 
 /// Checks that all ranks are on one host, no two on one GPU, with the same explicit

@@ -129,6 +129,14 @@ pub fn precompile(
         for _ in 0..workers {
             scope.spawn(|| {
                 loop {
+                    // After a failure the call fails: the rest would only cost time.
+                    if first_error
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .is_some()
+                    {
+                        return;
+                    }
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some((name, text, dtype)) = pairs.get(i) else {
                         return;
