@@ -990,51 +990,7 @@ impl GpuComm {
                 PeerSource::Direct
             }
         });
-        let load = |d: DataType| -> Result<(), GpuError> {
-            self.kernels.get(d)?;
-            if let Some(source) = peer {
-                self.kernels.peer(source, d)?;
-            }
-            Ok(())
-        };
-        // Every module this will load, compiled into the cache on all cores first (one
-        // NVRTC compilation takes seconds). Without a cache it can keep them in, that would
-        // compile everything twice: then each is compiled as it loads, one at a time.
-        if weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
-            let mut pairs = Vec::new();
-            for &d in dtypes {
-                let module = if d.is_fp8() {
-                    [DataType::Uint8, d]
-                } else {
-                    [d, d]
-                };
-                for m in module {
-                    pairs.push((weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES, m));
-                    match peer {
-                        Some(PeerSource::Direct) => {
-                            pairs.push((weft_kernels::DIRECT_NAME, weft_kernels::DIRECT, m));
-                        }
-                        Some(PeerSource::Nvls) => {
-                            pairs.push((weft_kernels::NVLS_NAME, weft_kernels::NVLS, m));
-                        }
-                        None => {}
-                    }
-                }
-            }
-            pairs.sort_by_key(|(name, _, d)| (*name, *d as usize));
-            pairs.dedup_by_key(|(name, _, d)| (*name, *d as usize));
-            super::kernels::precompile(&pairs, self.kernels.arch())?;
-        }
-        for &d in dtypes {
-            if d.is_fp8() {
-                load(DataType::Uint8)?;
-                if !self.kernels.supports(d) {
-                    continue;
-                }
-            }
-            load(d)?;
-        }
-        Ok(())
+        self.kernels.prepare(dtypes, peer)
     }
 
     /// Every rank's `mine`, by rank, over the bootstrap network (control data only).
@@ -1625,21 +1581,6 @@ pub fn p2p_channels_for(bytes: usize, max: u32) -> u32 {
     u32::try_from(bytes.div_ceil(512 << 10))
         .unwrap_or(u32::MAX)
         .clamp(1, max.max(1))
-}
-
-/// Whether files can be created in `dir` (made if missing): a probe file, removed again.
-fn writable_dir(dir: &std::path::Path) -> bool {
-    let probe = dir.join(format!(".weft-probe-{}", std::process::id()));
-    let ok = std::fs::create_dir_all(dir).is_ok() && std::fs::write(&probe, b"").is_ok();
-    let _ = std::fs::remove_file(&probe);
-    if !ok {
-        log::warn!(
-            "weft: the kernel cache {} cannot be written: kernels compile one at a time as \
-             they load (set WEFT_CACHE_DIR to a writable directory)",
-            dir.display()
-        );
-    }
-    ok
 }
 
 /// Checks that all ranks are on one host, no two on one GPU, with the same explicit

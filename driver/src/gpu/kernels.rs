@@ -57,6 +57,35 @@ pub enum PeerSource {
     Nvls,
 }
 
+impl PeerSource {
+    /// The CUDA source's file name and text.
+    pub fn source(self) -> (&'static str, &'static str) {
+        match self {
+            PeerSource::Direct => (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
+            PeerSource::Nvls => (weft_kernels::NVLS_NAME, weft_kernels::NVLS),
+        }
+    }
+}
+
+/// The element types whose modules calls on `dtypes` load: each type's own, and for an fp8
+/// type also uint8's, which its copies run (all-gather, broadcast, send/receive). Sorted,
+/// each once.
+pub fn module_types(dtypes: &[DataType]) -> Vec<DataType> {
+    let mut types: Vec<DataType> = dtypes
+        .iter()
+        .flat_map(|&d| {
+            if d.is_fp8() {
+                vec![DataType::Uint8, d]
+            } else {
+                vec![d]
+            }
+        })
+        .collect();
+    types.sort_by_key(|d| *d as usize);
+    types.dedup();
+    types
+}
+
 /// Compiles (or takes from the on-disk cache) the machine code of source `name` for `dtype`
 /// on a GPU of compute capability `arch`; needs no GPU.
 pub fn compile_module(
@@ -165,6 +194,21 @@ pub fn precompile(
     }
 }
 
+/// Whether files can be created in `dir` (made if missing): a probe file, removed again.
+fn writable_dir(dir: &std::path::Path) -> bool {
+    let probe = dir.join(format!(".weft-probe-{}", std::process::id()));
+    let ok = std::fs::create_dir_all(dir).is_ok() && std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if !ok {
+        log::warn!(
+            "weft: the kernel cache {} cannot be written: kernels compile one at a time as \
+             they load (set WEFT_CACHE_DIR to a writable directory)",
+            dir.display()
+        );
+    }
+    ok
+}
+
 /// Threads per block of every module: `WEFT_KERNEL_THREADS`, a knob for measurements (a
 /// multiple of 32 from 64 to 1024), or weft-kernels' default.
 pub fn kernel_threads() -> u32 {
@@ -245,10 +289,7 @@ impl Kernels {
         if let Some(Some(k)) = table.get(dtype as usize) {
             return Ok(k.clone());
         }
-        let (name, text) = match source {
-            PeerSource::Direct => (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
-            PeerSource::Nvls => (weft_kernels::NVLS_NAME, weft_kernels::NVLS),
-        };
+        let (name, text) = source.source();
         check_peer_threads(source, kernel_threads())?;
         let (module, threads) = self.compile(name, text, dtype)?;
         let by_op = RedOp::ALL
@@ -311,6 +352,47 @@ impl Kernels {
             }
         }
         Ok(())
+    }
+
+    /// Loads the modules calls on `dtypes` run (see [`module_types`]; fp8 reductions only
+    /// where this GPU has them), with `peer`'s too. Those not loaded yet are first compiled
+    /// into the on-disk cache on all cores (one NVRTC compilation takes seconds), when there
+    /// is a cache they can be kept in; else each compiles as it loads, one at a time.
+    pub fn prepare(&self, dtypes: &[DataType], peer: Option<PeerSource>) -> Result<(), GpuError> {
+        let types: Vec<DataType> = module_types(dtypes)
+            .into_iter()
+            .filter(|d| self.supports(*d))
+            .collect();
+        let mut missing = Vec::new();
+        for &d in &types {
+            if !self.is_loaded(d) {
+                missing.push((weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES, d));
+            }
+            if let Some(source) = peer.filter(|s| !self.peer_is_loaded(*s, d)) {
+                let (name, text) = source.source();
+                missing.push((name, text, d));
+            }
+        }
+        if !missing.is_empty() && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
+            precompile(&missing, self.arch)?;
+        }
+        for d in types {
+            self.get(d)?;
+            if let Some(source) = peer {
+                self.peer(source, d)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_loaded(&self, dtype: DataType) -> bool {
+        let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        matches!(loaded.get(dtype as usize), Some(Some(_)))
+    }
+
+    fn peer_is_loaded(&self, source: PeerSource, dtype: DataType) -> bool {
+        let loaded = self.peer.lock().unwrap_or_else(PoisonError::into_inner);
+        matches!(loaded[source as usize].get(dtype as usize), Some(Some(_)))
     }
 
     /// The GPU's compute capability, the architecture the modules are compiled for.

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use weft::gpu::kernels::precompile;
+use weft::gpu::kernels::{PeerSource, module_types, precompile};
 use weft_core::abi::DataType;
 
 const USAGE: &str = "\
@@ -88,19 +88,16 @@ fn run(args: &[String]) -> Result<(), String> {
     if dtypes.is_empty() {
         dtypes = DataType::ALL.to_vec();
     }
-    // fp8 data that is only moved (all-gather, broadcast, send/receive) runs the uint8
-    // modules, which a run on fp8 then loads too.
-    if dtypes.iter().any(|d| d.is_fp8()) && !dtypes.contains(&DataType::Uint8) {
-        dtypes.push(DataType::Uint8);
-    }
     let sources = [
         (weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES),
-        (weft_kernels::DIRECT_NAME, weft_kernels::DIRECT),
-        (weft_kernels::NVLS_NAME, weft_kernels::NVLS),
+        PeerSource::Direct.source(),
+        PeerSource::Nvls.source(),
     ];
+    // fp8 types bring the uint8 modules their copies run.
+    let types = module_types(&dtypes);
     let pairs: Vec<_> = sources
         .iter()
-        .flat_map(|&(name, text)| dtypes.iter().map(move |&d| (name, text, d)))
+        .flat_map(|&(name, text)| types.iter().map(move |&d| (name, text, d)))
         .collect();
     for arch in archs {
         let started = std::time::Instant::now();
