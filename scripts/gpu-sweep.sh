@@ -2,7 +2,10 @@
 # A tuning sweep on a GPU machine: weft's GPU all-reduce (or another collective) over a grid
 # of settings, and NCCL beside it with what it chose, in one call, to find what limits weft.
 #
-#   scripts/gpu-sweep.sh [--coll all_reduce] [-b 1M] [-e 1G] [-f 4] ["LABEL VAR=VALUE ..." ...]
+#   scripts/gpu-sweep.sh [--coll all_reduce] [-b 1M] [-e 1G] [-f 4] [-G 10] [--time] ["LABEL VAR=VALUE ..." ...]
+#
+# -G N: CUDA-graph mode on both sides (nccl-tests' -G: N launches captured in one graph);
+# --time: each row gives the out-of-place time in us instead of the busbw (for latency).
 #
 # Each quoted argument is one weft configuration: a label, then environment settings
 # (WEFT_NCHANNELS, NCCL_BUFFSIZE, WEFT_KERNEL_UNROLL, ...); without any, a default grid.
@@ -24,7 +27,7 @@ mkdir -p "$LOGS"
 # The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
 # without it every run on a fresh machine compiles every module first (minutes).
 export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
-COLL=all_reduce MINB=1M MAXB=1G FACTOR=4
+COLL=all_reduce MINB=1M MAXB=1G FACTOR=4 GRAPH=() FIELD=8 UNIT="busbw GB/s"
 configs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,6 +35,8 @@ while [ $# -gt 0 ]; do
         -b) MINB=$2; shift 2 ;;
         -e) MAXB=$2; shift 2 ;;
         -f) FACTOR=$2; shift 2 ;;
+        -G) GRAPH=(-G "$2"); shift 2 ;;
+        --time) FIELD=6; UNIT="time us"; shift ;;
         *) configs+=("$1"); shift ;;
     esac
 done
@@ -58,13 +63,13 @@ SUMMARY="$LOGS/sweep.txt"
 
 # One line: the label, then the out-of-place busbw of every size in an nccl-tests table.
 row() {
-    awk -v label="$1" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { bw = bw sprintf(" %7.1f", $8); if ($9 != "0" && $9 != "N/A") bad = 1 }
+    awk -v label="$1" -v f="$FIELD" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { bw = bw sprintf(" %7.2f", $f); if ($9 != "0" && $9 != "N/A") bad = 1 }
         END { printf "%-22s%s%s\n", label, bw, bad ? "   WRONG RESULTS" : "" }' "$2"
 }
 header() {
-    awk '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { s = $1; u = "";
+    awk -v unit="$UNIT" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { s = $1; u = "";
         if (s >= 1073741824) { s /= 1073741824; u = "G" } else if (s >= 1048576) { s /= 1048576; u = "M" } else if (s >= 1024) { s /= 1024; u = "K" }
-        h = h sprintf(" %7s", s u) } END { printf "%-22s%s\n", "busbw GB/s", h }' "$1"
+        h = h sprintf(" %7s", s u) } END { printf "%-22s%s\n", unit, h }' "$1"
 }
 
 echo "== $COLL on $NGPUS GPU(s), $MINB to $MAXB" | tee -a "$SUMMARY"
@@ -73,7 +78,7 @@ for c in "${configs[@]}"; do
     read -r label settings <<<"$c"
     log="$LOGS/weft-$label.txt"
     # shellcheck disable=SC2086
-    env $settings "$WEFT" perf "$wcoll" --device cuda --threads -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 >"$log" 2>&1
+    env $settings "$WEFT" perf "$wcoll" --device cuda --threads -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 "${GRAPH[@]}" >"$log" 2>&1
     if [ $first = 1 ]; then header "$log" | tee -a "$SUMMARY"; first=0; fi
     row "weft $label" "$log" | tee -a "$SUMMARY"
     grep -m1 "channel(s)" "$log" >>"$LOGS/channels.txt"
@@ -87,7 +92,7 @@ if [ -x "$NT/build/${COLL}_perf" ]; then
     for c in "nccl" "nccl-simple NCCL_PROTO=Simple" "nccl-simple-ch32 NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=32 NCCL_MAX_NCHANNELS=32"; do
         read -r label settings <<<"$c"
         # shellcheck disable=SC2086
-        env $settings "$NT/build/${COLL}_perf" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 -g "$NGPUS" >"$LOGS/$label.txt" 2>&1
+        env $settings "$NT/build/${COLL}_perf" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 -g "$NGPUS" "${GRAPH[@]}" >"$LOGS/$label.txt" 2>&1
         row "$label" "$LOGS/$label.txt" | tee -a "$SUMMARY"
     done
     # What NCCL chose: channels, and the algorithm and protocol per size.

@@ -105,20 +105,28 @@ cp "$ROOT/.gpu/nccl/include/nccl.h" "$WEFT_HOME/include/"
 ln -sfn "$WEFT_LIB" "$WEFT_HOME/lib"
 GENCODE="-gencode=arch=compute_90,code=sm_90"
 BUILT=""
+# Both builds at once (the machine has 16 cores or more): each make -j 16.
+t=$(step_timeout 150)
+declare -A MAKE_PID
 for which in $SIDES; do
     home="$LOGS/$which-home"
     [ "$which" = weft ] && home=$WEFT_HOME
-    t=$(step_timeout 120)
     [ "$t" -eq 0 ] && { echo "   building against $which skipped: out of time"; status=1; continue; }
-    if ! timeout "$t" make -C "$SRC" -j 16 MPI=0 NCCL_HOME="$home" CUDA_HOME="$CUDA_HOME" \
-        NVCC_GENCODE="$GENCODE" BUILDDIR="$LOGS/build-$which" >"$LOGS/make-$which.log" 2>&1; then
+    timeout "$t" make -C "$SRC" -j 16 MPI=0 NCCL_HOME="$home" CUDA_HOME="$CUDA_HOME" \
+        NVCC_GENCODE="$GENCODE" BUILDDIR="$LOGS/build-$which" >"$LOGS/make-$which.log" 2>&1 &
+    MAKE_PID[$which]=$!
+done
+for which in "${!MAKE_PID[@]}"; do
+    if ! wait "${MAKE_PID[$which]}"; then
         echo "   building nccl-tests against $which FAILED or timed out (${t} s; tail of $LOGS/make-$which.log):"
-        tail -20 "$LOGS/make-$which.log"; status=1; save_logs; continue
+        tail -20 "$LOGS/make-$which.log"; status=1; continue
     fi
     BUILT="$BUILT $which"
     echo "   built against $which: $LOGS/build-$which"
-    save_logs
 done
+# The order of the runs below: NCCL first, as before.
+BUILT=$(for w in $SIDES; do case " $BUILT " in *" $w "*) echo -n "$w ";; esac; done)
+save_logs
 
 echo "== 3. runs (-g $NGPUS -c 1, 8 B to $MAX)"
 printf '%-16s %12s %12s %14s %14s\n' test "nccl #wrong" "weft #wrong" "nccl busbw" "weft busbw" >"$LOGS/summary.txt"

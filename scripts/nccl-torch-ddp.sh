@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PyTorch on weft's libnccl.so.2 (issue 13's acceptance step): scripts/nccl_torch_ddp.py
 # under torchrun, every rank's ProcessGroupNCCL loading weft's library, checked against the
-# CPU; then the same script on the machine's own NCCL for comparison.
+# CPU; then the same script on the machine's own NCCL, and the DDP step's gradients of the two compared.
 #
 # Builds nothing: run scripts/build-nccl-bundle.sh here first and carry `.gpu`. Through the
 # device tool, kind nvidia-h200-x2:  run carry=[".gpu"] command="scripts/nccl-torch-ddp.sh"
@@ -41,6 +41,8 @@ status=0
 for which in $SIDES; do
     envs=("${share[@]}")
     [ "$which" = weft ] && envs+=(LD_PRELOAD="$LIB" NCCL_DEBUG=INFO)
+    mkdir -p "$LOGS/grads-$which"
+    envs+=(WEFT_DDP_GRADS_DIR="$LOGS/grads-$which")
     env "${envs[@]}" timeout "${NCCL_TORCH_TIMEOUT:-270}" torchrun --standalone --nproc_per_node="$nproc" \
         "$ROOT/scripts/nccl_torch_ddp.py" >"$LOGS/$which.log" 2>&1
     rc=$?
@@ -50,6 +52,25 @@ for which in $SIDES; do
     [ $rc -eq 0 ] || { tail -30 "$LOGS/$which.log"; status=1; }
     save_logs
 done
+# The DDP step's gradients on weft against those on NVIDIA's NCCL, rank by rank, tensor
+# by tensor (a 2-rank sum is exact in any order, so they should be identical).
+if [ "$SIDES" = "weft nccl" ]; then
+    python3 - "$LOGS" "$nproc" <<'PY' | tee "$LOGS/grads-compare.log" || status=1
+import sys, torch
+logs, n = sys.argv[1], int(sys.argv[2])
+worst = 0.0
+for r in range(n):
+    a = torch.load(f"{logs}/grads-weft/grads-rank{r}.pt")
+    b = torch.load(f"{logs}/grads-nccl/grads-rank{r}.pt")
+    assert a.keys() == b.keys(), f"rank {r}: different parameters"
+    for k in a:
+        d = (a[k] - b[k]).abs().max().item()
+        worst = max(worst, d)
+        print(f"rank {r}: {k}: {a[k].numel()} gradients, max |weft - nccl| = {d:.3e}")
+print(f"DDP gradients, weft vs NVIDIA's NCCL: max difference {worst:.3e} over {n} ranks")
+sys.exit(0 if worst <= 1e-6 else 1)
+PY
+fi
 if ! grep -q '+weft-' "$LOGS/weft.log"; then
     echo "the weft run's log has no weft version line: NVIDIA's libnccl answered" >&2
     status=1

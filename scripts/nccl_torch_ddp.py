@@ -7,7 +7,8 @@ broadcast at construction, gradient all-reduce in buckets), then compares every 
 with the step computed on the CPU from all ranks' data. Also an all_reduce, all_gather,
 reduce_scatter, broadcast and a send/recv pair through ProcessGroupNCCL, each checked.
 A new_group (a split communicator) runs an all_reduce and a reduce. Prints one line per
-check; exits 1 on the first mismatch.
+check; exits 1 on the first mismatch. With WEFT_DDP_GRADS_DIR set, each rank saves its
+averaged gradients there (grads-rank<N>.pt) before the optimizer step.
 """
 
 import os
@@ -85,6 +86,12 @@ def main():
     loss = nn.functional.mse_loss(ddp(inp.to(dev)), tgt.to(dev))
     opt.zero_grad()
     loss.backward()
+    # The averaged gradients as this library left them, for nccl-torch-ddp.sh to compare
+    # with the same step on another library (weft's against NVIDIA's NCCL).
+    grads_dir = os.environ.get("WEFT_DDP_GRADS_DIR")
+    if grads_dir:
+        grads = {name: p.grad.detach().cpu() for name, p in net.named_parameters()}
+        torch.save(grads, os.path.join(grads_dir, f"grads-rank{rank}.pt"))
     opt.step()
     torch.cuda.synchronize()
 
