@@ -2,14 +2,15 @@
 //! over ring channels), one-shot or two-shot all-reduce over peer-mapped windows, or NVLS.
 //!
 //! `WEFT_ALGO` forces one, for measurement ([`GpuAlgo::parse`]); otherwise [`choose`]
-//! decides from the call's size and the rank count. That rule is deliberately the ring for
-//! every call today: one-shot, two-shot and NVLS are built, compile in CI and are unit
-//! tested, but have not run on a GPU yet, so nothing picks them unasked. Once a GPU run has
-//! verified them (every type, op and size against the CPU reference) and measured them
-//! beside the ring, the rule to adopt is the shape NCCL and TensorRT-LLM use: one-shot
-//! below a latency-bound size (tens of KiB, lower as ranks grow, since each rank reads
-//! `n - 1` whole inputs), two-shot up to where the ring's bandwidth wins, NVLS above it on
-//! NVSwitch systems; the thresholds come from that measurement, not from here.
+//! decides from the call's size and the rank count: one-shot all-reduce (its LL form, no
+//! barrier) up to [`one_shot_max_bytes`] where every rank maps every other's memory, the
+//! ring for everything else. Measured on two H100 over NVLink (docs/benchmarks.md,
+//! 2026-11-25): the barrier form of one-shot took 14.6 us with CUDA graphs where NCCL's LL
+//! ring took 6.6 us, so one-shot went to LL lines (3.3 us there); its limit on two ranks is
+//! where it stopped beating the ring there (512 KiB: 10.8 us against the ring's 21). Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on
+//! two GPUs, and NVLS runs here only in its unicast emulation, which is slower than both.
+//! For more ranks the limit shrinks (each rank stores its input into `n - 1` peers); those
+//! limits are estimates until a machine with more GPUs measures them.
 //!
 //! Every rank must choose alike: the choice depends only on the call, the rank count and
 //! what the communicator agreed on at init.
@@ -143,12 +144,21 @@ impl fmt::Display for AlgoError {
     }
 }
 
+/// The largest all-reduce, in bytes per rank, that the automatic choice runs one-shot on
+/// `nranks` ranks; 0 where it never does.
+pub const fn one_shot_max_bytes(nranks: u32) -> u64 {
+    match nranks {
+        0 | 1 => 0,
+        2 => 512 << 10,
+        3 | 4 => 256 << 10,
+        _ if nranks as usize <= PEER_MAX_RANKS => 128 << 10,
+        _ => 0,
+    }
+}
+
 /// The algorithm of a call of `coll` on `nranks` ranks of `bytes` per rank: the forced one
-/// (`WEFT_ALGO`), checked against the call and the communicator, or else the ring.
-///
-/// The automatic choice stays the ring until the peer-pointer algorithms have been verified
-/// and measured on a GPU (see the module documentation); `bytes` is part of the signature
-/// for the size rule that measurement will bring.
+/// (`WEFT_ALGO`), checked against the call and the communicator; or else one-shot for an
+/// all-reduce of at most [`one_shot_max_bytes`] between peer-mapped ranks, and the ring.
 pub fn choose(
     forced: Option<GpuAlgo>,
     coll: CollKind,
@@ -156,9 +166,14 @@ pub fn choose(
     nranks: u32,
     caps: PeerCaps,
 ) -> Result<GpuAlgo, AlgoError> {
-    let _ = bytes;
     let Some(algo) = forced else {
-        return Ok(GpuAlgo::Ring);
+        let one_shot =
+            coll == CollKind::AllReduce && caps.peer_mapped && bytes <= one_shot_max_bytes(nranks);
+        return Ok(if one_shot {
+            GpuAlgo::OneShot
+        } else {
+            GpuAlgo::Ring
+        });
     };
     if algo == GpuAlgo::Ring {
         return Ok(algo);
@@ -202,18 +217,37 @@ mod test {
     }
 
     #[test]
-    fn automatic_choice_is_the_ring_until_verified_on_a_gpu() {
+    fn automatic_choice_is_one_shot_for_small_all_reduces_between_mapped_peers() {
+        let unmapped = PeerCaps {
+            peer_mapped: false,
+            nvls_heads: false,
+        };
         for &coll in CollKind::ALL {
-            for nranks in 1..=16 {
+            for nranks in 1..=16u32 {
+                let limit = one_shot_max_bytes(nranks);
                 for shift in 0..40 {
-                    let bytes = (1u64 << shift) + 3;
-                    assert_eq!(
-                        choose(None, coll, bytes, nranks, ALL_CAPS),
-                        Ok(GpuAlgo::Ring)
-                    );
+                    for bytes in [(1u64 << shift) - 1, 1u64 << shift, (1u64 << shift) + 3] {
+                        let want = if coll == CollKind::AllReduce && bytes <= limit {
+                            GpuAlgo::OneShot
+                        } else {
+                            GpuAlgo::Ring
+                        };
+                        assert_eq!(choose(None, coll, bytes, nranks, ALL_CAPS), Ok(want));
+                        // SHM windows or several hosts: always the ring.
+                        assert_eq!(
+                            choose(None, coll, bytes, nranks, unmapped),
+                            Ok(GpuAlgo::Ring)
+                        );
+                    }
                 }
             }
         }
+        assert_eq!(one_shot_max_bytes(1), 0);
+        assert_eq!(one_shot_max_bytes(2), 512 << 10);
+        assert_eq!(one_shot_max_bytes(PEER_MAX_RANKS as u32 + 1), 0);
+        assert!(
+            (2..=PEER_MAX_RANKS as u32).all(|n| one_shot_max_bytes(n) >= one_shot_max_bytes(n + 1))
+        );
     }
 
     #[test]

@@ -97,6 +97,9 @@
 // Bytes of one channel's flags in a one-/two-shot window's flag area.
 #define WEFT_PEER_FLAGS_STRIDE 128
 
+// Lanes of the LL one-shot's data window: at most this many channels per one-shot call.
+#define WEFT_PEER_LANES 16
+
 // `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
 // no final division).
 #define WEFT_RED_OP_PREMUL (1 << 0)

@@ -58,7 +58,9 @@ fn run_ranks<T: Send + 'static>(
 }
 
 /// Protocol settings every rank of a test starts with (the same on all, as init demands).
-#[derive(Debug, Clone, Copy, Default)]
+/// By default the ring (the tests of the ring kernels must not have their small all-reduces
+/// taken by the automatic one-shot); `automatic_choice_every_type_op_and_size` tests that.
+#[derive(Debug, Clone, Copy)]
 struct Settings {
     /// `NCCL_PROTO`'s value; `None`: unset (every call SIMPLE).
     proto: Option<&'static str>,
@@ -68,12 +70,22 @@ struct Settings {
     algo: Option<GpuAlgo>,
 }
 
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            proto: None,
+            p2p_ll_threshold: None,
+            algo: Some(GpuAlgo::Ring),
+        }
+    }
+}
+
 impl Settings {
     /// LL for every collective and every send/recv.
     const LL: Settings = Settings {
         proto: Some("LL"),
         p2p_ll_threshold: Some(usize::MAX),
-        algo: None,
+        algo: Some(GpuAlgo::Ring),
     };
 
     /// Every call through `algo`.
@@ -401,7 +413,7 @@ fn ll_and_simple_calls_interleave_on_one_stream() {
     let settings = Settings {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: None,
-        algo: None,
+        algo: Some(GpuAlgo::Ring),
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -515,7 +527,7 @@ fn ll_crosses_the_flag_wrap_and_its_cleaning_steps() {
     let settings = Settings {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: Some(usize::MAX),
-        algo: None,
+        algo: Some(GpuAlgo::Ring),
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -1097,15 +1109,15 @@ fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
     out
 }
 
-fn every_case_with(algo: GpuAlgo) {
+fn every_case_with(settings: Settings, name: &'static str) {
     let Some(nranks) = multi_ranks() else { return };
-    let cases = algo_cases(algo, nranks);
+    let cases = algo_cases(settings.algo.unwrap_or(GpuAlgo::OneShot), nranks);
     let total = cases.len();
     let started = Instant::now();
     let wrong = run_ranks_with(
         nranks,
         Duration::from_secs(60),
-        Settings::algo(algo),
+        settings,
         move |rank, mut comm| {
             let stream = Stream::new(comm.context()).unwrap();
             let biggest = cases
@@ -1124,7 +1136,7 @@ fn every_case_with(algo: GpuAlgo) {
                 }
                 let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
                 if w > 0 {
-                    failures.push(format!("rank {rank}: {algo}: {c:?}: {w} wrong"));
+                    failures.push(format!("rank {rank}: {name}: {c:?}: {w} wrong"));
                 }
             }
             comm.finalize().unwrap();
@@ -1134,7 +1146,7 @@ fn every_case_with(algo: GpuAlgo) {
     let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
     let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
     eprintln!(
-        "{algo} on {nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped), \
+        "{name} on {nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped), \
          {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
@@ -1144,12 +1156,42 @@ fn every_case_with(algo: GpuAlgo) {
 
 #[test]
 fn one_shot_all_reduce_every_type_op_and_size() {
-    every_case_with(GpuAlgo::OneShot);
+    every_case_with(Settings::algo(GpuAlgo::OneShot), "oneshot");
+}
+
+/// The one-shot's barrier form: a window too small for the LL form's lanes
+/// (`WEFT_DIRECT_WINDOW` of 256 KiB: 256 pairs per sub-slot on two ranks, fewer than the
+/// block's threads). Sets the variable for this process: the GPU scripts run one test at a
+/// time (`--test-threads 1`).
+#[test]
+fn one_shot_barrier_form_every_type_op_and_size() {
+    // SAFETY: no other thread reads the environment while a GPU test runs alone (the GPU
+    // scripts pass --test-threads 1); without a GPU this test returns before any rank starts.
+    unsafe { std::env::set_var("WEFT_DIRECT_WINDOW", "262144") };
+    let run = std::panic::catch_unwind(|| {
+        every_case_with(Settings::algo(GpuAlgo::OneShot), "oneshot, barrier form")
+    });
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("WEFT_DIRECT_WINDOW") };
+    if let Err(panic) = run {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// What a user gets without WEFT_ALGO: one-shot (LL form) for small all-reduces, the ring
+/// above `weft_core::algo::one_shot_max_bytes`.
+#[test]
+fn automatic_choice_every_type_op_and_size() {
+    let auto = Settings {
+        algo: None,
+        ..Settings::default()
+    };
+    every_case_with(auto, "automatic choice");
 }
 
 #[test]
 fn two_shot_all_reduce_every_type_op_and_size() {
-    every_case_with(GpuAlgo::TwoShot);
+    every_case_with(Settings::algo(GpuAlgo::TwoShot), "twoshot");
 }
 
 /// NVLS in its unicast form (no multicast object: `WEFT_NVLS` is never set by a test).
@@ -1159,7 +1201,7 @@ fn nvls_unicast_every_collective_type_op_and_size() {
         std::env::var("WEFT_NVLS").is_err(),
         "WEFT_NVLS is set: no test may opt in to NVLink multicast"
     );
-    every_case_with(GpuAlgo::Nvls);
+    every_case_with(Settings::algo(GpuAlgo::Nvls), "nvls");
 }
 
 /// NVLS (unicast form) with its three collectives mixed on one communicator: they share one

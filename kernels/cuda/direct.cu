@@ -9,9 +9,30 @@
 // block's peers still read (a split recomputed per round, shorter in the last round, did
 // that: found on an H100, 2026-11-25, as wrong sums in calls of several rounds).
 //
-// One-shot, per round:  copy my input into my slice; barrier; read the slice from every
-//   rank's window, reduce (rank order 0..n-1 on every rank, so all ranks get the same
-//   bits), write my output; barrier (nobody overwrites a window a peer still reads).
+// One-shot, LL form (used whenever the window is large enough, see below): no barrier and
+//   no fence at all. A system-scope fence or release store costs microseconds on Hopper,
+//   and the barrier form's four of them per call were most of its 14.6 us on two H100
+//   (2026-11-25); NCCL's LL ring (6.6 us) has none. Each rank stores its input, as LL pairs
+//   (ll_pair.cuh: 8 data bytes and the round's flag in one 16-byte store), straight into its
+//   own sub-slot of every peer's window, then polls the pairs the peers stored into its own
+//   window and reduces them (rank order 0..n-1 on every rank, so all ranks get the same
+//   bits) into its output.
+//   Layout: block c always uses lane c of the window (LANES equal lanes, whatever the call's
+//   channel count, so a lane is only ever used by one block index and its epochs grow
+//   without gaps on every rank); a lane is two halves (the epoch's parity), each of nranks
+//   sub-slots of lane_pairs pairs (sub-slot r: what rank r stored).
+//   Why a half can be reused without a barrier: every thread t moves the same pairs
+//   (t, t + THREADS, ...) in every round, and at least pair t (rounds move at least THREADS
+//   pairs, padding included). Rank A's thread t writes round e + 1 into half (e + 1) % 2 of
+//   peer P only after it read P's pair t of round e, which P's thread t stored after it had
+//   read all its pairs of round e - 1, the last round that used that half for those pairs.
+//   Across calls the same holds: the lane's epochs continue (weft_peer_work.steps).
+//   Flags are the epoch + 1 in 32 bits (ll_flag); every 2^31 epochs a round stores every
+//   pair of its sub-slots (ll_cleans, as NCCL's LL cleaning), so no pair is old enough for
+//   its flag to come round again.
+// One-shot, barrier form (a window too small for the LL form's lanes): per round, copy my
+//   input into my slice; barrier; read the slice from every rank's window, reduce (rank
+//   order), write my output; barrier (nobody overwrites a window a peer still reads).
 // Two-shot, per round:  the round is cut into n segments; copy my input into my slice;
 //   barrier; reduce segment `rank` from every rank's slice (the reduce-scatter, by direct
 //   reads) and store the result into every rank's slice at the same place (the all-gather,
@@ -33,6 +54,7 @@
 #include "ring_program.cuh"
 #include "reduce.cuh"
 #include "sync.cuh"
+#include "ll_pair.cuh"
 #include "dtype.cuh"
 #include "peer_layout.cuh"
 
@@ -129,6 +151,96 @@ __device__ __forceinline__ void channel_part(u64 count, u32 nch, u32 c, u64* sta
   peer_channel_part(count, sizeof(T), nch, c, start, len);
 }
 
+// The LL one-shot's lanes (see the top of this file); the host gives a call at most this
+// many channels (RegionPlan::channels).
+constexpr u32 LL_LANES = WEFT_PEER_LANES;
+
+// Pairs of one rank's sub-slot in a lane, or 0 where the window is too small for the LL form
+// (every thread must own at least one pair of every sub-slot).
+__device__ __forceinline__ u64 ll_lane_pairs(u64 window_bytes, int nranks) {
+  const u64 pairs = window_bytes / LL_LANES / 16 / 2 / (u64)nranks;
+  return pairs >= (u64)DTHREADS ? pairs : 0;
+}
+
+// The one-shot all-reduce in its LL form, for block c's part of the call. `epoch` is the
+// lane's, advanced once per round. False when the block must stop.
+template <int OP>
+__device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const weft_peer_work& w,
+                            int rank, int nranks, u32 c, u64 lane_pairs, u64* epoch) {
+  __shared__ int stop, failed;
+  constexpr int EPL = 8 / sizeof(T);
+  if (threadIdx.x == 0) stop = failed = 0;
+  __syncthreads();
+  const LlStop halt{&stop, &failed};
+  const u64 lane_u64s = lane_pairs * 2 * 2 * (u64)nranks;  // two halves of nranks sub-slots
+  const T* in = (const T*)w.send_buff;
+  T* out = (T*)w.recv_buff;
+  u64 part_start, part_len;
+  channel_part(w.count, w.nchannels, c, &part_start, &part_len);
+  const u64 round_elems = lane_pairs * EPL;
+  for (u64 done = 0; done < part_len; done += round_elems) {
+    const u64 n = min_u64(round_elems, part_len - done);
+    const u64 e = ++*epoch;
+    const u32 flag = ll_flag(e);
+    const u64 npairs = ll_pairs_for(n * sizeof(T));
+    const u64 moved = ll_cleans(e) ? lane_pairs : (npairs > (u64)DTHREADS ? npairs : (u64)DTHREADS);
+    const u64 half = e & 1;
+    const T* src = in + part_start + done;
+    T* dst = out + part_start + done;
+    // Pair i of rank `from`'s sub-slot of this round's half, in rank p's window.
+    auto pair_at = [&](int p, int from, u64 i) -> u64* {
+      return (u64*)w.peer_data[p] + (u64)c * lane_u64s + ((half * nranks + from) * lane_pairs + i) * 2;
+    };
+    // My pair i (pre-multiplied where the operator says so), zero past the message.
+    auto mine = [&](u64 i) {
+      LlPair<T> v;
+      v.bits = 0;
+      if (i < npairs) {
+        const u64 first = i * EPL;
+        const int cnt = (int)min_u64(n - first, (u64)EPL);
+        ll_read_elems(v, src + first, cnt);
+#pragma unroll
+        for (int j = 0; j < EPL; j++)
+          if (j < cnt) v.e[j] = red.pre(v.e[j]);
+      }
+      return v;
+    };
+    for (u64 i = threadIdx.x; i < moved; i += DTHREADS) {
+      const LlPair<T> v = mine(i);
+      for (int p = 0; p < nranks; p++)
+        if (p != rank) ll_store(pair_at(p, rank, i), v.bits, flag);
+    }
+    for (u64 i = threadIdx.x; i < moved; i += DTHREADS) {
+      LlPair<T> acc;
+      for (int p = 0; p < nranks; p++) {
+        LlPair<T> x;
+        if (p == rank) {
+          x = mine(i);
+        } else if (!ll_load(b, pair_at(rank, p, i), flag, &x.bits, p, WEFT_WAIT_PEER_FLAG, e, c,
+                            halt)) {
+          break;
+        }
+        if (p == 0) {
+          acc = x;
+        } else {
+#pragma unroll
+          for (int j = 0; j < EPL; j++) acc.e[j] = red.combine(acc.e[j], x.e[j]);
+        }
+      }
+      if (*halt.failed) break;
+      if (i < npairs) {
+#pragma unroll
+        for (int j = 0; j < EPL; j++) acc.e[j] = red.finish(acc.e[j]);
+        const u64 first = i * EPL;
+        ll_write_elems(dst + first, acc, (int)min_u64(n - first, (u64)EPL));
+      }
+    }
+    __syncthreads();
+    if (*halt.failed) return false;
+  }
+  return true;
+}
+
 template <int OP>
 __device__ void direct_all_reduce(const weft_peer_work& w) {
   __shared__ int stop;
@@ -153,6 +265,14 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
   // part of the call.
   const u64 slice_elems = w.window_bytes / sizeof(T) / w.nchannels / align * align;
   if (slice_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return;  // the host refuses these
+  if (!two_shot && w.nchannels <= LL_LANES) {
+    const u64 lane_pairs = ll_lane_pairs(w.window_bytes, nranks);
+    if (lane_pairs != 0) {
+      if (ll_one_shot<OP>(b, red, w, rank, nranks, c, lane_pairs, &epoch) && threadIdx.x == 0)
+        *steps = epoch;
+      return;
+    }
+  }
   const u64 slice = (u64)c * slice_elems;
   T* mine = (T*)w.peer_data[rank] + slice;
   u64 part_start, part_len;

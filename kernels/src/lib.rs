@@ -61,6 +61,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("ring_program.cuh", include_str!("../cuda/ring_program.cuh")),
     ("ll.cuh", include_str!("../cuda/ll.cuh")),
     ("ll_lines.cuh", include_str!("../cuda/ll_lines.cuh")),
+    ("ll_pair.cuh", include_str!("../cuda/ll_pair.cuh")),
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
     ("sync.cuh", include_str!("../cuda/sync.cuh")),
     ("dtype.cuh", include_str!("../cuda/dtype.cuh")),

@@ -4,7 +4,7 @@
 //! A group is issued in call order, one launch per collective (weft does not fuse a
 //! group's collectives into one launch yet); each communicator's sends and receives go
 //! together as one point-to-point group (`GpuComm::group`, one launch), after its
-//! collectives. Communicators created inside the group are initialised first, each rank
+//! collectives. Every kernel module the group needs is loaded before the first launch. Communicators created inside the group are initialised first, each rank
 //! on its own thread, since their initialisations wait for each other.
 
 use std::cell::RefCell;
@@ -156,6 +156,31 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
                 comm.rank
             ))
         })?;
+    }
+    // Every module the group runs is loaded before anything of it launches: loading one
+    // waits for the GPU to be idle, and with one thread driving several GPUs an earlier
+    // kernel of this group waits there for a peer this thread has not launched yet (two
+    // H100, 2026-11-25: the group gave up after the 30 s deadline).
+    let mut modules: Vec<(Arc<Comm>, Vec<DataType>)> = Vec::new();
+    let mut add = |comm: &Arc<Comm>, dtype: DataType| match modules
+        .iter_mut()
+        .find(|(c, _)| Arc::ptr_eq(c, comm))
+    {
+        Some((_, types)) if types.contains(&dtype) => {}
+        Some((_, types)) => types.push(dtype),
+        None => modules.push((comm.clone(), vec![dtype])),
+    };
+    for c in &colls {
+        if let Call::Coll { comm, dtype, .. } = c {
+            add(comm, *dtype);
+        }
+    }
+    for (comm, _, _) in &p2p {
+        // Sends and receives move bytes: the uint8 module's point-to-point kernel.
+        add(comm, DataType::Uint8);
+    }
+    for (comm, types) in &modules {
+        comm.with_gpu(|gpu| Ok(gpu.prepare(types)?))?;
     }
     for c in colls {
         if let Call::Coll {

@@ -35,7 +35,7 @@ pub use conn::{
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
 pub use peer_work::{
     PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT, PEER_ALGO_TWO_SHOT,
-    PEER_FLAGS_STRIDE, PEER_MAX_RANKS, PeerWork,
+    PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerWork,
 };
 pub use work::{
     CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp, RED_OP_ARG_DEVICE_PTR,

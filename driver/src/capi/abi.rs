@@ -70,6 +70,8 @@ pub const WEFT_PEER_ALGO_NVLS: u32 = 2;
 pub const WEFT_PEER_ALGO_NVLS_UNICAST: u32 = 3;
 /// Bytes of one channel's flags in a one-/two-shot window's flag area.
 pub const WEFT_PEER_FLAGS_STRIDE: u64 = 128;
+/// Lanes of the LL one-shot's data window: at most this many channels per one-shot call.
+pub const WEFT_PEER_LANES: u32 = 16;
 /// `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
 /// no final division).
 pub const WEFT_RED_OP_PREMUL: u32 = 1 << 0;
@@ -106,6 +108,7 @@ const _: () = {
     assert!(WEFT_PEER_ALGO_NVLS == core_abi::PEER_ALGO_NVLS);
     assert!(WEFT_PEER_ALGO_NVLS_UNICAST == core_abi::PEER_ALGO_NVLS_UNICAST);
     assert!(WEFT_PEER_FLAGS_STRIDE == core_abi::PEER_FLAGS_STRIDE);
+    assert!(WEFT_PEER_LANES == core_abi::PEER_LANES);
     assert!(WEFT_RED_OP_PREMUL == core_abi::RED_OP_PREMUL);
     assert!(WEFT_RED_OP_ARG_DEVICE_PTR == core_abi::RED_OP_ARG_DEVICE_PTR);
     assert!(core_abi::RED_OP_KNOWN_FLAGS == WEFT_RED_OP_PREMUL | WEFT_RED_OP_ARG_DEVICE_PTR);

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use weft_core::abi::{
     Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
     DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
-    KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PeerWork, Protocol, RedOp,
-    RingInfo, STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START,
-    WAIT_RECV,
+    KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PEER_MAX_RANKS, PeerWork,
+    Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG,
+    WAIT_PEER_START, WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
@@ -109,7 +109,11 @@ fn channel_rings(
                 for line in plan.lines() {
                     log::info!("{line}");
                 }
-                Ok((plan.rings, plan.p2p_blocked, plan.nvls_heads))
+                Ok((
+                    two_blocks_per_ring(plan.rings, explicit, &env),
+                    plan.p2p_blocked,
+                    plan.nvls_heads,
+                ))
             }
             Ok(plan) => Ok((plain(&plan.note), None, plan.nvls_heads)),
             Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
@@ -184,7 +188,41 @@ fn channel_rings(
     ))
 }
 
-/// Channels that connect every pair of ranks for send/recv.
+/// The searched rings, each run by two blocks (channel `c + n` takes channel `c`'s ring, as
+/// `NCCL_MIN_NCHANNELS` repeats them), at most [`MAX_CHANNELS`], unless the count was set
+/// (`WEFT_NCHANNELS`, `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`; ncclConfig_t's bounds apply
+/// after this). weft's ring kernel moves less per block than NCCL's: on two H100 with NCCL's
+/// 24 channels its all-reduce reached 0.86-0.92x NCCL's bus bandwidth from 64 MiB, with 48
+/// 1.0-1.05x up to 256 MiB and 0.99x at 1 GiB (2026-11-25).
+fn two_blocks_per_ring(
+    rings: Vec<Vec<u32>>,
+    explicit: u32,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<Vec<u32>> {
+    let set = [
+        "WEFT_MIN_NCHANNELS",
+        "NCCL_MIN_NCHANNELS",
+        "WEFT_MAX_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+    ]
+    .iter()
+    .any(|v| env(v).is_some());
+    if explicit > 0 || set || rings.is_empty() {
+        return rings;
+    }
+    let n = rings.len() as u32;
+    let doubled =
+        crate::comm::channels::bound_channels(rings, (2 * n).min(MAX_CHANNELS), MAX_CHANNELS);
+    log::info!(
+        "weft: {} channel(s): the search's {n} rings, each on two blocks (NCCL_MIN_NCHANNELS / \
+         NCCL_MAX_NCHANNELS set the count)",
+        doubled.len()
+    );
+    doubled
+}
+
+/// Channels that connect every pair of ranks for send/recv, beyond two ranks (two ranks use
+/// every channel: the rings connect them already).
 pub const P2P_CHANNELS: u32 = 4;
 /// NCCL's SIMPLE FIFO step: 512 KiB (a 4 MiB buffer of 8 steps).
 pub const DEFAULT_STEP_BYTES: usize = 512 << 10;
@@ -601,10 +639,19 @@ impl GpuComm {
             );
         }
         let via_host = unreachable || blocked.is_some();
+        // Two ranks: every ring channel already connects the pair both ways, so send/recv
+        // takes all of them at no cost in memory (with four channels it reached 136 GB/s
+        // over NVLink where NCCL reached 354, two H100, 2026-11-25). More ranks: the first
+        // P2P_CHANNELS channels connect every pair, each a FIFO per peer and direction.
+        let p2p_channels = if n <= 2 {
+            u32::try_from(rings.len()).unwrap_or(P2P_CHANNELS)
+        } else {
+            P2P_CHANNELS
+        };
         let layout = Layout::new(
             rings,
             n,
-            P2P_CHANNELS,
+            p2p_channels,
             step_bytes,
             protocols.ll_buffer_bytes(),
         );
@@ -666,14 +713,27 @@ impl GpuComm {
                 opts.algo.map_or("unset", GpuAlgo::name)
             )));
         }
-        let peer = match opts.algo {
-            Some(algo) if algo != GpuAlgo::Ring => {
-                if via_host {
-                    return Err(GpuError::InvalidArgument(format!(
-                        "{}",
-                        weft_core::algo::AlgoError::NotPeerMapped { algo }
-                    )));
-                }
+        // The peer region: for the algorithm WEFT_ALGO forces, or, unforced, for the
+        // automatic choice's one-shot all-reduce wherever every rank maps every other's
+        // memory (weft_core::algo::choose). WEFT_ALGO=ring goes without.
+        let region_algo = match opts.algo {
+            Some(GpuAlgo::Ring) => None,
+            Some(algo) if via_host => {
+                return Err(GpuError::InvalidArgument(format!(
+                    "{}",
+                    weft_core::algo::AlgoError::NotPeerMapped { algo }
+                )));
+            }
+            Some(algo) => Some(algo),
+            None if !via_host && (2..=PEER_MAX_RANKS).contains(&nranks) => Some(GpuAlgo::OneShot),
+            None => None,
+        };
+        let setting = |algo: GpuAlgo| match opts.algo {
+            Some(_) => format!("WEFT_ALGO={algo}"),
+            None => "the automatic one-shot all-reduce (WEFT_ALGO=ring goes without)".to_string(),
+        };
+        let peer = match region_algo {
+            Some(algo) => {
                 if algo == GpuAlgo::Nvls && weft_cuda::multicast::OptIn::from_env().is_ok() {
                     return Err(GpuError::InvalidArgument(
                         "WEFT_ALGO=nvls with WEFT_NVLS=1: the NVLS multicast form is built \
@@ -720,13 +780,14 @@ impl GpuComm {
                     .find_map(|(q, theirs)| plan.mismatch(theirs).map(|why| (q, why)))
                 {
                     return Err(GpuError::InvalidArgument(format!(
-                        "WEFT_ALGO={algo}: rank {q}'s peer region differs from rank {rank}'s in \
-                         {why}: set it alike on every rank"
+                        "{}: rank {q}'s peer region differs from rank {rank}'s in {why}: set it \
+                         alike on every rank",
+                        setting(algo)
                     )));
                 }
                 Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
             }
-            _ => None,
+            None => None,
         };
         let status = Arc::new(HostMapped::alloc(
             &ctx,
@@ -757,13 +818,21 @@ impl GpuComm {
         comm.window.unlink();
         log::info!(
             "weft: rank {rank} of {nranks} on GPU {device} ({}): {} channel(s) via {}, {} KiB FIFO \
-             steps, {} KiB LL buffers, NCCL_PROTO={}",
+             steps, {} KiB LL buffers, NCCL_PROTO={}, algorithm: {}",
             me.bus_id,
             comm.layout.nchannels(),
             comm.transport_name(),
             step_bytes / 1024,
             protocols.ll_buffer_bytes() / 1024,
-            protocols.enable
+            protocols.enable,
+            match (opts.algo, &comm.peer) {
+                (Some(algo), _) => format!("{algo} (WEFT_ALGO)"),
+                (None, Some(_)) => format!(
+                    "one-shot all-reduce up to {} KiB, else ring",
+                    weft_core::algo::one_shot_max_bytes(nranks as u32) / 1024
+                ),
+                (None, None) => "ring".to_string(),
+            }
         );
         Ok(comm)
     }
@@ -1065,7 +1134,7 @@ impl GpuComm {
         let waiting_for = match f.wait {
             WAIT_RECV => "data from",
             WAIT_PEER_START => "the start of this collective (its output buffer's address) on",
-            WAIT_PEER_FLAG => "the one-/two-shot barrier flag of",
+            WAIT_PEER_FLAG => "the one-shot data (LL pairs) or one-/two-shot barrier flag of",
             WAIT_NVLS_POSTED => "NVLS data (a scattered or reduced chunk) from",
             WAIT_NVLS_FREED => "an NVLS slot to be freed by",
             _ => "a free FIFO slot from",
@@ -1661,6 +1730,37 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn searched_rings_run_on_two_blocks_unless_the_count_was_set() {
+        let rings: Vec<Vec<u32>> = (0..24).map(|c| vec![c % 2, 1 - c % 2]).collect();
+        let none = |_: &str| None;
+        let doubled = two_blocks_per_ring(rings.clone(), 0, &none);
+        assert_eq!(doubled.len(), 48);
+        for (c, ring) in doubled.iter().enumerate() {
+            assert_eq!(ring, &rings[c % 24], "channel {c}");
+        }
+        // At most MAX_CHANNELS.
+        let many: Vec<Vec<u32>> = (0..40).map(|_| vec![0, 1]).collect();
+        assert_eq!(
+            two_blocks_per_ring(many, 0, &none).len(),
+            MAX_CHANNELS as usize
+        );
+        // A count the user set is kept.
+        assert_eq!(two_blocks_per_ring(rings.clone(), 24, &none).len(), 24);
+        for var in [
+            "NCCL_MIN_NCHANNELS",
+            "NCCL_MAX_NCHANNELS",
+            "WEFT_MAX_NCHANNELS",
+        ] {
+            let set = |v: &str| (v == var).then(|| "24".to_string());
+            assert_eq!(
+                two_blocks_per_ring(rings.clone(), 0, &set).len(),
+                24,
+                "{var}"
+            );
+        }
+    }
 
     #[test]
     fn p2p_groups_are_validated_before_anything_launches() {

@@ -1,7 +1,8 @@
 //! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in its
 //! unicast form), and the `weft_peer_work` of a call.
 //!
-//! A communicator that `WEFT_ALGO` sets to one of them allocates, besides its FIFO window, a
+//! A communicator that `WEFT_ALGO` sets to one of them (or, unforced, any whose ranks map each
+//! other's memory: the automatic one-shot) allocates, besides its FIFO window, a
 //! *peer region* on every rank, zeroed, the same size on every rank and mapped into every
 //! rank's process like the FIFO windows (the pointer between ranks of one process, a CUDA
 //! IPC handle between processes):
@@ -9,7 +10,8 @@
 //! ```text
 //! FLAGS_AT  one-/two-shot barrier flags: MAX_CHANNELS x PEER_FLAGS_STRIDE bytes
 //! STEPS_AT  this rank's per-channel epochs / NVLS steps (read and written by its own kernels)
-//! DATA_AT   one-/two-shot: the data window (WEFT_DIRECT_WINDOW bytes)
+//! DATA_AT   one-/two-shot: the data window (WEFT_DIRECT_WINDOW bytes; the LL one-shot cuts
+//!           it into 16 lanes, direct.cu)
 //!           NVLS: core::nvls::Layout's buffers (data_alloc bytes), then its counters
 //! ```
 //!
@@ -20,7 +22,7 @@
 
 use weft_core::abi::{
     CollKind, DataType, MAX_CHANNELS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT,
-    PEER_ALGO_TWO_SHOT, PEER_FLAGS_STRIDE, PEER_MAX_RANKS, PeerWork, RedOp,
+    PEER_ALGO_TWO_SHOT, PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerWork, RedOp,
 };
 use weft_core::algo::GpuAlgo;
 use weft_core::nvls;
@@ -36,6 +38,8 @@ pub const DATA_AT: u64 = 64 << 10;
 /// Bytes of a one-/two-shot data window unless `WEFT_DIRECT_WINDOW` says otherwise: a
 /// call's input goes through it in rounds of this size.
 pub const DEFAULT_DIRECT_WINDOW: u64 = 8 << 20;
+/// Bytes of a one-shot call per block (see [`RegionPlan::channels`]).
+pub const ONE_SHOT_BLOCK_BYTES: usize = 4 << 10;
 /// The granularity NVLS memory is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
 /// form needs no VMM, but keeps the multicast form's sizes).
 pub const NVLS_GRANULARITY: u64 = 2 << 20;
@@ -230,13 +234,23 @@ impl RegionPlan {
     pub fn channels(&self, count: usize, dtype: DataType, nranks: usize) -> u32 {
         match &self.nvls {
             Some((layout, _)) => layout.nchannels as u32,
-            // NCCL's 32 KiB of traffic per channel, at most 16 blocks.
+            // One-shot is latency-bound: a block per 4 KiB (a pair per thread of 512), so
+            // that each thread handles few pairs one after the other (at 32 KiB on one
+            // block, 8 pairs per thread, it took 6.4 us with CUDA graphs on two H100, at
+            // 8 KiB 4.1), at most one per lane.
+            None if self.algo == GpuAlgo::OneShot => {
+                u32::try_from((count * dtype.size_of_elem()).div_ceil(ONE_SHOT_BLOCK_BYTES))
+                    .unwrap_or(PEER_LANES)
+                    .clamp(1, PEER_LANES)
+            }
+            // NCCL's 32 KiB of traffic per channel, at most one block per lane of the LL
+            // one-shot's window.
             None => weft_core::sched::channels_for(
                 weft_core::sched::Collective::AllReduce,
                 count,
                 dtype.size_of_elem(),
                 nranks,
-                16,
+                PEER_LANES,
             ),
         }
     }
@@ -310,6 +324,21 @@ mod test {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[test]
+    fn one_shot_takes_a_block_per_4_kib_up_to_one_per_lane() {
+        let plan = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
+        let f32 = DataType::Float32;
+        assert_eq!(plan.channels(1, f32, 2), 1);
+        assert_eq!(plan.channels(1024, f32, 2), 1);
+        assert_eq!(plan.channels(1025, f32, 2), 2);
+        assert_eq!(plan.channels(8 << 10, f32, 2), 8);
+        assert_eq!(plan.channels(1 << 20, f32, 2), PEER_LANES);
+        // Two-shot keeps NCCL's 32 KiB of traffic per channel.
+        let two = RegionPlan::new(GpuAlgo::TwoShot, 2, &[], 90, &env(&[])).unwrap();
+        assert!(two.channels(8 << 10, f32, 2) < 8);
+        assert!(two.channels(64 << 20, f32, 2) <= PEER_LANES);
     }
 
     #[test]
