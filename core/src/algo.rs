@@ -7,7 +7,8 @@
 //! ring for everything else. Measured on two H100 over NVLink (docs/benchmarks.md,
 //! 2026-11-25): the barrier form of one-shot took 14.6 us with CUDA graphs where NCCL's LL
 //! ring took 6.6 us, so one-shot went to LL lines (3.3 us there); its limit on two ranks is
-//! where it stopped beating the ring there (512 KiB: 10.8 us against the ring's 21). Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on
+//! where it stops beating the ring there (1 MiB: 19.1 us with CUDA graphs against the
+//! ring's 22.3, 22.9 against 24.8 without; at 2 MiB the ring wins, 27 against 37). Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on
 //! two GPUs, and NVLS runs here only in its unicast emulation, which is slower than both.
 //! For more ranks the limit shrinks (each rank stores its input into `n - 1` peers); those
 //! limits are estimates until a machine with more GPUs measures them.
@@ -149,7 +150,7 @@ impl fmt::Display for AlgoError {
 pub const fn one_shot_max_bytes(nranks: u32) -> u64 {
     match nranks {
         0 | 1 => 0,
-        2 => 512 << 10,
+        2 => 1 << 20,
         3 | 4 => 256 << 10,
         _ if nranks as usize <= PEER_MAX_RANKS => 128 << 10,
         _ => 0,
@@ -243,7 +244,7 @@ mod test {
             }
         }
         assert_eq!(one_shot_max_bytes(1), 0);
-        assert_eq!(one_shot_max_bytes(2), 512 << 10);
+        assert_eq!(one_shot_max_bytes(2), 1 << 20);
         assert_eq!(one_shot_max_bytes(PEER_MAX_RANKS as u32 + 1), 0);
         assert!(
             (2..=PEER_MAX_RANKS as u32).all(|n| one_shot_max_bytes(n) >= one_shot_max_bytes(n + 1))

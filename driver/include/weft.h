@@ -98,7 +98,7 @@
 #define WEFT_PEER_FLAGS_STRIDE 128
 
 // Lanes of the LL one-shot's data window: at most this many channels per one-shot call.
-#define WEFT_PEER_LANES 16
+#define WEFT_PEER_LANES 32
 
 // `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
 // no final division).

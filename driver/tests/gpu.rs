@@ -58,13 +58,14 @@ fn run_ranks<T: Send + 'static>(
 }
 
 /// Protocol settings every rank of a test starts with (the same on all, as init demands).
-/// By default the ring (the tests of the ring kernels must not have their small all-reduces
-/// taken by the automatic one-shot); `automatic_choice_every_type_op_and_size` tests that.
+/// By default the ring in SIMPLE, send/recv too (the tests of the ring's SIMPLE kernels must
+/// not have their small calls taken by LL or the automatic one-shot, which run by default on
+/// P2P windows); `automatic_choice_every_type_op_and_size` tests what a user gets.
 #[derive(Debug, Clone, Copy)]
 struct Settings {
-    /// `NCCL_PROTO`'s value; `None`: unset (every call SIMPLE).
+    /// `NCCL_PROTO`'s value; `None`: unset (LL or SIMPLE as the model chooses).
     proto: Option<&'static str>,
-    /// `NCCL_P2P_LL_THRESHOLD`; `None`: unset (send/recv SIMPLE).
+    /// `NCCL_P2P_LL_THRESHOLD`; `None`: unset (NCCL's 16 KiB per channel).
     p2p_ll_threshold: Option<usize>,
     /// The algorithm every call must use (as `WEFT_ALGO` does); `None`: the automatic choice.
     algo: Option<GpuAlgo>,
@@ -73,8 +74,9 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
-            proto: None,
-            p2p_ll_threshold: None,
+            proto: Some("Simple"),
+            // Send/recv LL up to 0 bytes per channel: never.
+            p2p_ll_threshold: Some(0),
             algo: Some(GpuAlgo::Ring),
         }
     }
@@ -1183,8 +1185,9 @@ fn one_shot_barrier_form_every_type_op_and_size() {
 #[test]
 fn automatic_choice_every_type_op_and_size() {
     let auto = Settings {
+        proto: None,
+        p2p_ll_threshold: None,
         algo: None,
-        ..Settings::default()
     };
     every_case_with(auto, "automatic choice");
 }

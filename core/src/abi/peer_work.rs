@@ -27,7 +27,7 @@ pub const PEER_FLAGS_STRIDE: u64 = 128;
 /// Lanes of the LL one-shot's data window (`kernels/cuda/direct.cu`): block c of a call
 /// always uses lane c, so a call of a one-/two-shot communicator has at most this many
 /// channels.
-pub const PEER_LANES: u32 = 16;
+pub const PEER_LANES: u32 = 32;
 
 /// One collective of a peer-pointer algorithm, as every block of its launch sees it.
 #[repr(C)]

@@ -71,7 +71,7 @@ pub const WEFT_PEER_ALGO_NVLS_UNICAST: u32 = 3;
 /// Bytes of one channel's flags in a one-/two-shot window's flag area.
 pub const WEFT_PEER_FLAGS_STRIDE: u64 = 128;
 /// Lanes of the LL one-shot's data window: at most this many channels per one-shot call.
-pub const WEFT_PEER_LANES: u32 = 16;
+pub const WEFT_PEER_LANES: u32 = 32;
 /// `weft_coll_work.red_op_flags`: the Avg kernels run PreMulSum (pre-multiply every type,
 /// no final division).
 pub const WEFT_RED_OP_PREMUL: u32 = 1 << 0;

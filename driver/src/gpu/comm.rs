@@ -593,7 +593,7 @@ impl GpuComm {
                  (WEFT_BUFFSIZE / NCCL_BUFFSIZE holds 8 steps)"
             )));
         }
-        let protocols = GpuProtocols::from_options(opts);
+        let mut protocols = GpuProtocols::from_options(opts);
         protocols.validate().map_err(GpuError::InvalidArgument)?;
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         // Ranks that chose protocols differently would wait on each other's ends of a
@@ -639,6 +639,9 @@ impl GpuComm {
             );
         }
         let via_host = unreachable || blocked.is_some();
+        // LL without a setting on P2P windows only (see gpu::protocol); every rank agreed
+        // on via_host above.
+        protocols.ll_by_default = !via_host;
         // Two ranks: every ring channel already connects the pair both ways, so send/recv
         // takes all of them at no cost in memory (with four channels it reached 136 GB/s
         // over NVLink where NCCL reached 354, two H100, 2026-11-25). More ranks: the first

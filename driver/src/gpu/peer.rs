@@ -11,7 +11,7 @@
 //! FLAGS_AT  one-/two-shot barrier flags: MAX_CHANNELS x PEER_FLAGS_STRIDE bytes
 //! STEPS_AT  this rank's per-channel epochs / NVLS steps (read and written by its own kernels)
 //! DATA_AT   one-/two-shot: the data window (WEFT_DIRECT_WINDOW bytes; the LL one-shot cuts
-//!           it into 16 lanes, direct.cu)
+//!           it into PEER_LANES lanes, direct.cu)
 //!           NVLS: core::nvls::Layout's buffers (data_alloc bytes), then its counters
 //! ```
 //!
@@ -237,7 +237,7 @@ impl RegionPlan {
             // One-shot is latency-bound: a block per 4 KiB (a pair per thread of 512), so
             // that each thread handles few pairs one after the other (at 32 KiB on one
             // block, 8 pairs per thread, it took 6.4 us with CUDA graphs on two H100, at
-            // 8 KiB 4.1), at most one per lane.
+            // 8 KiB 4.1; 256 KiB on 16 blocks 6.4), at most one per lane.
             None if self.algo == GpuAlgo::OneShot => {
                 u32::try_from((count * dtype.size_of_elem()).div_ceil(ONE_SHOT_BLOCK_BYTES))
                     .unwrap_or(PEER_LANES)

@@ -5,15 +5,16 @@
 //! picks. Send/receive: NCCL's rule (`enqueue.cc`), LL when the message is at most
 //! `NCCL_P2P_LL_THRESHOLD` bytes per channel it uses.
 //!
-//! **LL is opt-in until it has run on a GPU.** The LL kernels (`kernels/cuda/ll.cuh`) are
-//! compiled and their arithmetic is checked against `weft_core::fifo::ll` in CI, but no GPU
-//! has executed them yet. So without a protocol setting, every call runs SIMPLE, the
-//! protocol the GPU tests have verified: the model is offered LL only when `NCCL_PROTO` /
-//! `WEFT_PROTO` (`CommOptions::protocols`) is set to something other than its default (every
-//! protocol), and send/receive use LL only when `NCCL_P2P_LL_THRESHOLD` /
-//! `WEFT_P2P_LL_THRESHOLD` is set (NCCL's default, 16 KiB, is
-//! [`NCCL_P2P_LL_THRESHOLD`]). Once the GPU tests have passed with LL forced, these two
-//! gates are what to remove.
+//! **Where LL runs without being asked.** On P2P windows (device memory) the model is offered
+//! LL and send/receive use NCCL's 16 KiB threshold without any setting, as NCCL does: the LL
+//! kernels passed every GPU test on two H100 over NVLink (every collective, type and op;
+//! interleaved with SIMPLE; across the flag's wrap; send/receive groups), and with the model
+//! offered LL, all-gather, reduce-scatter and broadcast took 11-13 us instead of 13-16 from
+//! 8 B to 256 KiB and send/receive 8 us instead of 10 up to 4 KiB, never slower beyond noise
+//! (2026-11-25, docs/benchmarks.md). On SHM windows (host memory: `NCCL_P2P_DISABLE=1`, or
+//! GPUs P2P cannot join) the same kernels have not run on a GPU, so there LL stays opt-in:
+//! offered only when `NCCL_PROTO` / `WEFT_PROTO` is set to something other than its default,
+//! and send/receive use it only when `NCCL_P2P_LL_THRESHOLD` / `WEFT_P2P_LL_THRESHOLD` is set.
 //!
 //! Every rank must choose alike, or the two ends of a connection run different protocols
 //! and wait on each other until the timeout: the choice depends only on the call, the rank
@@ -39,9 +40,13 @@ pub struct GpuProtocols {
     pub enable: ProtocolEnable,
     /// 8-byte lines per LL step of every connection (0: no LL buffers, LL never runs).
     pub ll_lines: usize,
-    /// Send/receive go LL up to this many bytes per channel; `None`: never (the default,
-    /// see the module documentation).
+    /// Send/receive go LL up to this many bytes per channel; `None`: unset (NCCL's 16 KiB
+    /// where [`GpuProtocols::ll_by_default`], else never).
     pub p2p_ll_threshold: Option<usize>,
+    /// Whether LL runs without a protocol setting: on P2P windows, not on SHM ones (see the
+    /// module documentation). The communicator sets it once every rank agreed on the
+    /// windows; [`GpuProtocols::from_options`] leaves it off.
+    pub ll_by_default: bool,
 }
 
 impl GpuProtocols {
@@ -52,6 +57,7 @@ impl GpuProtocols {
             enable: opts.protocols,
             ll_lines: opts.ll_lines.unwrap_or(NCCL_LL_LINES_PER_STEP),
             p2p_ll_threshold: opts.p2p_ll_threshold,
+            ll_by_default: false,
         }
     }
 
@@ -95,10 +101,10 @@ impl GpuProtocols {
     }
 
     /// The protocols the kernels may run here for an automatic choice (see the module
-    /// documentation: LL only once a protocol setting asked for it).
+    /// documentation: LL where it runs by default, or once a protocol setting asked for it).
     pub fn available(&self) -> ProtocolSet {
         let simple = ProtocolSet::of(&[Protocol::Simple]);
-        if self.ll_lines > 0 && self.enable != ProtocolEnable::default() {
+        if self.ll_lines > 0 && (self.ll_by_default || self.enable != ProtocolEnable::default()) {
             simple.with(Protocol::Ll)
         } else {
             simple
@@ -137,12 +143,23 @@ impl GpuProtocols {
             })
     }
 
+    /// Send/receive's LL threshold in bytes per channel: the setting, else NCCL's where LL
+    /// runs by default; `None`: never LL.
+    pub fn p2p_threshold(&self) -> Option<usize> {
+        if self.ll_lines == 0 {
+            return None;
+        }
+        self.p2p_ll_threshold
+            .or(self.ll_by_default.then_some(NCCL_P2P_LL_THRESHOLD))
+    }
+
     /// The protocol of a send or receive of `bytes` spread over `nchannels` channels: LL up
     /// to the threshold per channel (NCCL: `bytes <= nChannels * NCCL_P2P_LL_THRESHOLD`).
     /// Both ends compute it from the same byte count.
     pub fn p2p(&self, bytes: usize, nchannels: u32) -> Protocol {
+        let threshold = self.p2p_threshold();
         let ll = self.ll_lines > 0
-            && self.p2p_ll_threshold.is_some_and(|t| {
+            && threshold.is_some_and(|t| {
                 bytes <= t.saturating_mul(usize::try_from(nchannels).unwrap_or(usize::MAX))
             });
         if ll { Protocol::Ll } else { Protocol::Simple }
@@ -190,6 +207,7 @@ mod test {
             enable: ProtocolEnable::parse(proto).unwrap(),
             ll_lines: NCCL_LL_LINES_PER_STEP,
             p2p_ll_threshold: threshold,
+            ll_by_default: false,
         }
     }
 
@@ -215,7 +233,45 @@ mod test {
     }
 
     #[test]
-    fn without_a_setting_every_call_runs_simple() {
+    fn on_p2p_windows_ll_runs_without_a_setting_as_in_nccl() {
+        let p = GpuProtocols {
+            ll_by_default: true,
+            ..GpuProtocols::from_options(&CommOptions::default())
+        };
+        assert_eq!(
+            p.available(),
+            ProtocolSet::of(&[Protocol::Simple, Protocol::Ll])
+        );
+        // The model's choice: LL for small calls, SIMPLE for large ones.
+        for c in ALL {
+            assert_eq!(p.choose(c, 8, 2, 48), Ok(Protocol::Ll), "{c:?}");
+            assert_eq!(p.choose(c, 1 << 30, 2, 48), Ok(Protocol::Simple), "{c:?}");
+        }
+        // Send/receive: NCCL's 16 KiB per channel.
+        assert_eq!(p.p2p(NCCL_P2P_LL_THRESHOLD, 1), Protocol::Ll);
+        assert_eq!(p.p2p(NCCL_P2P_LL_THRESHOLD + 1, 1), Protocol::Simple);
+        // A setting still wins: NCCL_PROTO=Simple, a threshold of 0.
+        let simple = GpuProtocols {
+            enable: ProtocolEnable::parse("Simple").unwrap(),
+            p2p_ll_threshold: Some(0),
+            ..p
+        };
+        for c in ALL {
+            assert_eq!(simple.choose(c, 8, 2, 48), Ok(Protocol::Simple), "{c:?}");
+        }
+        assert_eq!(simple.p2p(8, 1), Protocol::Simple);
+        // No LL buffer (NCCL_LL_BUFFSIZE=0): never LL.
+        let none = GpuProtocols { ll_lines: 0, ..p };
+        assert_eq!(
+            none.choose(Collective::AllGather, 8, 2, 48),
+            Ok(Protocol::Simple)
+        );
+        assert_eq!(none.p2p(8, 1), Protocol::Simple);
+    }
+
+    /// SHM windows: the LL kernels have not run over host memory on a GPU.
+    #[test]
+    fn on_shm_windows_without_a_setting_every_call_runs_simple() {
         let p = GpuProtocols::from_options(&CommOptions::default());
         assert_eq!(p.ll_lines, NCCL_LL_LINES_PER_STEP);
         assert_eq!(p.ll_buffer_bytes(), 512 << 10);

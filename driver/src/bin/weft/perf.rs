@@ -956,8 +956,8 @@ fn run_rank(
             step_bytes / 1024
         );
         if let Backend::Cuda(g) = &r.backend {
-            // Which protocols the sizes below may run: LL only where a setting asked for it
-            // (the GPU's LL kernels are opt-in until verified on a GPU, docs/gpu.md).
+            // Which protocols the sizes below may run (LL by default on P2P windows, on SHM
+            // windows only where a setting asked for it; docs/gpu.md).
             let p = g.comm.protocols();
             let _ = writeln!(
                 out,
@@ -965,7 +965,8 @@ fn run_rank(
                 p.available(),
                 p.enable,
                 p.ll_buffer_bytes() / 1024,
-                p.p2p_ll_threshold
+                p.p2p_threshold()
+                    .filter(|t| *t > 0)
                     .map_or("never".to_string(), |t| format!("up to {t} B per channel"))
             );
         }
