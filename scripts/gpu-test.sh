@@ -187,6 +187,9 @@ if [ "$NGPUS" -lt 2 ]; then
 elif [ -n "$NT_BUILD" ]; then
     # Started in the background at the top; wait for it at most 120 s more.
     bounded 120 tail --pid="$NT_BUILD" -f /dev/null
+    # Not done by now: stopped (timeout passes the signal on to make), so that it does not
+    # run beside the timings below.
+    pkill -P "$NT_BUILD" 2>/dev/null
     if [ -x "$NT/build/all_reduce_perf" ]; then
         # Brought back, so that a later call can carry the binaries instead of building them.
         [ -n "${OUT:-}" ] && tar czf "$OUT/nccl-tests-build.tar.gz" -C "$NT" build

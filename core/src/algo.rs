@@ -8,8 +8,9 @@
 //! 2026-11-25): the barrier form of one-shot took 14.6 us with CUDA graphs where NCCL's LL
 //! ring took 6.6 us, so one-shot went to LL lines (3.3 us there); its limit on two ranks is
 //! where it stops beating the ring there (1 MiB: 19.1 us with CUDA graphs against the
-//! ring's 22.3, 22.9 against 24.8 without; at 2 MiB the ring wins, 27 against 37). Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on
-//! two GPUs, and NVLS runs here only in its unicast emulation, which is slower than both.
+//! ring's 22.3, 22.9 against 24.8 without; at 2 MiB the ring wins, 27 against 37).
+//! Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on two GPUs, and
+//! NVLS runs here only in its unicast emulation, which is slower than both.
 //! For more ranks the limit shrinks (each rank stores its input into `n - 1` peers); those
 //! limits are estimates until a machine with more GPUs measures them.
 //!

@@ -383,9 +383,9 @@ impl TuningModel {
     ///   bandwidth of 20 GB/s (`SM90_NVLINK_BW`, rounded down) for `bwIntra`; LL
     ///   `min(llMaxBw, busBw * .5)` with `llMaxBws[Hopper-N1]` = 141 GB/s.
     ///
-    /// No one-shot on the GPU (its kernels run rings only): `one_shot_max_bytes` is 0. The
-    /// GPU communicator offers LL to this model only when the user asked for it through
-    /// `NCCL_PROTO` / `WEFT_PROTO`, because its LL kernels have not run on a GPU yet.
+    /// No one-shot in this model (`one_shot_max_bytes` is 0): the GPU's one-shot is chosen
+    /// before it, by `crate::algo::choose`. The GPU communicator offers LL to this model by
+    /// default on P2P windows; on SHM windows only when `NCCL_PROTO` / `WEFT_PROTO` asks.
     pub const fn nvlink(nchannels: u32) -> TuningModel {
         let channels = if nchannels == 0 { 1 } else { nchannels as u64 };
         let simple_bw = channels.saturating_mul(20_000);

@@ -7,10 +7,9 @@
 //! bit on every operand pair, specials included. Then a send/recv group, and a rank that
 //! skips a call: the other's kernel must give up within the timeout with an error naming it.
 //!
-//! The peer-pointer algorithms (one-shot, two-shot, NVLS in its unicast form; `WEFT_ALGO`)
-//! get the same treatment for the collectives each runs, from 1 element to 256 MiB per
-//! rank; they were written without a GPU and have not run on one yet: these tests are their
-//! first check. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
+//! The peer-pointer algorithms (one-shot in its LL and barrier forms, two-shot, NVLS in its
+//! unicast form; `WEFT_ALGO`) and the automatic choice get the same treatment for the
+//! collectives each runs, from 1 element to 256 MiB per rank. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
 //! which no test sets).
 //! The same again with LL forced (`NCCL_PROTO=LL`, and `NCCL_P2P_LL_THRESHOLD` past every
 //! message for send/recv), LL and SIMPLE calls interleaved on one stream (they share each
@@ -1162,13 +1161,16 @@ fn one_shot_all_reduce_every_type_op_and_size() {
 }
 
 /// The one-shot's barrier form: a window too small for the LL form's lanes
-/// (`WEFT_DIRECT_WINDOW` of 256 KiB: 256 pairs per sub-slot on two ranks, fewer than the
-/// block's threads). Sets the variable for this process: the GPU scripts run one test at a
-/// time (`--test-threads 1`).
+/// (`WEFT_DIRECT_WINDOW` of 256 KiB: 128 pairs per sub-slot on two ranks, fewer than the
+/// block's threads). Sets the variable for this process, only where there are GPUs: the GPU
+/// scripts run one test at a time (`--test-threads 1`).
 #[test]
 fn one_shot_barrier_form_every_type_op_and_size() {
-    // SAFETY: no other thread reads the environment while a GPU test runs alone (the GPU
-    // scripts pass --test-threads 1); without a GPU this test returns before any rank starts.
+    if multi_ranks().is_none() {
+        return;
+    }
+    // SAFETY: only with GPUs, where the GPU scripts run each test alone (--test-threads 1),
+    // so no other thread reads the environment meanwhile.
     unsafe { std::env::set_var("WEFT_DIRECT_WINDOW", "262144") };
     let run = std::panic::catch_unwind(|| {
         every_case_with(Settings::algo(GpuAlgo::OneShot), "oneshot, barrier form")

@@ -210,7 +210,9 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
       for (int p = 0; p < nranks; p++)
         if (p != rank) ll_store(pair_at(p, rank, i), v.bits, flag);
     }
-    for (u64 i = threadIdx.x; i < moved; i += DTHREADS) {
+    // Whether this thread stopped (its wait gave up, or saw another's give up).
+    int broke = 0;
+    for (u64 i = threadIdx.x; i < moved && !broke; i += DTHREADS) {
       LlPair<T> acc;
       for (int p = 0; p < nranks; p++) {
         LlPair<T> x;
@@ -218,6 +220,7 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
           x = mine(i);
         } else if (!ll_load(b, pair_at(rank, p, i), flag, &x.bits, p, WEFT_WAIT_PEER_FLAG, e, c,
                             halt)) {
+          broke = 1;
           break;
         }
         if (p == 0) {
@@ -227,7 +230,7 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
           for (int j = 0; j < EPL; j++) acc.e[j] = red.combine(acc.e[j], x.e[j]);
         }
       }
-      if (*halt.failed) break;
+      if (broke) break;
       if (i < npairs) {
 #pragma unroll
         for (int j = 0; j < EPL; j++) acc.e[j] = red.finish(acc.e[j]);
@@ -235,8 +238,9 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
         ll_write_elems(dst + first, acc, (int)min_u64(n - first, (u64)EPL));
       }
     }
-    __syncthreads();
-    if (*halt.failed) return false;
+    // Every thread leaves the round here together: one that stopped tells all (a read of
+    // `failed` after a plain barrier could miss a give-up already in the next round).
+    if (__syncthreads_or(broke)) return false;
   }
   return true;
 }

@@ -4,8 +4,9 @@
 //! A group is issued in call order, one launch per collective (weft does not fuse a
 //! group's collectives into one launch yet); each communicator's sends and receives go
 //! together as one point-to-point group (`GpuComm::group`, one launch), after its
-//! collectives. Every kernel module the group needs is loaded before the first launch. Communicators created inside the group are initialised first, each rank
-//! on its own thread, since their initialisations wait for each other.
+//! collectives. Every kernel module the group needs is loaded before the first launch.
+//! Communicators created inside the group are initialised first, each rank on its own
+//! thread, since their initialisations wait for each other.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -119,11 +119,11 @@ pub struct CommOptions {
     pub ll_lines: Option<usize>,
     /// GPU communicators: the algorithm every call it runs must use (`WEFT_ALGO=ring`,
     /// `oneshot`, `twoshot`, `nvls`), for measurement; `None`: the automatic choice
-    /// (`weft_core::algo::choose`, the ring until the others are verified on a GPU). Every
-    /// rank must set the same. The CPU executor ignores it.
+    /// (`weft_core::algo::choose`: one-shot for small all-reduces between peer-mapped ranks,
+    /// else the ring). Every rank must set the same. The CPU executor ignores it.
     pub algo: Option<weft_core::algo::GpuAlgo>,
     /// GPU send/receive: bytes per channel up to which a message goes LL (NCCL's rule).
-    /// `None`: never, until LL has run on a GPU (docs/gpu.md; NCCL's default is 16384).
+    /// `None`: NCCL's 16384 on P2P windows, never on SHM ones (docs/gpu.md).
     /// `WEFT_P2P_LL_THRESHOLD` / `NCCL_P2P_LL_THRESHOLD`.
     pub p2p_ll_threshold: Option<usize>,
     /// GPU communicators: bounds on the channel count set by the program for this

@@ -97,7 +97,7 @@ fn channel_rings(
         log::info!("weft: {count} plain ring channel(s): {why}");
         (0..count).map(|_| (0..n).collect()).collect()
     };
-    let (rings, blocked, heads) =
+    let (rings, blocked, heads, searched) =
         match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, &env) {
             Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
                 log::info!(
@@ -110,15 +110,28 @@ fn channel_rings(
                     log::info!("{line}");
                 }
                 Ok((
-                    two_blocks_per_ring(plan.rings, explicit, &env),
+                    plan.rings,
                     plan.p2p_blocked,
                     plan.nvls_heads,
+                    plan.source == SOURCE_SEARCH,
                 ))
             }
-            Ok(plan) => Ok((plain(&plan.note), None, plan.nvls_heads)),
+            Ok(plan) => Ok((plain(&plan.note), None, plan.nvls_heads, false)),
             Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
-            Err(e) => Ok((plain(&e.to_string()), None, Vec::new())),
+            Err(e) => Ok((plain(&e.to_string()), None, Vec::new(), false)),
         }?;
+    // The searched rings run on two blocks each unless some rank set the count: decided
+    // alike everywhere (rank 0 planned the rings, but each rank has its own environment).
+    let set_here = channel_count_set(explicit, &env);
+    let set_anywhere = bootstrap
+        .all_gather(&[u8::from(set_here)])?
+        .iter()
+        .any(|b| b.first() != Some(&0));
+    let rings = if searched && !set_anywhere {
+        two_blocks_per_ring(rings)
+    } else {
+        rings
+    };
     // The program's own bounds for this communicator (ncclConfig_t's minCTAs / maxCTAs),
     // the same on every rank: a rank that bounded the agreed plan differently would fall
     // back to plain rings below while the others keep the searched ones (whose orders
@@ -188,26 +201,28 @@ fn channel_rings(
     ))
 }
 
+/// Whether this rank set its channel count (`WEFT_NCHANNELS`, `NCCL_MIN_NCHANNELS` /
+/// `NCCL_MAX_NCHANNELS`, or their WEFT_ names): then the searched rings are not doubled.
+fn channel_count_set(explicit: u32, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    explicit > 0
+        || [
+            "WEFT_MIN_NCHANNELS",
+            "NCCL_MIN_NCHANNELS",
+            "WEFT_MAX_NCHANNELS",
+            "NCCL_MAX_NCHANNELS",
+        ]
+        .iter()
+        .any(|v| env(v).is_some())
+}
+
 /// The searched rings, each run by two blocks (channel `c + n` takes channel `c`'s ring, as
-/// `NCCL_MIN_NCHANNELS` repeats them), at most [`MAX_CHANNELS`], unless the count was set
-/// (`WEFT_NCHANNELS`, `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`; ncclConfig_t's bounds apply
-/// after this). weft's ring kernel moves less per block than NCCL's: on two H100 with NCCL's
-/// 24 channels its all-reduce reached 0.86-0.92x NCCL's bus bandwidth from 64 MiB, with 48
-/// 1.0-1.05x up to 256 MiB and 0.99x at 1 GiB (2026-11-25).
-fn two_blocks_per_ring(
-    rings: Vec<Vec<u32>>,
-    explicit: u32,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Vec<Vec<u32>> {
-    let set = [
-        "WEFT_MIN_NCHANNELS",
-        "NCCL_MIN_NCHANNELS",
-        "WEFT_MAX_NCHANNELS",
-        "NCCL_MAX_NCHANNELS",
-    ]
-    .iter()
-    .any(|v| env(v).is_some());
-    if explicit > 0 || set || rings.is_empty() {
+/// `NCCL_MIN_NCHANNELS` repeats them), at most [`MAX_CHANNELS`]: the communicator's channels
+/// unless some rank set the count ([`channel_count_set`]; ncclConfig_t's bounds apply after
+/// this). weft's ring kernel moves less per block than NCCL's: on two H100 with NCCL's 24
+/// channels its all-reduce reached 0.86-0.92x NCCL's bus bandwidth from 64 MiB, with 48
+/// 1.02-1.06x up to 1 GiB (2026-11-25).
+fn two_blocks_per_ring(rings: Vec<Vec<u32>>) -> Vec<Vec<u32>> {
+    if rings.is_empty() {
         return rings;
     }
     let n = rings.len() as u32;
@@ -1054,7 +1069,8 @@ impl GpuComm {
     /// reduces fp8 (compute capability 8.9 and newer; elsewhere its reductions fail when
     /// called, saying why).
     pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
-        // A communicator set to a peer-pointer algorithm (WEFT_ALGO) runs its modules too.
+        // A communicator with a peer region (WEFT_ALGO, or the automatic one-shot) runs its
+        // modules too.
         let peer = self.peer.as_ref().map(|p| {
             if p.plan.nvls.is_some() {
                 PeerSource::Nvls
@@ -1387,7 +1403,8 @@ impl GpuComm {
     ) -> Result<(), GpuError> {
         let Some(region) = &self.peer else {
             return Err(GpuError::InvalidArgument(
-                "no peer region: this communicator was not set to a peer-pointer algorithm"
+                "no peer region: this communicator has none (WEFT_ALGO=ring, SHM windows, one \
+                 rank, or more than 8 ranks)"
                     .to_string(),
             ));
         };
@@ -1518,6 +1535,13 @@ impl GpuComm {
         for ((dst, n), (src, _)) in from_self.iter().zip(&to_self) {
             // SAFETY: both are the caller's device buffers of `n` bytes.
             unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
+        }
+        // Each block of a launch has its own fault record.
+        if blocks as usize > FAULT_RECORDS {
+            return Err(GpuError::InvalidArgument(format!(
+                "a point-to-point group of {blocks} blocks, more than the {FAULT_RECORDS} one \
+                 launch can record faults for: split the group"
+            )));
         }
         if launch.nops == 0 {
             return Ok(());
@@ -1737,31 +1761,25 @@ mod test {
     #[test]
     fn searched_rings_run_on_two_blocks_unless_the_count_was_set() {
         let rings: Vec<Vec<u32>> = (0..24).map(|c| vec![c % 2, 1 - c % 2]).collect();
-        let none = |_: &str| None;
-        let doubled = two_blocks_per_ring(rings.clone(), 0, &none);
+        let doubled = two_blocks_per_ring(rings.clone());
         assert_eq!(doubled.len(), 48);
         for (c, ring) in doubled.iter().enumerate() {
             assert_eq!(ring, &rings[c % 24], "channel {c}");
         }
         // At most MAX_CHANNELS.
         let many: Vec<Vec<u32>> = (0..40).map(|_| vec![0, 1]).collect();
-        assert_eq!(
-            two_blocks_per_ring(many, 0, &none).len(),
-            MAX_CHANNELS as usize
-        );
-        // A count the user set is kept.
-        assert_eq!(two_blocks_per_ring(rings.clone(), 24, &none).len(), 24);
+        assert_eq!(two_blocks_per_ring(many).len(), MAX_CHANNELS as usize);
+        // A count the user set.
+        let none = |_: &str| None;
+        assert!(!channel_count_set(0, &none));
+        assert!(channel_count_set(24, &none));
         for var in [
             "NCCL_MIN_NCHANNELS",
             "NCCL_MAX_NCHANNELS",
             "WEFT_MAX_NCHANNELS",
         ] {
             let set = |v: &str| (v == var).then(|| "24".to_string());
-            assert_eq!(
-                two_blocks_per_ring(rings.clone(), 0, &set).len(),
-                24,
-                "{var}"
-            );
+            assert!(channel_count_set(0, &set), "{var}");
         }
     }
 

@@ -212,8 +212,12 @@ fn writable_dir(dir: &std::path::Path) -> bool {
 /// Threads per block of every module: `WEFT_KERNEL_THREADS`, a knob for measurements (a
 /// multiple of 32 from 64 to 1024), or weft-kernels' default.
 pub fn kernel_threads() -> u32 {
-    std::env::var("WEFT_KERNEL_THREADS")
-        .ok()
+    kernel_threads_in(&|k| std::env::var(k).ok())
+}
+
+/// [`kernel_threads`] as `env` says.
+pub fn kernel_threads_in(env: &dyn Fn(&str) -> Option<String>) -> u32 {
+    env("WEFT_KERNEL_THREADS")
         .and_then(|v| v.trim().parse::<u32>().ok())
         .filter(|t| (64..=1024).contains(t) && t % 32 == 0)
         .unwrap_or(weft_kernels::THREADS)

@@ -45,7 +45,7 @@ pub const ONE_SHOT_BLOCK_BYTES: usize = 4 << 10;
 pub const NVLS_GRANULARITY: u64 = 2 << 20;
 
 /// What [`RegionPlan::encode`]'s words are, each with the setting that decides it.
-const PLAN_FIELDS: [&str; 6] = [
+const PLAN_FIELDS: [&str; 7] = [
     "the algorithm (WEFT_ALGO)",
     "the one-/two-shot window (WEFT_DIRECT_WINDOW)",
     "the NVLS channels (NCCL_NVLS_NCHANNELS; unset, it depends on the GPU: set it alike on \
@@ -53,6 +53,7 @@ const PLAN_FIELDS: [&str; 6] = [
     "the NVLS chunk (NCCL_NVLS_CHUNKSIZE)",
     "the NVLS heads (the NVLS search's)",
     "the region's bytes (the same weft build on every rank?)",
+    "the kernels' threads per block (WEFT_KERNEL_THREADS; the LL one-shot's pairs per thread)",
 ];
 
 /// What one rank's peer region holds, the same on every rank.
@@ -67,6 +68,9 @@ pub struct RegionPlan {
     pub nvls: Option<(nvls::Layout, nvls::Heads)>,
     /// NVLS: offset of the counters.
     pub credit_at: u64,
+    /// Threads per block of the kernels (`WEFT_KERNEL_THREADS`): the LL one-shot's form and
+    /// which pairs each thread moves depend on it, so every rank must have the same.
+    pub threads: u32,
 }
 
 impl RegionPlan {
@@ -120,6 +124,7 @@ impl RegionPlan {
                     direct_window: window,
                     nvls: None,
                     credit_at: 0,
+                    threads: super::kernels::kernel_threads_in(env),
                 })
             }
             GpuAlgo::Nvls => {
@@ -166,6 +171,7 @@ impl RegionPlan {
                     direct_window: 0,
                     nvls: Some((layout, heads)),
                     credit_at,
+                    threads: super::kernels::kernel_threads_in(env),
                 })
             }
         }
@@ -193,6 +199,7 @@ impl RegionPlan {
             chunk,
             nheads,
             self.bytes,
+            u64::from(self.threads),
         ];
         let mut out = Vec::with_capacity(8 * fields.len() + 4 * heads.len());
         for f in fields {
@@ -339,6 +346,24 @@ mod test {
         let two = RegionPlan::new(GpuAlgo::TwoShot, 2, &[], 90, &env(&[])).unwrap();
         assert!(two.channels(8 << 10, f32, 2) < 8);
         assert!(two.channels(64 << 20, f32, 2) <= PEER_LANES);
+    }
+
+    #[test]
+    fn ranks_with_other_kernel_threads_are_refused() {
+        let plan = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
+        assert_eq!(plan.threads, weft_kernels::THREADS);
+        let more = RegionPlan::new(
+            GpuAlgo::OneShot,
+            2,
+            &[],
+            90,
+            &env(&[("WEFT_KERNEL_THREADS", "1024")]),
+        )
+        .unwrap();
+        assert_eq!(more.threads, 1024);
+        let why = plan.mismatch(&more.encode()).unwrap();
+        assert!(why.contains("WEFT_KERNEL_THREADS"), "{why}");
+        assert!(why.contains("1024 there"), "{why}");
     }
 
     #[test]
