@@ -1182,6 +1182,67 @@ fn one_shot_barrier_form_every_type_op_and_size() {
     }
 }
 
+/// The LL one-shot across its cleaning rounds and its 32-bit flag wrap: every lane's epoch
+/// restarted just before them (`GpuComm::restart_steps_for_test`), then all-reduces that use
+/// every lane (one or two rounds each) between ones that use only the first, so the lanes'
+/// epochs drift apart; every element checked. Written after the two-H100 run of
+/// 2026-11-25 (not yet run on a GPU).
+#[test]
+fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
+    let Some(n) = multi_ranks() else { return };
+    for start in [0x7fff_fff0u64, 0xffff_fff0] {
+        let wrong = run_ranks_with(
+            n,
+            Duration::from_secs(60),
+            Settings::algo(GpuAlgo::OneShot),
+            move |rank, mut comm| {
+                let stream = Stream::new(comm.context()).unwrap();
+                let biggest = 300_007 * n * 8;
+                let buffers = Buffers::new(&comm, biggest);
+                prepare(&mut comm);
+                comm.restart_steps_for_test(start).unwrap();
+                let mut failures = Vec::new();
+                for call in 0..40u64 {
+                    let count = match call % 4 {
+                        0 => 300_007,
+                        1 => 7,
+                        2 => 65_539,
+                        _ => 262_144,
+                    };
+                    let c = Case {
+                        coll: Collective::AllReduce,
+                        dtype: if call % 5 == 4 {
+                            DataType::Float64
+                        } else {
+                            DataType::Float32
+                        },
+                        op: RedOp::Sum,
+                        count,
+                        in_place: call % 3 == 0,
+                        seed: 7000 + call,
+                        premul: None,
+                    };
+                    let w = run_case(rank, n, &mut comm, &stream, &buffers, &c);
+                    if w > 0 {
+                        failures.push(format!(
+                            "rank {rank}: start {start:#x}, call {call}: {c:?}: {w} wrong"
+                        ));
+                    }
+                }
+                comm.finalize().unwrap();
+                failures
+            },
+        );
+        let failures: Vec<String> = wrong.into_iter().flatten().collect();
+        eprintln!(
+            "{n} GPU(s): one-shot from epoch {start:#x} across the cleaning rounds and the wrap, \
+             {} failed",
+            failures.len()
+        );
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
 /// What a user gets without WEFT_ALGO: one-shot (LL form) for small all-reduces, the ring
 /// above `weft_core::algo::one_shot_max_bytes`.
 #[test]

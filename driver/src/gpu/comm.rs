@@ -993,7 +993,8 @@ impl GpuComm {
     }
 
     /// Tests only: restarts every connection at FIFO step `step`, as if that many steps had
-    /// gone through each: heads and tails at `step`, the kernels' step counters at `step`,
+    /// gone through each (and the one-/two-shot epochs of every lane at `step`): heads and
+    /// tails at `step`, the kernels' step counters at `step`,
     /// every LL line flagged as written at `step - 1` (`LlGeometry::initial_flag`, zero data),
     /// direct-write counts at 0. A GPU test can then cross the LL flag's 32-bit wrap and its
     /// cleaning steps without running 2^31 steps first. Collective: every rank calls it with
@@ -1010,6 +1011,20 @@ impl GpuComm {
         let line = LlLine::pack(0, LlGeometry::nccl(2).map_or(0, |g| g.initial_flag(step)));
         let image = self.layout.restart_image(self.rank as u32, step, line);
         buf.copy_from_host(&image)?;
+        // The one-/two-shot epochs of every channel (lane) restart at `step` too, so that the
+        // LL one-shot crosses its cleaning rounds and its 32-bit flag wrap. Stale pairs carry
+        // older flags, and every call has ended. Not NVLS: its counters hold steps too.
+        if let Some(region) = self.peer.as_ref().filter(|r| r.plan.nvls.is_none()) {
+            let epochs: Vec<u8> = (0..MAX_CHANNELS).flat_map(|_| step.to_ne_bytes()).collect();
+            let staged = DeviceBuffer::alloc(&self.ctx, epochs.len())?;
+            staged.copy_from_host(&epochs)?;
+            let stream = Stream::new(&self.ctx)?;
+            let own = region.ptrs.get(self.rank).copied().unwrap_or(0) + super::peer::STEPS_AT;
+            // SAFETY: the region holds MAX_CHANNELS epochs at STEPS_AT; both buffers live
+            // past the synchronize below.
+            unsafe { weft_cuda::copy_async(own, staged.ptr(), epochs.len(), &stream)? };
+            stream.synchronize()?;
+        }
         self.control = self.build_control(step)?;
         self.bootstrap.barrier()?;
         Ok(())
