@@ -1101,6 +1101,17 @@ static int p_recv_group(void) {
 
 static int p_recv_close(void) {
   CHECK(peer_recv, "no connection");
+  /* The sender's last writes complete only once this side acknowledged them: closing as soon
+   * as the receives completed could destroy the connection under them (a send then failed
+   * with ncclRemoteError on Soft-RoCE although every byte had arrived). NCCL never closes a
+   * connection with the peer's operations in flight either: wait for the sender's word. */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/sent", peer_dir);
+  double start = now();
+  while (access(path, F_OK) != 0) {
+    CHECK(now() - start < DEADLINE_S, "the sender never said its sends completed (%.400s)", path);
+    usleep(20000);
+  }
   CHECK_OK(n11->closeRecv(peer_recv));
   CHECK_OK(n11->closeListen(peer_listen));
   CHECK_OK(n11->finalize(ctx));
@@ -1127,6 +1138,16 @@ static int p_send_handshake(void) {
     CHECK(now() - start < DEADLINE_S, "connect to the receiving host did not finish");
     CHECK_OK(n11->connect(ctx, 0, handle, &two_send, NULL));
   }
+  return 0;
+}
+
+/* The sends of the peer tests completed: the receiver may close (see p_recv_close). */
+static int p_send_done(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/sent", peer_dir);
+  FILE* f = fopen(path, "wb");
+  CHECK(f != NULL, "cannot create %.400s", path);
+  fclose(f);
   return 0;
 }
 
@@ -1409,6 +1430,7 @@ int main(int argc, char** argv) {
       {"peer: connect through the handle in the shared folder", p_send_handshake},
       {"peer: send 1 B, 4095 B, 64 KiB + 1, 1 MiB + 3, 16 MiB - 5", t2_sizes},
       {"peer: send a group of 4, shuffled tags", t2_group},
+      {"peer: tell the receiver the sends completed", p_send_done},
       {"peer: close and finalize", p_send_close},
   };
   struct test* tests = two_process ? two : one;

@@ -168,7 +168,7 @@ fn c_harness_drives_the_mesh_backend_over_sockets() {
         .spawn()
         .expect("start the receiving harness");
     let sent = run_harness_with(harness, &[path, "--peer", folder, "send"], None, &envs);
-    assert_eq!(counts(&sent), (4, 0), "mesh: peer sender");
+    assert_eq!(counts(&sent), (5, 0), "mesh: peer sender");
     let start = Instant::now();
     while recv.try_wait().expect("wait for the receiver").is_none() {
         if start.elapsed() > Duration::from_secs(300) {
