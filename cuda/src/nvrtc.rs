@@ -49,6 +49,22 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// For tests that need NVRTC: whether it loads; where it does not, a skip said on stderr, or
+/// a panic when `WEFT_REQUIRE_NVRTC=1` (scripts/test sets it after installing NVRTC, so that
+/// a test cannot pass by skipping there).
+pub fn present_or_skip() -> bool {
+    match nvrtc_version() {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("WEFT_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+                panic!("WEFT_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
+            }
+            eprintln!("skipped: NVRTC not found ({e}); scripts/test installs it");
+            false
+        }
+    }
+}
+
 fn nvrtc_check(n: &Nvrtc, r: nvrtcResult, call: &'static str) -> Result<()> {
     if r.is_success() {
         return Ok(());
@@ -357,25 +373,19 @@ fn compile_uncached(
             log,
         });
     }
+    let n = program.n;
     let image = if cubin {
-        let mut size = 0usize;
-        // SAFETY: a program compiled for a real architecture; `size` is a valid out-pointer.
-        let r = unsafe { (n.nvrtcGetCUBINSize)(program.raw, &mut size) };
-        nvrtc_check(n, r, "nvrtcGetCUBINSize")?;
-        let mut cubin = vec![0u8; size.max(1)];
-        // SAFETY: `cubin` holds the `size` bytes NVRTC said it needs.
-        let r = unsafe { (n.nvrtcGetCUBIN)(program.raw, cubin.as_mut_ptr().cast()) };
-        nvrtc_check(n, r, "nvrtcGetCUBIN")?;
-        cubin
+        program_output(
+            &program,
+            (n.nvrtcGetCUBINSize, "nvrtcGetCUBINSize"),
+            (n.nvrtcGetCUBIN, "nvrtcGetCUBIN"),
+        )?
     } else {
-        let mut size = 0usize;
-        // SAFETY: a compiled program; `size` is a valid out-pointer.
-        let r = unsafe { (n.nvrtcGetPTXSize)(program.raw, &mut size) };
-        nvrtc_check(n, r, "nvrtcGetPTXSize")?;
-        let mut ptx = vec![0u8; size.max(1)];
-        // SAFETY: `ptx` holds the `size` bytes NVRTC said it needs.
-        let r = unsafe { (n.nvrtcGetPTX)(program.raw, ptx.as_mut_ptr().cast()) };
-        nvrtc_check(n, r, "nvrtcGetPTX")?;
+        let mut ptx = program_output(
+            &program,
+            (n.nvrtcGetPTXSize, "nvrtcGetPTXSize"),
+            (n.nvrtcGetPTX, "nvrtcGetPTX"),
+        )?;
         if ptx.last() != Some(&0) {
             ptx.push(0);
         }
@@ -389,16 +399,37 @@ fn compile_uncached(
 }
 
 fn program_log(p: &Program<'_>) -> Result<String> {
-    let mut size = 0usize;
-    // SAFETY: a live program; `size` is a valid out-pointer.
-    let r = unsafe { (p.n.nvrtcGetProgramLogSize)(p.raw, &mut size) };
-    nvrtc_check(p.n, r, "nvrtcGetProgramLogSize")?;
-    let mut buf = vec![0u8; size.max(1)];
-    // SAFETY: `buf` holds the `size` bytes NVRTC said it needs.
-    let r = unsafe { (p.n.nvrtcGetProgramLog)(p.raw, buf.as_mut_ptr().cast()) };
-    nvrtc_check(p.n, r, "nvrtcGetProgramLog")?;
+    let buf = program_output(
+        p,
+        (p.n.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize"),
+        (p.n.nvrtcGetProgramLog, "nvrtcGetProgramLog"),
+    )?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// One output of a program (its log, PTX or CUBIN), through NVRTC's pair of calls for it:
+/// the size, then the copy into a buffer of that size.
+fn program_output(
+    p: &Program<'_>,
+    (size_of, size_name): (
+        unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
+        &'static str,
+    ),
+    (copy, copy_name): (
+        unsafe extern "C" fn(nvrtcProgram, *mut c_char) -> nvrtcResult,
+        &'static str,
+    ),
+) -> Result<Vec<u8>> {
+    let mut size = 0usize;
+    // SAFETY: a live program; `size` is a valid out-pointer.
+    let r = unsafe { size_of(p.raw, &mut size) };
+    nvrtc_check(p.n, r, size_name)?;
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: `buf` holds the `size` bytes NVRTC said it needs.
+    let r = unsafe { copy(p.raw, buf.as_mut_ptr().cast()) };
+    nvrtc_check(p.n, r, copy_name)?;
+    Ok(buf)
 }
 
 #[cfg(test)]

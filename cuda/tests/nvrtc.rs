@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use weft_cuda::nvrtc::{compile_with_cache, nvrtc_version};
+use weft_cuda::nvrtc::{compile_with_cache, present_or_skip};
 use weft_cuda::{CompileOptions, CudaError};
 
 const KERNEL: &str = r#"
@@ -13,20 +13,6 @@ extern "C" __global__ void triple(unsigned int* out, unsigned int n) {
   if (i < n) out[i] = i * SCALE;
 }
 "#;
-
-/// Whether NVRTC is here; panics if it must be and is not.
-pub fn have_nvrtc() -> bool {
-    match nvrtc_version() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("WEFT_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-                panic!("WEFT_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
-            }
-            eprintln!("skipped: NVRTC not found ({e}); scripts/test installs it");
-            false
-        }
-    }
-}
 
 fn opts(arch: (u32, u32), scale: u32) -> CompileOptions {
     CompileOptions {
@@ -45,7 +31,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn compiles_for_each_architecture() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     for (arch, target) in [((8, 0), ".target sm_80"), ((9, 0), ".target sm_90")] {
@@ -64,7 +50,7 @@ fn compiles_for_each_architecture() {
 
 #[test]
 fn a_compile_error_carries_the_log() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     let bad = "extern \"C\" __global__ void k() { undeclared_thing = 1; }";
@@ -79,7 +65,7 @@ fn a_compile_error_carries_the_log() {
 
 #[test]
 fn headers_are_found_by_their_include_name() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     let src = "#include \"scale.h\"\nextern \"C\" __global__ void k(int* o) { *o = FROM_HEADER; }";
@@ -96,7 +82,7 @@ fn headers_are_found_by_their_include_name() {
 
 #[test]
 fn the_cache_hits_misses_and_survives_damage() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     let dir = scratch("cache");
@@ -127,7 +113,7 @@ fn the_cache_hits_misses_and_survives_damage() {
 
 #[test]
 fn machine_code_is_an_elf_image_cached_apart_from_ptx() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     let dir = scratch("cubin");

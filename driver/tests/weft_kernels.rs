@@ -4,18 +4,7 @@
 
 use std::process::{Command, Output};
 
-fn have_nvrtc() -> bool {
-    match weft_cuda::nvrtc::nvrtc_version() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("WEFT_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-                panic!("WEFT_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
-            }
-            eprintln!("skipped: NVRTC not found ({e}); scripts/test installs it");
-            false
-        }
-    }
-}
+use weft_cuda::nvrtc::present_or_skip;
 
 fn kernels(cache: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -29,7 +18,7 @@ fn kernels(cache: &std::path::Path, args: &[&str]) -> Output {
 
 #[test]
 fn fills_the_cache_for_an_architecture_then_finds_it_there() {
-    if !have_nvrtc() {
+    if !present_or_skip() {
         return;
     }
     let cache = std::env::temp_dir().join(format!("weft-kernels-{}", std::process::id()));

@@ -7,18 +7,7 @@
 
 use weft_core::abi::{DataType, RedOp};
 use weft_cuda::CompileOptions;
-use weft_cuda::nvrtc::{Compiled, compile_with_cache, nvrtc_version};
-
-fn nvrtc_present() -> bool {
-    if let Err(e) = nvrtc_version() {
-        if std::env::var("WEFT_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-            panic!("WEFT_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
-        }
-        eprintln!("skipped: NVRTC not found ({e}); scripts/test installs it");
-        return false;
-    }
-    true
-}
+use weft_cuda::nvrtc::{Compiled, compile_with_cache, present_or_skip};
 
 fn compile(
     dtype: DataType,
@@ -77,7 +66,7 @@ fn check_module(dtype: DataType, arch: (u32, u32), extra: &[String]) -> String {
 
 #[test]
 fn every_module_compiles_for_ampere_and_hopper() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     for arch in [(8, 0), (9, 0)] {
@@ -91,7 +80,7 @@ fn every_module_compiles_for_ampere_and_hopper() {
 
 #[test]
 fn fp8_modules_use_the_hardware_conversions_from_sm_89() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     for arch in [(8, 9), (9, 0)] {
@@ -124,7 +113,7 @@ fn fp8_modules_use_the_hardware_conversions_from_sm_89() {
 
 #[test]
 fn fp8_modules_are_refused_before_sm_89() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     for &dtype in DataType::ALL.iter().filter(|d| d.is_fp8()) {
@@ -165,7 +154,7 @@ fn compile_source(
 
 #[test]
 fn direct_modules_compile_for_hopper() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     for &dtype in DataType::ALL {
@@ -202,7 +191,7 @@ fn direct_modules_compile_for_hopper() {
 /// types the hardware reduces, and `multimem.st` for all.
 #[test]
 fn nvls_modules_assemble_for_sm_90_with_multimem() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     let assemble = ["--gpu-architecture=sm_90".to_string()];
@@ -297,7 +286,7 @@ fn nvls_modules_assemble_for_sm_90_with_multimem() {
 /// unicast form is all they have.
 #[test]
 fn nvls_modules_compile_without_multimem_before_sm_90() {
-    if !nvrtc_present() {
+    if !present_or_skip() {
         return;
     }
     for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Int64] {

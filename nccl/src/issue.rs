@@ -180,8 +180,12 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
         // Sends and receives move bytes: the uint8 module's point-to-point kernel.
         add(comm, DataType::Uint8);
     }
-    for (comm, types) in &modules {
-        comm.with_gpu(|gpu| Ok(gpu.prepare(types)?))?;
+    // Only a group over several communicators can wait that way; a call alone, or a group
+    // on one, loads its modules at its launch as before, off this per-call path.
+    if modules.len() > 1 {
+        for (comm, types) in &modules {
+            comm.with_gpu(|gpu| Ok(gpu.prepare(types)?))?;
+        }
     }
     for c in colls {
         if let Call::Coll {

@@ -333,83 +333,64 @@ mod test {
         }
     }
 
+    /// The plan of `algo` for `nranks` ranks on sm_90, no NVLS heads, with `vars` set.
+    fn plan(
+        algo: GpuAlgo,
+        nranks: usize,
+        vars: &'static [(&'static str, &'static str)],
+    ) -> Result<RegionPlan, GpuError> {
+        RegionPlan::new(algo, nranks, &[], 90, &env(vars))
+    }
+
     #[test]
     fn one_shot_takes_a_block_per_4_kib_up_to_one_per_lane() {
-        let plan = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
+        let one_shot = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
         let f32 = DataType::Float32;
-        assert_eq!(plan.channels(1, f32, 2), 1);
-        assert_eq!(plan.channels(1024, f32, 2), 1);
-        assert_eq!(plan.channels(1025, f32, 2), 2);
-        assert_eq!(plan.channels(8 << 10, f32, 2), 8);
-        assert_eq!(plan.channels(1 << 20, f32, 2), PEER_LANES);
+        assert_eq!(one_shot.channels(1, f32, 2), 1);
+        assert_eq!(one_shot.channels(1024, f32, 2), 1);
+        assert_eq!(one_shot.channels(1025, f32, 2), 2);
+        assert_eq!(one_shot.channels(8 << 10, f32, 2), 8);
+        assert_eq!(one_shot.channels(1 << 20, f32, 2), PEER_LANES);
         // Two-shot keeps NCCL's 32 KiB of traffic per channel.
-        let two = RegionPlan::new(GpuAlgo::TwoShot, 2, &[], 90, &env(&[])).unwrap();
+        let two = plan(GpuAlgo::TwoShot, 2, &[]).unwrap();
         assert!(two.channels(8 << 10, f32, 2) < 8);
         assert!(two.channels(64 << 20, f32, 2) <= PEER_LANES);
     }
 
     #[test]
     fn ranks_with_other_kernel_threads_are_refused() {
-        let plan = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
-        assert_eq!(plan.threads, weft_kernels::THREADS);
-        let more = RegionPlan::new(
-            GpuAlgo::OneShot,
-            2,
-            &[],
-            90,
-            &env(&[("WEFT_KERNEL_THREADS", "1024")]),
-        )
-        .unwrap();
+        let one_shot = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
+        assert_eq!(one_shot.threads, weft_kernels::THREADS);
+        let more = plan(GpuAlgo::OneShot, 2, &[("WEFT_KERNEL_THREADS", "1024")]).unwrap();
         assert_eq!(more.threads, 1024);
-        let why = plan.mismatch(&more.encode()).unwrap();
+        let why = one_shot.mismatch(&more.encode()).unwrap();
         assert!(why.contains("WEFT_KERNEL_THREADS"), "{why}");
         assert!(why.contains("1024 there"), "{why}");
     }
 
     #[test]
     fn plans_are_compared_across_ranks_naming_the_setting() {
-        let a = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 90, &env(&[])).unwrap();
+        let a = plan(GpuAlgo::Nvls, 4, &[]).unwrap();
         assert_eq!(a.mismatch(&a.encode()), None);
-        let b = RegionPlan::new(
-            GpuAlgo::Nvls,
-            4,
-            &[],
-            90,
-            &env(&[("NCCL_NVLS_NCHANNELS", "3")]),
-        )
-        .unwrap();
+        let b = plan(GpuAlgo::Nvls, 4, &[("NCCL_NVLS_NCHANNELS", "3")]).unwrap();
         let why = a.mismatch(&b.encode()).unwrap();
         assert!(why.contains("NCCL_NVLS_NCHANNELS"), "{why}");
         assert!(why.contains("3 there"), "{why}");
         // The channel default depends on the GPU.
-        let hopper = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 90, &env(&[])).unwrap();
+        let hopper = plan(GpuAlgo::Nvls, 4, &[]).unwrap();
         let blackwell = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 100, &env(&[])).unwrap();
         let why = hopper.mismatch(&blackwell.encode()).unwrap();
         assert!(why.contains("NCCL_NVLS_NCHANNELS"), "{why}");
-        let c = RegionPlan::new(
-            GpuAlgo::Nvls,
-            4,
-            &[],
-            90,
-            &env(&[("NCCL_NVLS_CHUNKSIZE", "65536")]),
-        )
-        .unwrap();
+        let c = plan(GpuAlgo::Nvls, 4, &[("NCCL_NVLS_CHUNKSIZE", "65536")]).unwrap();
         let why = a.mismatch(&c.encode()).unwrap();
         assert!(why.contains("NCCL_NVLS_CHUNKSIZE"), "{why}");
         let d = RegionPlan::new(GpuAlgo::Nvls, 4, &[3, 2, 1, 0], 90, &env(&[])).unwrap();
         let why = a.mismatch(&d.encode()).unwrap();
         assert!(why.contains("heads"), "{why}");
-        let one = RegionPlan::new(GpuAlgo::OneShot, 4, &[], 90, &env(&[])).unwrap();
+        let one = plan(GpuAlgo::OneShot, 4, &[]).unwrap();
         let why = one.mismatch(&a.encode()).unwrap();
         assert!(why.contains("WEFT_ALGO"), "{why}");
-        let w = RegionPlan::new(
-            GpuAlgo::OneShot,
-            4,
-            &[],
-            90,
-            &env(&[("WEFT_DIRECT_WINDOW", "1048576")]),
-        )
-        .unwrap();
+        let w = plan(GpuAlgo::OneShot, 4, &[("WEFT_DIRECT_WINDOW", "1048576")]).unwrap();
         let why = one.mismatch(&w.encode()).unwrap();
         assert!(why.contains("WEFT_DIRECT_WINDOW"), "{why}");
         assert!(one.mismatch(&[1, 2, 3]).is_some());
@@ -424,16 +405,9 @@ mod test {
 
     #[test]
     fn one_and_two_shot_regions() {
-        let p = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &env(&[])).unwrap();
+        let p = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
         assert_eq!(p.bytes, DATA_AT + DEFAULT_DIRECT_WINDOW);
-        let p = RegionPlan::new(
-            GpuAlgo::TwoShot,
-            8,
-            &[],
-            90,
-            &env(&[("WEFT_DIRECT_WINDOW", "1000000")]),
-        )
-        .unwrap();
+        let p = plan(GpuAlgo::TwoShot, 8, &[("WEFT_DIRECT_WINDOW", "1000000")]).unwrap();
         assert_eq!(p.direct_window, 1_000_000 / 16 * 16);
         let w = p.work(
             0xc0,
@@ -455,22 +429,15 @@ mod test {
         assert_eq!(w.peer_data[2], 0);
         assert_eq!(w.window_bytes, p.direct_window);
         assert_eq!((w.count, w.nchannels, w.layout_channels), (77, 3, 0));
-        let e = RegionPlan::new(GpuAlgo::OneShot, 9, &[], 90, &env(&[])).unwrap_err();
+        let e = plan(GpuAlgo::OneShot, 9, &[]).unwrap_err();
         assert!(e.to_string().contains("at most 8 ranks"), "{e}");
-        let e = RegionPlan::new(
-            GpuAlgo::OneShot,
-            2,
-            &[],
-            90,
-            &env(&[("WEFT_DIRECT_WINDOW", "12")]),
-        )
-        .unwrap_err();
+        let e = plan(GpuAlgo::OneShot, 2, &[("WEFT_DIRECT_WINDOW", "12")]).unwrap_err();
         assert!(e.to_string().contains("WEFT_DIRECT_WINDOW"), "{e}");
     }
 
     #[test]
     fn nvls_region_follows_core_nvls() {
-        let p = RegionPlan::new(GpuAlgo::Nvls, 2, &[], 90, &env(&[])).unwrap();
+        let p = plan(GpuAlgo::Nvls, 2, &[]).unwrap();
         let (layout, heads) = p.nvls.as_ref().unwrap();
         assert_eq!(heads.ranks(), &[0, 1]);
         // 2 heads x 16 channels x 2 buffers x 8 slots x 128 KiB.

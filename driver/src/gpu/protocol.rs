@@ -157,11 +157,9 @@ impl GpuProtocols {
     /// to the threshold per channel (NCCL: `bytes <= nChannels * NCCL_P2P_LL_THRESHOLD`).
     /// Both ends compute it from the same byte count.
     pub fn p2p(&self, bytes: usize, nchannels: u32) -> Protocol {
-        let threshold = self.p2p_threshold();
-        let ll = self.ll_lines > 0
-            && threshold.is_some_and(|t| {
-                bytes <= t.saturating_mul(usize::try_from(nchannels).unwrap_or(usize::MAX))
-            });
+        let ll = self.p2p_threshold().is_some_and(|t| {
+            bytes <= t.saturating_mul(usize::try_from(nchannels).unwrap_or(usize::MAX))
+        });
         if ll { Protocol::Ll } else { Protocol::Simple }
     }
 
