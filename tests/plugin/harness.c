@@ -345,6 +345,18 @@ static int t_sizes(void) {
   return 0;
 }
 
+/* isend, retried while the request is not posted: the verbs backend posts a send only once
+ * the receiver's buffer arrived in its FIFO. Socket sends post at once. */
+static ncclResult_t isend_posted(void* comm, void* data, size_t size, int tag, void* mr,
+                                 void** req) {
+  double start = now();
+  for (;;) {
+    *req = NULL;
+    ncclResult_t rc = n11->isend(comm, data, size, tag, mr, NULL, req);
+    if (rc != ncclSuccess || *req != NULL || now() - start > DEADLINE_S) return rc;
+  }
+}
+
 static int t_grouped_receives(void) {
   void *send, *recv;
   if (connect_pair(&send, &recv, NULL)) return 1;
@@ -378,7 +390,9 @@ static int t_grouped_receives(void) {
     CHECK(reqs[0] != NULL, "grouped irecv of %d not posted", n);
     for (int k = 0; k < n; k++) {
       int i = order[k];
-      CHECK_OK(n11->isend(send, src[i], lens[i], tags[i], smr[i], NULL, &reqs[1 + k]));
+      /* The verbs backend posts a send only once the receiver's buffers reached its FIFO:
+       * right after irecv, a NULL request (try again) is NCCL's contract, not an error. */
+      CHECK_OK(isend_posted(send, src[i], lens[i], tags[i], smr[i], &reqs[1 + k]));
       CHECK(reqs[1 + k] != NULL, "isend %d not posted", k);
     }
     int rsizes[MAX_RECVS_WEFT], ssizes[MAX_RECVS_WEFT][1];
@@ -442,7 +456,8 @@ static int t_request_limit(void) {
   CHECK_OK(n11->irecv(recv, 1, &d, &cap, &tag, &rmr, NULL, &extra));
   CHECK(extra == NULL, "irecv number %d was posted: the limit is %d", N + 1, N);
   for (int i = 0; i < N && ib; i++) {
-    CHECK_OK(n11->isend(send, src + (size_t)i * LEN, LEN - (size_t)i, i, smr, NULL, &reqs[i]));
+    /* Each receive's FIFO entry may still be on its way (an RDMA write): retried. */
+    CHECK_OK(isend_posted(send, src + (size_t)i * LEN, LEN - (size_t)i, i, smr, &reqs[i]));
     CHECK(reqs[i] != NULL, "isend %d of %d not posted", i, N);
   }
   if (ib) {
@@ -950,18 +965,6 @@ static int parent_expect(const char* stage) {
         "no word from the receiving process about '%s'", stage);
   CHECK(strncmp(line, "ok ", 3) == 0, "receiving process: %.900s", line);
   return 0;
-}
-
-/* isend, retried while the request is not posted: the verbs backend posts a send only once
- * the receiver's buffer arrived in its FIFO. Socket sends post at once. */
-static ncclResult_t isend_posted(void* comm, void* data, size_t size, int tag, void* mr,
-                                 void** req) {
-  double start = now();
-  for (;;) {
-    *req = NULL;
-    ncclResult_t rc = n11->isend(comm, data, size, tag, mr, NULL, req);
-    if (rc != ncclSuccess || *req != NULL || now() - start > DEADLINE_S) return rc;
-  }
 }
 
 static int t2_handshake(void) {
