@@ -347,14 +347,17 @@ impl TuningModel {
     /// all-reduce --ranks 2` on the 2-core build machine when it was quiet (8 B to 256 KiB,
     /// docs/benchmarks.md, "Small messages"). A hop is a cache-line transfer or a few: LL
     /// signals with the data (one line), SIMPLE with the tail, size and head (three). LL
-    /// moves half its bytes as flags and unpacks every 4 bytes, so it carries 2.1 GB/s where
-    /// SIMPLE copies at 5-7 GB/s; a one-shot rank copies and reduces the whole buffer, a ring
-    /// rank half of it, hence the ring's better SIMPLE bandwidth.
+    /// moves half its bytes as flags and checks a flag every 4 bytes: 2.1 GB/s on the quiet
+    /// machine, 0.7 GB/s when it was busy, where SIMPLE copies at 5-7 GB/s either way; the
+    /// model takes 1.4 GB/s, which puts the switch from LL to SIMPLE between 128 and 256
+    /// bytes, where both states measured it (at 256 B SIMPLE was as fast as LL when quiet
+    /// and 0.76 us against 1.00 when busy, 2026-11-27). A one-shot rank copies and reduces
+    /// the whole buffer, a ring rank half of it, hence the ring's better SIMPLE bandwidth.
     pub const HOST_SHM: TuningModel = TuningModel {
         ring_ll: ProtocolCosts {
             base_ns: 20,
             hop_ns: 170,
-            bus_mbps: 2_100,
+            bus_mbps: 1_400,
         },
         ring_simple: ProtocolCosts {
             base_ns: 50,
@@ -364,7 +367,7 @@ impl TuningModel {
         one_shot_ll: ProtocolCosts {
             base_ns: 20,
             hop_ns: 150,
-            bus_mbps: 2_100,
+            bus_mbps: 1_400,
         },
         one_shot_simple: ProtocolCosts {
             base_ns: 50,
@@ -678,15 +681,22 @@ mod test {
                 assert!(flips(|c| c.one_shot) <= 1, "{c:?} on {nranks}: {picks:?}");
             }
         }
-        // Two ranks, as measured: LL one-shot to 256 B, SIMPLE one-shot to 4 KiB, the ring on.
+        // Two ranks, as measured: LL one-shot to 128 B, SIMPLE one-shot to 4 KiB, the ring on.
         let at = |b: u64| {
             m.choose(Collective::AllReduce, b, 2, both, ProtocolSet::ALL)
                 .unwrap()
         };
         assert_eq!(
-            at(256),
+            at(128),
             Choice {
                 protocol: Ll,
+                one_shot: true
+            }
+        );
+        assert_eq!(
+            at(256),
+            Choice {
+                protocol: Simple,
                 one_shot: true
             }
         );
