@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # weft's libnccl.so.2 on a GPU machine: correctness first, then nccl-tests beside NCCL.
 #
-#   scripts/nccl-tests.sh [--max 128M] [--tests "all_reduce all_gather ..."]
+#   scripts/nccl-tests.sh [--max 128M] [--tests "all_reduce all_gather ..."] [--threads]
+#
+#   --threads   one rank per GPU, each in its own thread (nccl-tests' -t <GPUs> -g 1: every
+#               thread calls ncclCommInitRank for its GPU, as one process per GPU would),
+#               instead of one thread driving every GPU (-g <GPUs>, ncclCommInitAll)
 #
 # Builds nothing of weft's: run scripts/build-nccl-bundle.sh here first and carry `.gpu`;
 # carry `third_party/nccl-tests` too (NVIDIA/nccl-tests source, git-ignored, never committed).
@@ -14,7 +18,8 @@
 #      nccl.h and libnccl.so.2 (nccl-tests 2.28 also includes nccl_device.h, which weft does
 #      not provide: the system NCCL's is put beside weft's nccl.h; the device API it declares
 #      is weak-linked by nccl-tests and unused by the *_perf runs below);
-#   3. each *_perf binary, -g <all GPUs> -c 1 (every iteration checked), on both builds;
+#   3. each *_perf binary, -g <all GPUs> (or -t <all GPUs> -g 1) -c 1 (every iteration
+#      checked), on both builds;
 #      the weft runs check with NCCL_DEBUG=INFO that weft's library answered;
 #   4. a table: test, #wrong and average bus bandwidth for NCCL and for weft.
 # The device tool stops a command at 600 s: every step has its own timeout, capped by what is
@@ -43,10 +48,12 @@ save_logs() {
 trap save_logs EXIT
 MAX=128M
 TESTS="all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall"
+THREADS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --max) MAX=$2; shift 2 ;;
         --tests) TESTS=$2; shift 2 ;;
+        --threads) THREADS=1; shift ;;
         *) echo "nccl-tests: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -128,7 +135,8 @@ done
 BUILT=$(for w in $SIDES; do case " $BUILT " in *" $w "*) echo -n "$w ";; esac; done)
 save_logs
 
-echo "== 3. runs (-g $NGPUS -c 1, 8 B to $MAX)"
+if [ "$THREADS" = 1 ]; then GPU_ARGS=(-t "$NGPUS" -g 1); else GPU_ARGS=(-g "$NGPUS"); fi
+echo "== 3. runs (${GPU_ARGS[*]} -c 1, 8 B to $MAX)"
 printf '%-16s %12s %12s %14s %14s\n' test "nccl #wrong" "weft #wrong" "nccl busbw" "weft busbw" >"$LOGS/summary.txt"
 for t in $TESTS; do
     for which in $BUILT; do
@@ -141,7 +149,7 @@ for t in $TESTS; do
         fi
         lim=$(step_timeout 40)
         [ "$lim" -eq 0 ] && { echo "   $t on $which skipped: out of time" | tee "$LOGS/$t-$which.log"; status=1; continue; }
-        env "${envs[@]}" timeout "$lim" "$bin" -b 8 -e "$MAX" -f 4 -g "$NGPUS" -c 1 -n 5 -w 2 \
+        env "${envs[@]}" timeout "$lim" "$bin" -b 8 -e "$MAX" -f 4 "${GPU_ARGS[@]}" -c 1 -n 5 -w 2 \
             >"$LOGS/$t-$which.log" 2>&1 || { echo "   $t on $which: exit $? (124: over its ${lim} s; see $LOGS/$t-$which.log)"; status=1; }
         save_logs
     done
