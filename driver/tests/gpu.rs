@@ -26,7 +26,7 @@ use weft::comm::CommOptions;
 use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
 use weft::gpu::{GpuComm, GpuError, GpuP2p, GpuRedOp, PreMulScalar};
 use weft::verify::{Expect, TestData};
-use weft_core::abi::{DataType, Protocol, RedOp};
+use weft_core::abi::{DataType, PEER_LANES, Protocol, RedOp};
 use weft_core::algo::GpuAlgo;
 use weft_core::sched::Collective;
 use weft_core::tune::ProtocolEnable;
@@ -1185,7 +1185,11 @@ fn one_shot_barrier_form_every_type_op_and_size() {
 /// The LL one-shot across its cleaning rounds and its 32-bit flag wrap: every lane's epoch
 /// restarted just before them (`GpuComm::restart_steps_for_test`), then all-reduces that use
 /// every lane (one or two rounds each) between ones that use only the first, so the lanes'
-/// epochs drift apart; every element checked. Written after the two-H100 run of
+/// epochs drift apart; every element checked. Before the restart, four calls that fill every
+/// pair of every lane leave flags 1 to 4 behind, the flags of epochs 2^32 to 2^32 + 3: past
+/// the wrap a reader would take those stale pairs for fresh ones unless the cleaning rounds
+/// (0xfffffff8..0xffffffff) rewrote them. After the calls, every lane's epoch must be past
+/// the restart point (the restart took effect). Written after the two-H100 run of
 /// 2026-11-25 (not yet run on a GPU).
 #[test]
 fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
@@ -1200,8 +1204,25 @@ fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
                 let biggest = 300_007 * n * 8;
                 let buffers = Buffers::new(&comm, biggest);
                 prepare(&mut comm);
-                comm.restart_steps_for_test(start).unwrap();
                 let mut failures = Vec::new();
+                // 262,144 floats: every pair of every lane on two ranks (32 lanes of 32 KiB
+                // of data), several rounds of them on more.
+                for call in 0..4u64 {
+                    let c = Case {
+                        coll: Collective::AllReduce,
+                        dtype: DataType::Float32,
+                        op: RedOp::Sum,
+                        count: 262_144,
+                        in_place: false,
+                        seed: 6000 + call,
+                        premul: None,
+                    };
+                    let w = run_case(rank, n, &mut comm, &stream, &buffers, &c);
+                    if w > 0 {
+                        failures.push(format!("rank {rank}: filling call {call}: {w} wrong"));
+                    }
+                }
+                comm.restart_steps_for_test(start).unwrap();
                 for call in 0..40u64 {
                     let count = match call % 4 {
                         0 => 300_007,
@@ -1226,6 +1247,16 @@ fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
                     if w > 0 {
                         failures.push(format!(
                             "rank {rank}: start {start:#x}, call {call}: {c:?}: {w} wrong"
+                        ));
+                    }
+                }
+                // Every lane ran at least the 30 calls that use them all, from `start`.
+                let epochs = comm.lane_epochs_for_test().unwrap();
+                for (lane, epoch) in epochs.iter().take(PEER_LANES as usize).enumerate() {
+                    if epoch.wrapping_sub(start) < 30 || epoch.wrapping_sub(start) > 1000 {
+                        failures.push(format!(
+                            "rank {rank}: lane {lane} at epoch {epoch:#x} after 40 calls from \
+                             {start:#x}: the restart did not take effect"
                         ));
                     }
                 }

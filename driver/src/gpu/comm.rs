@@ -1030,6 +1030,30 @@ impl GpuComm {
         Ok(())
     }
 
+    /// Tests only: this rank's one-/two-shot epoch of every lane (channel), as its kernels
+    /// left them (`peer::STEPS_AT`); empty without a one-/two-shot peer region. Nothing may
+    /// be in flight.
+    #[doc(hidden)]
+    pub fn lane_epochs_for_test(&self) -> Result<Vec<u64>, GpuError> {
+        let Some(region) = self.peer.as_ref().filter(|r| r.plan.nvls.is_none()) else {
+            return Ok(Vec::new());
+        };
+        let bytes = MAX_CHANNELS as usize * size_of::<u64>();
+        let staged = DeviceBuffer::alloc(&self.ctx, bytes)?;
+        let stream = Stream::new(&self.ctx)?;
+        let own = region.ptrs.get(self.rank).copied().unwrap_or(0) + super::peer::STEPS_AT;
+        // SAFETY: the region holds MAX_CHANNELS epochs at STEPS_AT; `staged` holds as many
+        // bytes; both live past the synchronize below.
+        unsafe { weft_cuda::copy_async(staged.ptr(), own, bytes, &stream)? };
+        stream.synchronize()?;
+        let mut image = vec![0u8; bytes];
+        staged.copy_to_host(&mut image)?;
+        Ok(image
+            .chunks_exact(size_of::<u64>())
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect())
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -1546,17 +1570,17 @@ impl GpuComm {
                 "a send of {m} bytes to this rank meets a receive of {n}"
             )));
         }
-        // A rank's message to itself is a copy on the stream.
-        for ((dst, n), (src, _)) in from_self.iter().zip(&to_self) {
-            // SAFETY: both are the caller's device buffers of `n` bytes.
-            unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
-        }
         // Each block of a launch has its own fault record.
         if blocks as usize > FAULT_RECORDS {
             return Err(GpuError::InvalidArgument(format!(
                 "a point-to-point group of {blocks} blocks, more than the {FAULT_RECORDS} one \
                  launch can record faults for: split the group"
             )));
+        }
+        // A rank's message to itself is a copy on the stream.
+        for ((dst, n), (src, _)) in from_self.iter().zip(&to_self) {
+            // SAFETY: both are the caller's device buffers of `n` bytes.
+            unsafe { weft_cuda::copy_async(*dst, *src, *n, stream)? };
         }
         if launch.nops == 0 {
             return Ok(());
