@@ -12,6 +12,10 @@
 //! Nothing waits forever: kernels give up on a peer after the communicator's timeout or
 //! when the abort flag (host-mapped memory) is raised, and record which peer and which wait
 //! in host-mapped memory, which [`GpuComm::check`] turns into an error naming the peer.
+//!
+//! The peer-pointer algorithms' region ([`super::peer`]) is shared the same way, except for
+//! NVLS in its multicast form (`WEFT_NVLS=1` only): VMM memory bound to a multicast object
+//! whose file descriptor one rank sends to the others ([`super::multicast`]).
 
 use std::mem::size_of;
 use std::os::unix::ffi::OsStrExt;
@@ -586,6 +590,7 @@ impl PeerRegion {
 
     /// NVLS's multicast form: this rank's region as VMM memory bound to the group's
     /// multicast object ([`super::multicast`]). Collective, like [`PeerRegion::open`].
+    #[allow(clippy::too_many_arguments)]
     fn open_multicast(
         opt_in: weft_cuda::multicast::OptIn,
         ctx: &Arc<Context>,

@@ -348,6 +348,8 @@ impl FdInbox {
 /// Room for the control message of one descriptor (and a few more, so that a message
 /// with several is received whole and each closed, not truncated).
 const CMSG_WORDS: usize = 16;
+/// Bytes of one descriptor in a control message.
+const FD_BYTES: u32 = size_of::<RawFd>() as u32;
 
 fn send_with_fd(socket: &UnixDatagram, message: &[u8], fd: RawFd) -> io::Result<()> {
     let mut control = [0u64; CMSG_WORDS];
@@ -361,16 +363,28 @@ fn send_with_fd(socket: &UnixDatagram, message: &[u8], fd: RawFd) -> io::Result<
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as _;
-    // SAFETY: `msg` points at `control`, which holds at least CMSG_SPACE(one int) bytes and
-    // is 8-byte aligned, so the first header exists and its data has room for one int.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+    let space = unsafe { libc::CMSG_SPACE(FD_BYTES) };
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `control`, which holds at least CMSG_SPACE(one int) bytes:
+    // the first header is there.
+    let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    if c.is_null() {
+        return Err(io::Error::other(
+            "no room for a control message (CMSG_FIRSTHDR)",
+        ));
     }
+    let header = libc::cmsghdr {
+        // SAFETY: CMSG_LEN only computes a size.
+        cmsg_len: unsafe { libc::CMSG_LEN(FD_BYTES) } as _,
+        cmsg_level: libc::SOL_SOCKET,
+        cmsg_type: libc::SCM_RIGHTS,
+    };
+    // SAFETY: `c` is the start of `control`, 8-byte aligned, with room for a header.
+    unsafe { c.write(header) };
+    // SAFETY: `c` is a complete header within `control`.
+    let data = unsafe { libc::CMSG_DATA(c) };
+    // SAFETY: CMSG_SPACE(one int) left room for one descriptor after the header.
+    unsafe { data.cast::<RawFd>().write_unaligned(fd) };
     // SAFETY: `msg` and everything it points at live across the call; the socket is open.
     let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     if n < 0 {
@@ -406,22 +420,28 @@ fn recv_with_fds(socket: &UnixDatagram) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         return Err(io::Error::last_os_error());
     }
     let mut fds = Vec::new();
+    // SAFETY: CMSG_LEN only computes a size.
+    let header_len = unsafe { libc::CMSG_LEN(0) } as usize;
     // SAFETY: the kernel filled `control` with `msg_controllen` bytes of well-formed
-    // headers; CMSG_FIRSTHDR / CMSG_NXTHDR stay within them, and each SCM_RIGHTS header's
-    // data holds (cmsg_len - CMSG_LEN(0)) / sizeof(int) descriptors now open in this
-    // process and owned by nobody else.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                for i in 0..bytes / size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
+    // headers; CMSG_FIRSTHDR returns the first, or null.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: a non-null header from CMSG_FIRSTHDR / CMSG_NXTHDR lies whole within
+        // `control`, aligned.
+        let header = unsafe { c.read() };
+        if header.cmsg_level == libc::SOL_SOCKET && header.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: `c` is a complete header; its data follows within `cmsg_len`.
+            let data = unsafe { libc::CMSG_DATA(c) }.cast::<RawFd>();
+            let n = (header.cmsg_len as usize).saturating_sub(header_len) / size_of::<RawFd>();
+            for i in 0..n {
+                // SAFETY: the i-th of the `n` descriptors within `cmsg_len`.
+                let raw = unsafe { data.wrapping_add(i).read_unaligned() };
+                // SAFETY: the kernel just opened it in this process, for us alone.
+                fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
         }
+        // SAFETY: `c` is a header within the control buffer `msg` describes.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::other(
