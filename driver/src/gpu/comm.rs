@@ -831,6 +831,18 @@ impl GpuComm {
                          unicast form"
                     )));
                 }
+                let bus_ids: Vec<&str> = peers.iter().map(|p| p.bus_id.as_str()).collect();
+                if let (true, Some((a, b))) = (
+                    plan.multicast,
+                    super::multicast::ranks_sharing_a_gpu(&bus_ids),
+                ) {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "WEFT_NVLS=1 with ranks {a} and {b} on one GPU ({}): a multicast object \
+                         takes each GPU once; give every rank its own GPU, or unset WEFT_NVLS \
+                         to run NVLS in its unicast form",
+                        peers[b].bus_id
+                    )));
+                }
                 if algo == GpuAlgo::Nvls {
                     log::info!(
                         "weft: NVLS in its {} form, heads {:?} ({})",

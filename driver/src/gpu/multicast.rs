@@ -23,7 +23,9 @@
 //!    sends its POSIX file descriptor to every other rank (`SCM_RIGHTS` over the inboxes,
 //!    ranks of the creator's own process included: they receive a duplicate); the others
 //!    receive it, with a deadline, and import the object;
-//! 5. each adds its own device; barrier (every device is added before any memory is bound);
+//! 5. each adds its own device; barrier (every device is added before any memory is bound:
+//!    `cuMulticastBindMem` would block until then, with no deadline, where NCCL lets it; the
+//!    barrier turns a rank that never got here into a bootstrap error naming it);
 //! 6. each binds its allocation at offset 0 and maps the object; barrier (every rank bound
 //!    before any kernel's `multimem` access).
 //!
@@ -72,6 +74,18 @@ pub fn nvls_form_from_env() -> Result<NvlsForm, String> {
     let weft = std::env::var(multicast::OPT_IN_VAR).ok();
     let nccl = std::env::var(multicast::NCCL_VAR).ok();
     nvls_form(weft.as_deref(), nccl.as_deref())
+}
+
+/// Two ranks on one GPU, if any (by PCI bus id, in rank order): a multicast object takes
+/// each device once, so its form needs a GPU per rank (tests that share one GPU between
+/// ranks run the unicast form).
+pub fn ranks_sharing_a_gpu<S: AsRef<str>>(bus_ids: &[S]) -> Option<(usize, usize)> {
+    bus_ids.iter().enumerate().find_map(|(b, id)| {
+        bus_ids[..b]
+            .iter()
+            .position(|other| other.as_ref() == id.as_ref())
+            .map(|a| (a, b))
+    })
 }
 
 /// What [`MulticastPlan::encode`]'s words are.
@@ -488,6 +502,21 @@ mod test {
     fn the_environment_of_tests_chooses_unicast_or_refuses() {
         // No test sets WEFT_NVLS=1: whatever NCCL_NVLS_ENABLE is, never multicast here.
         assert_ne!(nvls_form_from_env(), Ok(NvlsForm::Multicast));
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_are_found() {
+        assert_eq!(ranks_sharing_a_gpu(&["0000:18:00.0", "0000:2a:00.0"]), None);
+        assert_eq!(
+            ranks_sharing_a_gpu(&[
+                "0000:18:00.0",
+                "0000:2a:00.0",
+                "0000:3b:00.0",
+                "0000:2a:00.0"
+            ]),
+            Some((1, 3))
+        );
+        assert_eq!(ranks_sharing_a_gpu::<&str>(&[]), None);
     }
 
     #[test]
