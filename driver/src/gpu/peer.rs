@@ -1,5 +1,5 @@
-//! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in its
-//! unicast form), and the `weft_peer_work` of a call.
+//! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in
+//! either form), and the `weft_peer_work` of a call.
 //!
 //! A communicator that `WEFT_ALGO` sets to one of them (or, unforced, any whose ranks map each
 //! other's memory: the automatic one-shot) allocates, besides its FIFO window, a
@@ -16,7 +16,7 @@
 //! ```
 //!
 //! NVLS has two forms. Without the opt-in (`WEFT_NVLS=1`), its *unicast* form runs over
-//! this region as above. With it (and `NCCL_NVLS_ENABLE` not `0`), its *multicast* form:
+//! this region as above. With it (refused under `NCCL_NVLS_ENABLE=0`), its *multicast* form:
 //! the region is VMM memory bound to one NVLink SHARP multicast object
 //! ([`super::multicast`]), the same layout at the same offsets, and the kernels reach every
 //! rank's copy through the object's address (`mc_data`, `mc_credit`) with `multimem`
@@ -43,8 +43,9 @@ pub const DATA_AT: u64 = 64 << 10;
 pub const DEFAULT_DIRECT_WINDOW: u64 = 8 << 20;
 /// Bytes of a one-shot call per block (see [`RegionPlan::channels`]).
 pub const ONE_SHOT_BLOCK_BYTES: usize = 4 << 10;
-/// The granularity NVLS memory is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
-/// form needs no VMM, but keeps the multicast form's sizes).
+/// The granularity NVLS's layout is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
+/// form needs no VMM, but keeps the multicast form's sizes, which rounds the whole region
+/// further to the GPU's multicast granularity, `super::multicast::MulticastPlan`).
 pub const NVLS_GRANULARITY: u64 = 2 << 20;
 
 /// What [`RegionPlan::encode`]'s words are, each with the setting that decides it.
