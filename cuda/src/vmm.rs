@@ -179,6 +179,24 @@ impl ShareableBuffer {
         )
     }
 
+    /// Sets every byte to `byte`; on return the device holds it (NVLS counters must read
+    /// 0 on every rank before any peer's first post reaches them).
+    pub fn fill(&self, byte: u8) -> Result<()> {
+        self.ctx.bind()?;
+        let d = driver()?;
+        let ordinal = Some(self.ctx.device().ordinal());
+        check(
+            // SAFETY: the mapping holds `len` bytes, readable and writable by this device.
+            unsafe { (d.cuMemsetD8)(self.ptr, byte, self.len) },
+            "cuMemsetD8 (VMM buffer)",
+            ordinal,
+        )?;
+        // SAFETY: the null stream is the context's legacy default stream; the context is
+        // current (bound above).
+        let r = unsafe { (d.cuStreamSynchronize)(std::ptr::null_mut()) };
+        check(r, "cuMemsetD8 (VMM buffer)", ordinal)
+    }
+
     /// A file descriptor for the allocation, to pass to another process.
     pub fn export_fd(&self) -> Result<OwnedFd> {
         export_posix_fd(&self.ctx, self.handle, "cuMemExportToShareableHandle")

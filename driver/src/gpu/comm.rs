@@ -12,6 +12,10 @@
 //! Nothing waits forever: kernels give up on a peer after the communicator's timeout or
 //! when the abort flag (host-mapped memory) is raised, and record which peer and which wait
 //! in host-mapped memory, which [`GpuComm::check`] turns into an error naming the peer.
+//!
+//! The peer-pointer algorithms' region ([`super::peer`]) is shared the same way, except for
+//! NVLS in its multicast form (`WEFT_NVLS=1` only): VMM memory bound to a multicast object
+//! whose file descriptor one rank sends to the others ([`super::multicast`]).
 
 use std::mem::size_of;
 use std::os::unix::ffi::OsStrExt;
@@ -36,6 +40,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::error::GpuError;
 use super::kernels::{Kernels, PeerSource};
 use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
+use super::multicast::{MulticastRegion, NvlsForm};
 use super::peer::RegionPlan;
 use super::protocol::GpuProtocols;
 pub use super::redop::avg_scale_bits;
@@ -511,11 +516,24 @@ pub struct GpuComm {
 #[derive(Debug)]
 struct PeerRegion {
     plan: RegionPlan,
-    /// Index r: rank r's region here.
+    /// Index r: rank r's region here (the multicast form: 0 but for this rank's own).
     ptrs: Vec<u64>,
-    // Dropped before the own window: peers' mappings, then ours.
-    _peers: Vec<PeerWindow>,
-    _window: Window,
+    /// The multicast form: the object's address here.
+    mc_base: Option<u64>,
+    _memory: RegionMemory,
+}
+
+/// What holds a peer region's memory.
+#[derive(Debug)]
+enum RegionMemory {
+    /// Device memory shared by pointer or CUDA IPC. Dropped in order: the peers'
+    /// mappings, then ours.
+    Unicast {
+        _peers: Vec<PeerWindow>,
+        _window: Window,
+    },
+    /// VMM memory bound to a multicast object (NVLS's multicast form).
+    Multicast { _region: MulticastRegion },
 }
 
 impl PeerRegion {
@@ -562,8 +580,38 @@ impl PeerRegion {
         Ok(PeerRegion {
             plan,
             ptrs,
-            _peers: mapped,
-            _window: window,
+            mc_base: None,
+            _memory: RegionMemory::Unicast {
+                _peers: mapped,
+                _window: window,
+            },
+        })
+    }
+
+    /// NVLS's multicast form: this rank's region as VMM memory bound to the group's
+    /// multicast object ([`super::multicast`]). Collective, like [`PeerRegion::open`].
+    #[allow(clippy::too_many_arguments)]
+    fn open_multicast(
+        opt_in: weft_cuda::multicast::OptIn,
+        ctx: &Arc<Context>,
+        bootstrap: &mut Bootstrap,
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        plan: RegionPlan,
+        timeout: Duration,
+    ) -> Result<PeerRegion, GpuError> {
+        let region =
+            MulticastRegion::open(opt_in, ctx, bootstrap, &id.to_bytes(), rank, &plan, timeout)?;
+        let mut ptrs = vec![0; nranks];
+        if let Some(own) = ptrs.get_mut(rank) {
+            *own = region.unicast_ptr();
+        }
+        Ok(PeerRegion {
+            plan,
+            ptrs,
+            mc_base: Some(region.multicast_ptr()),
+            _memory: RegionMemory::Multicast { _region: region },
         })
     }
 }
@@ -752,16 +800,14 @@ impl GpuComm {
         };
         let peer = match region_algo {
             Some(algo) => {
-                if algo == GpuAlgo::Nvls && weft_cuda::multicast::OptIn::from_env().is_ok() {
-                    return Err(GpuError::InvalidArgument(
-                        "WEFT_ALGO=nvls with WEFT_NVLS=1: the NVLS multicast form is built \
-                         (weft_cuda::multicast, kernels/cuda/nvls.cu) but this communicator \
-                         does not set up multicast objects yet (they need VMM windows and \
-                         file descriptors passed between processes); unset WEFT_NVLS to run \
-                         the NVLS unicast form"
-                            .to_string(),
-                    ));
-                }
+                // NVLS runs its multicast form only with the opt-in (WEFT_NVLS=1), and
+                // refuses WEFT_NVLS=1 under NCCL_NVLS_ENABLE=0 rather than quietly run the
+                // other form; every rank must choose alike (compared with the plan below).
+                let form = if algo == GpuAlgo::Nvls {
+                    super::multicast::nvls_form_from_env().map_err(GpuError::InvalidArgument)?
+                } else {
+                    NvlsForm::Unicast
+                };
                 // At init rather than at the first call's NVRTC compile.
                 if algo == GpuAlgo::Nvls {
                     super::kernels::check_peer_threads(
@@ -770,17 +816,41 @@ impl GpuComm {
                     )?;
                 }
                 let (major, minor) = dev.compute_capability()?;
-                let plan = RegionPlan::new(
+                let mut plan = RegionPlan::new(
                     algo,
                     nranks,
                     &nvls_heads,
                     major * 10 + minor,
                     &crate::env::process,
                 )?;
+                plan.multicast = form == NvlsForm::Multicast;
+                if plan.multicast && (major, minor) < weft_kernels::MULTIMEM_MIN_ARCH {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "WEFT_NVLS=1 on GPU {device} of compute capability {major}.{minor}: \
+                         multimem needs sm_90 or newer; unset WEFT_NVLS to run NVLS in its \
+                         unicast form"
+                    )));
+                }
+                let bus_ids: Vec<&str> = peers.iter().map(|p| p.bus_id.as_str()).collect();
+                if let (true, Some((a, b))) = (
+                    plan.multicast,
+                    super::multicast::ranks_sharing_a_gpu(&bus_ids),
+                ) {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "WEFT_NVLS=1 with ranks {a} and {b} on one GPU ({}): a multicast object \
+                         takes each GPU once; give every rank its own GPU, or unset WEFT_NVLS \
+                         to run NVLS in its unicast form",
+                        peers[b].bus_id
+                    )));
+                }
                 if algo == GpuAlgo::Nvls {
                     log::info!(
-                        "weft: NVLS in its unicast form (no multicast: WEFT_NVLS=1 is not set), \
-                         heads {:?} ({})",
+                        "weft: NVLS in its {} form, heads {:?} ({})",
+                        if plan.multicast {
+                            "multicast (WEFT_NVLS=1)"
+                        } else {
+                            "unicast (no multicast: WEFT_NVLS=1 is not set)"
+                        },
                         plan.nvls.as_ref().map(|(_, h)| h.ranks().to_vec()),
                         if nvls_heads.is_empty() {
                             "every rank: the NVLS search did not run or found none"
@@ -803,7 +873,21 @@ impl GpuComm {
                         setting(algo)
                     )));
                 }
-                Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
+                if plan.multicast {
+                    let opt_in = weft_cuda::multicast::OptIn::from_env()?;
+                    Some(PeerRegion::open_multicast(
+                        opt_in,
+                        &ctx,
+                        &mut bootstrap,
+                        id,
+                        rank,
+                        nranks,
+                        plan,
+                        opts.timeout,
+                    )?)
+                } else {
+                    Some(PeerRegion::open(&ctx, &mut bootstrap, rank, &peers, plan)?)
+                }
             }
             None => None,
         };
@@ -1475,6 +1559,12 @@ impl GpuComm {
             nchannels,
         );
         work.red_op_flags = red.flags;
+        if let Some(mc_base) = region.mc_base {
+            if let Some(why) = plan.multicast_refusal(coll, dtype, red.op) {
+                return Err(GpuError::InvalidArgument(why));
+            }
+            plan.set_multicast(&mut work, mc_base);
+        }
         let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
         // SAFETY: the peer kernels take one `weft_peer_work` by value, which `params` points
         // to; the buffers are the caller's promise; the regions live as long as `self`.

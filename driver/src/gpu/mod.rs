@@ -5,8 +5,12 @@
 //!   caller's stream, timeouts and aborts that name the peer.
 //! - [`layout`]: where each connection's FIFO, LL buffer and counters live in the ranks'
 //!   windows.
-//! - [`peer`]: the memory of the peer-pointer algorithms (one-shot, two-shot, NVLS in its
-//!   unicast form), set by `WEFT_ALGO`.
+//! - [`peer`]: the memory of the peer-pointer algorithms (one-shot, two-shot, NVLS), set by
+//!   `WEFT_ALGO`.
+//! - [`multicast`]: NVLS in its multicast form (only with the `WEFT_NVLS=1` opt-in): the
+//!   peer region bound to an NVLink SHARP multicast object.
+//! - [`fd_passing`]: file descriptors between ranks of one host (`SCM_RIGHTS`), for the
+//!   multicast object's handle.
 //! - [`protocol`]: which protocol (LL or SIMPLE) a call runs, alike on every rank.
 //! - [`redop`]: [`GpuRedOp`], a call's reduction: a built-in operator or NCCL's `PreMulSum`.
 //! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
@@ -17,8 +21,10 @@
 
 pub mod comm;
 pub mod error;
+pub mod fd_passing;
 pub mod kernels;
 pub mod layout;
+pub mod multicast;
 pub mod peer;
 pub mod protocol;
 pub mod redop;

@@ -1,5 +1,5 @@
-//! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in its
-//! unicast form), and the `weft_peer_work` of a call.
+//! The memory of the peer-pointer algorithms (one-shot and two-shot all-reduce, NVLS in
+//! either form), and the `weft_peer_work` of a call.
 //!
 //! A communicator that `WEFT_ALGO` sets to one of them (or, unforced, any whose ranks map each
 //! other's memory: the automatic one-shot) allocates, besides its FIFO window, a
@@ -15,13 +15,16 @@
 //!           NVLS: core::nvls::Layout's buffers (data_alloc bytes), then its counters
 //! ```
 //!
-//! The NVLS *multicast* form needs a multicast object bound to VMM memory
-//! (`weft_cuda::multicast`), which this communicator does not set up yet: with the opt-in
-//! (`WEFT_NVLS=1`) it refuses to start rather than quietly run something else; without it
-//! NVLS runs its unicast form over this region.
+//! NVLS has two forms. Without the opt-in (`WEFT_NVLS=1`), its *unicast* form runs over
+//! this region as above. With it (refused under `NCCL_NVLS_ENABLE=0`), its *multicast* form:
+//! the region is VMM memory bound to one NVLink SHARP multicast object
+//! ([`super::multicast`]), the same layout at the same offsets, and the kernels reach every
+//! rank's copy through the object's address (`mc_data`, `mc_credit`) with `multimem`
+//! instructions instead of through peer mappings (the multicast form maps no peer's
+//! region). Every rank must run the same form ([`RegionPlan::multicast`] is compared).
 
 use weft_core::abi::{
-    CollKind, DataType, MAX_CHANNELS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT,
+    CollKind, DataType, MAX_CHANNELS, PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT,
     PEER_ALGO_TWO_SHOT, PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerWork, RedOp,
 };
 use weft_core::algo::GpuAlgo;
@@ -40,12 +43,13 @@ pub const DATA_AT: u64 = 64 << 10;
 pub const DEFAULT_DIRECT_WINDOW: u64 = 8 << 20;
 /// Bytes of a one-shot call per block (see [`RegionPlan::channels`]).
 pub const ONE_SHOT_BLOCK_BYTES: usize = 4 << 10;
-/// The granularity NVLS memory is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
-/// form needs no VMM, but keeps the multicast form's sizes).
+/// The granularity NVLS's layout is rounded to (NCCL's `NVLS_MEM_ALIGN_SIZE`; the unicast
+/// form needs no VMM, but keeps the multicast form's sizes, which rounds the whole region
+/// further to the GPU's multicast granularity, `super::multicast::MulticastPlan`).
 pub const NVLS_GRANULARITY: u64 = 2 << 20;
 
 /// What [`RegionPlan::encode`]'s words are, each with the setting that decides it.
-const PLAN_FIELDS: [&str; 7] = [
+const PLAN_FIELDS: [&str; 8] = [
     "the algorithm (WEFT_ALGO)",
     "the one-/two-shot window (WEFT_DIRECT_WINDOW)",
     "the NVLS channels (NCCL_NVLS_NCHANNELS; unset, it depends on the GPU: set it alike on \
@@ -54,6 +58,8 @@ const PLAN_FIELDS: [&str; 7] = [
     "the NVLS heads (the NVLS search's)",
     "the region's bytes (the same weft build on every rank?)",
     "the kernels' threads per block (WEFT_KERNEL_THREADS; the LL one-shot's pairs per thread)",
+    "the NVLS form, 1 for multicast (WEFT_NVLS=1 and NCCL_NVLS_ENABLE: set them alike on \
+     every rank)",
 ];
 
 /// What one rank's peer region holds, the same on every rank.
@@ -71,6 +77,9 @@ pub struct RegionPlan {
     /// Threads per block of the kernels (`WEFT_KERNEL_THREADS`): the LL one-shot's form and
     /// which pairs each thread moves depend on it, so every rank must have the same.
     pub threads: u32,
+    /// NVLS: the multicast form ([`super::multicast`]) rather than the unicast one. Set by
+    /// the communicator after [`RegionPlan::new`], from the opt-in.
+    pub multicast: bool,
 }
 
 impl RegionPlan {
@@ -125,6 +134,7 @@ impl RegionPlan {
                     nvls: None,
                     credit_at: 0,
                     threads: super::kernels::kernel_threads_in(env),
+                    multicast: false,
                 })
             }
             GpuAlgo::Nvls => {
@@ -172,6 +182,7 @@ impl RegionPlan {
                     nvls: Some((layout, heads)),
                     credit_at,
                     threads: super::kernels::kernel_threads_in(env),
+                    multicast: false,
                 })
             }
         }
@@ -200,6 +211,7 @@ impl RegionPlan {
             nheads,
             self.bytes,
             u64::from(self.threads),
+            u64::from(self.multicast),
         ];
         let mut out = Vec::with_capacity(8 * fields.len() + 4 * heads.len());
         for f in fields {
@@ -263,7 +275,9 @@ impl RegionPlan {
     }
 
     /// The launch descriptor of a call on rank `rank`, with every rank's region at
-    /// `regions[r]` as mapped here.
+    /// `regions[r]` as mapped here (0: not mapped here, as the multicast form's peers; the
+    /// descriptor then has 0 for them too). The multicast form then needs
+    /// [`RegionPlan::set_multicast`].
     #[allow(clippy::too_many_arguments)]
     pub fn work(
         &self,
@@ -299,7 +313,10 @@ impl RegionPlan {
         } else {
             FLAGS_AT
         };
-        for (r, base) in regions.iter().enumerate().take(PEER_MAX_RANKS) {
+        for (r, &base) in regions.iter().enumerate().take(PEER_MAX_RANKS) {
+            if base == 0 {
+                continue;
+            }
             w.peer_data[r] = base + DATA_AT;
             w.peer_flags[r] = base + flags_at;
         }
@@ -317,6 +334,34 @@ impl RegionPlan {
             (None, _) => w.algorithm = PEER_ALGO_ONE_SHOT,
         }
         w
+    }
+
+    /// Turns `w` (from [`RegionPlan::work`]) into the multicast form's: the object mapped
+    /// here at `mc_base` covers the region at the same offsets.
+    pub fn set_multicast(&self, w: &mut PeerWork, mc_base: u64) {
+        w.algorithm = PEER_ALGO_NVLS;
+        w.mc_data = mc_base + DATA_AT;
+        w.mc_credit = mc_base + self.credit_at;
+    }
+
+    /// Why the multicast form cannot run `coll` on `dtype` with `op`, if it cannot: NVLink
+    /// SHARP reduces only some types and operators (`weft_kernels::nvls_multimem_reduces`);
+    /// an all-gather only stores, any type. `None` for the unicast form and the others.
+    pub fn multicast_refusal(&self, coll: CollKind, dtype: DataType, op: RedOp) -> Option<String> {
+        let reduces = matches!(coll, CollKind::AllReduce | CollKind::ReduceScatter);
+        if !self.multicast || !reduces || weft_kernels::nvls_multimem_reduces(dtype, op) {
+            return None;
+        }
+        Some(format!(
+            "NVLS multicast cannot {} {dtype:?} with {op:?}: NVLink SHARP reduces 32- and \
+             64-bit integers and half/bfloat16 with sum, min and max, float and double with \
+             sum only; use WEFT_ALGO=ring, or NVLS's unicast form (unset WEFT_NVLS)",
+            if coll == CollKind::AllReduce {
+                "all-reduce"
+            } else {
+                "reduce-scatter"
+            }
+        ))
     }
 }
 
@@ -484,5 +529,91 @@ mod test {
         assert_eq!((layout.nchannels, layout.chunk_size), (4, 65536));
         let e = RegionPlan::new(GpuAlgo::Nvls, 4, &[0, 1], 90, &env(&[])).unwrap_err();
         assert!(e.to_string().contains("one head per rank"), "{e}");
+    }
+
+    #[test]
+    fn the_multicast_form_addresses_the_object_and_only_its_own_region() {
+        let mut p = plan(GpuAlgo::Nvls, 4, &[]).unwrap();
+        let unicast = p.clone();
+        p.multicast = true;
+        // Ranks that chose different forms are refused, naming the settings.
+        let why = unicast.mismatch(&p.encode()).unwrap();
+        assert!(why.contains("WEFT_NVLS=1"), "{why}");
+        assert!(why.contains("1 there, 0 here"), "{why}");
+        // The multicast form maps no peer's region: 0 there, and 0 in the descriptor.
+        let own = 0x7000_0000_0000u64;
+        let regions = [0, own, 0, 0];
+        let mut w = p.work(
+            0xc0,
+            &regions,
+            1,
+            CollKind::AllReduce,
+            1,
+            2,
+            1000,
+            DataType::Float32,
+            RedOp::Sum,
+            0,
+            4,
+        );
+        let mc = 0x7f00_0000_0000u64;
+        p.set_multicast(&mut w, mc);
+        assert_eq!(w.algorithm, PEER_ALGO_NVLS);
+        assert_eq!(w.mc_data, mc + DATA_AT);
+        assert_eq!(w.mc_credit, mc + p.credit_at);
+        assert_eq!(w.peer_data, [0, own + DATA_AT, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(w.peer_flags, [0, own + p.credit_at, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(w.steps, own + STEPS_AT);
+        // The unicast form's descriptor is what it was.
+        let all = [0x1000_0000u64, 0x2000_0000, 0x3000_0000, 0x4000_0000];
+        let u = unicast.work(
+            0xc0,
+            &all,
+            1,
+            CollKind::AllReduce,
+            1,
+            2,
+            1000,
+            DataType::Float32,
+            RedOp::Sum,
+            0,
+            4,
+        );
+        assert_eq!(u.algorithm, PEER_ALGO_NVLS_UNICAST);
+        assert_eq!((u.mc_data, u.mc_credit), (0, 0));
+        assert_eq!(u.peer_data[3], 0x4000_0000 + DATA_AT);
+    }
+
+    #[test]
+    fn the_multicast_form_refuses_what_nvlink_sharp_does_not_reduce() {
+        let mut p = plan(GpuAlgo::Nvls, 2, &[]).unwrap();
+        let (ar, rs, ag) = (
+            CollKind::AllReduce,
+            CollKind::ReduceScatter,
+            CollKind::AllGather,
+        );
+        // The unicast form runs everything.
+        assert_eq!(p.multicast_refusal(ar, DataType::Int8, RedOp::Prod), None);
+        p.multicast = true;
+        assert_eq!(p.multicast_refusal(ar, DataType::Float32, RedOp::Sum), None);
+        assert_eq!(
+            p.multicast_refusal(rs, DataType::Bfloat16, RedOp::Max),
+            None
+        );
+        let why = p
+            .multicast_refusal(ar, DataType::Float32, RedOp::Max)
+            .unwrap();
+        assert!(why.contains("all-reduce Float32 with Max"), "{why}");
+        assert!(why.contains("unset WEFT_NVLS"), "{why}");
+        let why = p
+            .multicast_refusal(rs, DataType::Uint8, RedOp::Sum)
+            .unwrap();
+        assert!(why.contains("reduce-scatter"), "{why}");
+        assert!(
+            p.multicast_refusal(ar, DataType::Int32, RedOp::Avg)
+                .is_some()
+        );
+        // An all-gather only stores.
+        assert_eq!(p.multicast_refusal(ag, DataType::Uint8, RedOp::Sum), None);
     }
 }
