@@ -197,8 +197,9 @@ impl Side {
     fn size_entry(&self, slice: &Slice) -> Result<&AtomicI64, ConnError> {
         self.region
             .header()
-            .sizes
+            .posted
             .0
+            .sizes
             .get(slice.first_slot())
             .ok_or(self.protocol(FifoError::SizeMissing {
                 slot: slice.first_slot(),
@@ -436,7 +437,7 @@ impl SendSlot<'_> {
         entry.store(size, Ordering::Relaxed);
         let tail = end.steps.post(self.slice).map_err(|e| side.protocol(e))?;
         // Release: pairs with the receiver's tail Acquire (module documentation).
-        side.region.header().tail.0.store(tail, Ordering::Release);
+        side.region.tail().store(tail, Ordering::Release);
         end.pending = None;
         Ok(())
     }
@@ -528,7 +529,7 @@ impl FifoRecvEnd {
             Some(slice) => slice,
             None => {
                 // Acquire: pairs with the sender's tail Release (module documentation).
-                let tail = side.region.header().tail.0.load(Ordering::Acquire);
+                let tail = side.region.tail().load(Ordering::Acquire);
                 match steps.acquire(tail).map_err(|e| side.protocol(e))? {
                     Some(slice) => slice,
                     None => return Ok(None),
@@ -574,7 +575,7 @@ impl FifoRecvEnd {
         let (slice, bytes) = side.wait(
             WaitFor::Data,
             || Self::poll_data(side, steps, pending),
-            || (next, side.region.header().tail.0.load(Ordering::Relaxed)),
+            || (next, side.region.tail().load(Ordering::Relaxed)),
         )?;
         Ok(RecvSlot {
             end: self,

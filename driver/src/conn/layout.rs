@@ -5,10 +5,10 @@
 //!                     ll_lines
 //!         128  head:  steps the receiver has consumed         (receiver writes, sender reads)
 //!         256  tail:  steps the sender has filled             (sender writes, receiver reads)
-//!         384  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
-//!         512  state: closed/aborted bits, both pids, pid     (either side, rarely)
+//!         264  sizes: [i64; 8], bytes per slot, -1 = unused   (sender sets, receiver clears)
+//!         384  state: closed/aborted bits, both pids, pid     (either side, rarely)
 //!                     namespaces and CPUs
-//!         640  ll_head: LL steps the receiver has read        (receiver writes, sender reads)
+//!         512  ll_head: LL steps the receiver has read        (receiver writes, sender reads)
 //!        4096  slot 0, slot 1, ... slot (slots-1), `step_bytes` each
 //!   4096 + slots * step_bytes
 //!              LL buffer: slots x ll_lines 8-byte lines       (sender stores, receiver polls)
@@ -23,7 +23,10 @@
 //! Each counter sits alone in a 128-byte line: the sender polls `head` while the receiver
 //! writes it and the other way round for `tail`, and a counter sharing a line with the other
 //! side's counter would bounce that line on every post. 128 rather than 64 because x86's
-//! adjacent-line prefetcher pulls lines in pairs. The slots start on a page so that each is
+//! adjacent-line prefetcher pulls lines in pairs. The sizes share the tail's line: the
+//! sender writes a slot's size just before the tail and the receiver reads it just after,
+//! so one line crosses for both (in lines of their own, a small message paid an extra
+//! transfer and two invalidations per post). The slots start on a page so that each is
 //! page-aligned whenever `step_bytes` is a multiple of 4096 (good for copies, and for
 //! registering the buffer with a NIC or the GPU later).
 
@@ -37,7 +40,7 @@ use weft_core::fifo::ll::LL_LINE_BYTES;
 /// sees a clear error instead of garbage counters).
 pub const FIFO_MAGIC: u64 = u64::from_be_bytes(*b"weftFIFO");
 /// Bumped whenever the header layout changes.
-pub const FIFO_VERSION: u64 = 2;
+pub const FIFO_VERSION: u64 = 3;
 /// Where slot 0 starts.
 pub const DATA_OFFSET: usize = 4096;
 /// Alignment of the whole region (the slots are page-aligned).
@@ -95,6 +98,16 @@ pub(crate) mod flags {
     pub(crate) const RECEIVER_ABORTED: u64 = 8;
 }
 
+/// What the sender publishes for SIMPLE, in one line.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Posted {
+    /// Steps the sender has filled.
+    pub(crate) tail: AtomicU64,
+    /// Bytes in each slot, [`weft_core::fifo::SIZE_UNUSED`] when free.
+    pub(crate) sizes: [AtomicI64; NCCL_STEPS],
+}
+
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct State {
@@ -131,23 +144,23 @@ pub const RECEIVER_PID_OFFSET: usize =
 pub(crate) struct FifoHeader {
     pub(crate) ident: Line<Ident>,
     pub(crate) head: Line<AtomicU64>,
-    pub(crate) tail: Line<AtomicU64>,
-    pub(crate) sizes: Line<[AtomicI64; NCCL_STEPS]>,
+    pub(crate) posted: Line<Posted>,
     pub(crate) state: Line<State>,
     pub(crate) ll_head: Line<AtomicU64>,
 }
 
 const _: () = {
-    assert!(size_of::<FifoHeader>() == 6 * 128);
+    assert!(size_of::<FifoHeader>() == 5 * 128);
     assert!(size_of::<FifoHeader>() <= DATA_OFFSET);
     assert!(align_of::<FifoHeader>() <= REGION_ALIGN);
     assert!(std::mem::offset_of!(FifoHeader, head) == 128);
-    assert!(std::mem::offset_of!(FifoHeader, tail) == 256);
-    assert!(std::mem::offset_of!(FifoHeader, sizes) == 384);
-    assert!(std::mem::offset_of!(FifoHeader, state) == 512);
-    assert!(std::mem::offset_of!(FifoHeader, ll_head) == 640);
-    assert!(RECEIVER_PID_OFFSET == 512 + 12);
-    assert!(RECEIVER_PIDNS_OFFSET == 512 + 24);
+    assert!(std::mem::offset_of!(FifoHeader, posted) == 256);
+    assert!(std::mem::offset_of!(Posted, sizes) == 8);
+    assert!(size_of::<Posted>() <= 128);
+    assert!(std::mem::offset_of!(FifoHeader, state) == 384);
+    assert!(std::mem::offset_of!(FifoHeader, ll_head) == 512);
+    assert!(RECEIVER_PID_OFFSET == 384 + 12);
+    assert!(RECEIVER_PIDNS_OFFSET == 384 + 24);
 };
 
 /// A layout parameter out of range.

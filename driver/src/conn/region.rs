@@ -66,8 +66,8 @@ impl FifoRegion {
             .store(as_u64(layout.ll_lines()), Ordering::Relaxed);
         header.head.0.store(0, Ordering::Relaxed);
         header.ll_head.0.store(0, Ordering::Relaxed);
-        header.tail.0.store(0, Ordering::Relaxed);
-        for size in &header.sizes.0 {
+        header.posted.0.tail.store(0, Ordering::Relaxed);
+        for size in &header.posted.0.sizes {
             size.store(SIZE_UNUSED, Ordering::Relaxed);
         }
         header.state.0.flags.store(0, Ordering::Relaxed);
@@ -247,6 +247,11 @@ impl FifoRegion {
     pub(crate) fn slice_bytes(&self, geometry: &FifoGeometry) -> usize {
         let steps = usize::try_from(geometry.step_per_slice()).unwrap_or(usize::MAX);
         steps.saturating_mul(self.layout.step_bytes())
+    }
+
+    /// SIMPLE's tail: steps the sender has filled (beside the sizes, in one line).
+    pub(crate) fn tail(&self) -> &AtomicU64 {
+        &self.header().posted.0.tail
     }
 
     /// The LL buffer's geometry, `None` when the connection has no LL buffer.

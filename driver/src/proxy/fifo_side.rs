@@ -32,8 +32,9 @@ fn size_entry<'a>(
 ) -> Result<&'a AtomicI64, ConnError> {
     region
         .header()
-        .sizes
+        .posted
         .0
+        .sizes
         .get(slice.first_slot())
         .ok_or(ConnError::Protocol {
             conn,
@@ -95,7 +96,7 @@ impl FifoDrain {
         let conn = self.conn;
         let protocol = |err| ConnError::Protocol { conn, err };
         // Acquire: pairs with the executor's tail Release (conn::endpoint).
-        let tail = self.region.header().tail.0.load(Ordering::Acquire);
+        let tail = self.region.tail().load(Ordering::Acquire);
         let Some(slice) = self.steps.acquire(tail).map_err(protocol)? else {
             return Ok(None);
         };
@@ -226,7 +227,7 @@ impl FifoFill {
             .post(slice)
             .map_err(|err| ConnError::Protocol { conn, err })?;
         // Release: pairs with the executor's tail Acquire (conn::endpoint).
-        self.region.header().tail.0.store(tail, Ordering::Release);
+        self.region.tail().store(tail, Ordering::Release);
         Ok(())
     }
 
