@@ -231,23 +231,7 @@ impl MulticastPlan {
         if mine == theirs {
             return None;
         }
-        let word = |b: &[u8], i: usize| {
-            b.get(8 * i..8 * i + 8)
-                .and_then(|w| w.try_into().ok())
-                .map(u64::from_be_bytes)
-        };
-        let show = |v: Option<u64>| v.map_or("nothing".to_string(), |v| v.to_string());
-        PLAN_FIELDS
-            .iter()
-            .enumerate()
-            .find(|(i, _)| word(&mine, *i) != word(theirs, *i))
-            .map(|(i, what)| {
-                format!(
-                    "{what}: {} there, {} here",
-                    show(word(theirs, i)),
-                    show(word(&mine, i))
-                )
-            })
+        super::peer::first_difference(&PLAN_FIELDS, &mine, theirs)
             .or_else(|| Some(format!("a {}-byte plan there", theirs.len())))
     }
 

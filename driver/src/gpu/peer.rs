@@ -230,23 +230,13 @@ impl RegionPlan {
         if mine == theirs {
             return None;
         }
-        let word = |b: &[u8], i: usize| {
-            b.get(8 * i..8 * i + 8)
-                .and_then(|w| w.try_into().ok())
-                .map(u64::from_be_bytes)
-        };
-        for (i, what) in PLAN_FIELDS.iter().enumerate() {
-            let (a, b) = (word(&mine, i), word(theirs, i));
-            if a != b {
-                let show = |v: Option<u64>| v.map_or("nothing".to_string(), |v| v.to_string());
-                return Some(format!("{what}: {} there, {} here", show(b), show(a)));
-            }
-        }
-        Some(
-            "the NVLS heads (the NVLS search's ranks) differ; run the same weft build and \
-             topology settings (NCCL_TOPO_FILE) on every rank"
-                .to_string(),
-        )
+        first_difference(&PLAN_FIELDS, &mine, theirs).or_else(|| {
+            Some(
+                "the NVLS heads (the NVLS search's ranks) differ; run the same weft build and \
+                 topology settings (NCCL_TOPO_FILE) on every rank"
+                    .to_string(),
+            )
+        })
     }
 
     /// Channels (blocks) of a call of `count` elements of `dtype`.
@@ -363,6 +353,22 @@ impl RegionPlan {
             }
         ))
     }
+}
+
+/// The first of `fields` (big-endian u64 words, in order) where two encoded plans differ,
+/// as "what: theirs there, mine here"; `None` when those words are equal (what follows them
+/// may still differ).
+pub(super) fn first_difference(fields: &[&str], mine: &[u8], theirs: &[u8]) -> Option<String> {
+    let word = |b: &[u8], i: usize| {
+        b.get(8 * i..8 * i + 8)
+            .and_then(|w| w.try_into().ok())
+            .map(u64::from_be_bytes)
+    };
+    let show = |v: Option<u64>| v.map_or("nothing".to_string(), |v| v.to_string());
+    fields.iter().enumerate().find_map(|(i, what)| {
+        let (a, b) = (word(mine, i), word(theirs, i));
+        (a != b).then(|| format!("{what}: {} there, {} here", show(b), show(a)))
+    })
 }
 
 #[cfg(test)]
