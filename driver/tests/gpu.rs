@@ -26,7 +26,7 @@ use weft::comm::CommOptions;
 use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
 use weft::gpu::{GpuComm, GpuError, GpuP2p, GpuRedOp, PreMulScalar};
 use weft::verify::{Expect, TestData};
-use weft_core::abi::{DataType, PEER_LANES, Protocol, RedOp};
+use weft_core::abi::{DataType, MAX_CHANNELS, PEER_LANES, Protocol, RedOp};
 use weft_core::algo::GpuAlgo;
 use weft_core::sched::Collective;
 use weft_core::tune::ProtocolEnable;
@@ -1182,14 +1182,17 @@ fn one_shot_barrier_form_every_type_op_and_size() {
     }
 }
 
-/// The LL one-shot across its cleaning rounds and its 32-bit flag wrap: every lane's epoch
-/// restarted just before them (`GpuComm::restart_steps_for_test`), then all-reduces that use
-/// every lane (one or two rounds each) between ones that use only the first, so the lanes'
-/// epochs drift apart; every element checked. Before the restart, four calls that fill every
-/// pair of every lane leave flags 1 to 4 behind, the flags of epochs 2^32 to 2^32 + 3: past
-/// the wrap a reader would take those stale pairs for fresh ones unless the cleaning rounds
-/// (0xfffffff8..0xffffffff) rewrote them. After the calls, every lane's epoch must be past
-/// the restart point (the restart took effect). Written after the two-H100 run of
+/// The LL one-shot across its cleaning rounds and its 32-bit flag wrap, every element
+/// checked. Four calls first fill every pair of every lane, leaving the flags of epochs 0-4
+/// behind (an epoch's flag is `epoch + 1`), which are also the flags of epochs 2^32 + 0-4.
+/// Then every lane's epoch restarts 16 before the cleaning rounds and the wrap
+/// (`GpuComm::restart_steps_for_test`), and 16 calls that use every lane but only an eighth
+/// of each carry the lanes to the wrap without touching the other pairs, so only the
+/// cleaning rounds (0xfffffff8..0xffffffff, which write whole lanes) rewrite them. Past the
+/// wrap, six calls read whole lanes at epochs 2^32 + 0-5: without the cleaning they would take
+/// the stale pairs for fresh ones. Then a mix of sizes (lane 0 alone, one or two rounds per
+/// lane), so that the lanes' epochs drift apart. At the end every lane's epoch must have moved
+/// on from the restart point (the restart took effect). Written after the two-H100 run of
 /// 2026-11-25 (not yet run on a GPU).
 #[test]
 fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
@@ -1205,57 +1208,82 @@ fn one_shot_crosses_its_cleaning_rounds_and_the_flag_wrap() {
                 let buffers = Buffers::new(&comm, biggest);
                 prepare(&mut comm);
                 let mut failures = Vec::new();
-                // 262,144 floats: every pair of every lane on two ranks (32 lanes of 32 KiB
-                // of data), several rounds of them on more.
-                for call in 0..4u64 {
+                let mut run = |comm: &mut GpuComm, what: &str, count, dtype, in_place, seed| {
                     let c = Case {
                         coll: Collective::AllReduce,
-                        dtype: DataType::Float32,
-                        op: RedOp::Sum,
-                        count: 262_144,
-                        in_place: false,
-                        seed: 6000 + call,
-                        premul: None,
-                    };
-                    let w = run_case(rank, n, &mut comm, &stream, &buffers, &c);
-                    if w > 0 {
-                        failures.push(format!("rank {rank}: filling call {call}: {w} wrong"));
-                    }
-                }
-                comm.restart_steps_for_test(start).unwrap();
-                for call in 0..40u64 {
-                    let count = match call % 4 {
-                        0 => 300_007,
-                        1 => 7,
-                        2 => 65_539,
-                        _ => 262_144,
-                    };
-                    let c = Case {
-                        coll: Collective::AllReduce,
-                        dtype: if call % 5 == 4 {
-                            DataType::Float64
-                        } else {
-                            DataType::Float32
-                        },
+                        dtype,
                         op: RedOp::Sum,
                         count,
-                        in_place: call % 3 == 0,
-                        seed: 7000 + call,
+                        in_place,
+                        seed,
                         premul: None,
                     };
-                    let w = run_case(rank, n, &mut comm, &stream, &buffers, &c);
+                    let w = run_case(rank, n, comm, &stream, &buffers, &c);
                     if w > 0 {
                         failures.push(format!(
-                            "rank {rank}: start {start:#x}, call {call}: {c:?}: {w} wrong"
+                            "rank {rank}: start {start:#x}, {what}: {c:?}: {w} wrong"
                         ));
                     }
+                };
+                let f32 = DataType::Float32;
+                // 262,144 floats: one round of whole lanes on two ranks (32 lanes of 32 KiB
+                // of data), several on more.
+                for call in 0..4u64 {
+                    run(&mut comm, "filling", 262_144, f32, false, 6000 + call);
                 }
-                // Every lane ran at least the 30 calls that use them all, from `start`.
+                comm.restart_steps_for_test(start).unwrap();
+                // 32,768 floats (doubles): all 32 lanes, 4 (8) KiB of each, one round.
+                for call in 0..16u64 {
+                    let dtype = if call % 4 == 3 {
+                        DataType::Float64
+                    } else {
+                        f32
+                    };
+                    run(
+                        &mut comm,
+                        "to the wrap",
+                        32_768,
+                        dtype,
+                        call % 2 == 0,
+                        7000 + call,
+                    );
+                }
+                for call in 0..6u64 {
+                    run(
+                        &mut comm,
+                        "whole lanes past the wrap",
+                        262_144,
+                        f32,
+                        call % 2 == 1,
+                        7100 + call,
+                    );
+                }
+                for call in 0..18u64 {
+                    let count = match call % 3 {
+                        0 => 300_007,
+                        1 => 7,
+                        _ => 65_539,
+                    };
+                    let dtype = if call % 5 == 4 {
+                        DataType::Float64
+                    } else {
+                        f32
+                    };
+                    run(&mut comm, "mixed", count, dtype, call % 3 == 0, 7200 + call);
+                }
+                // Every lane ran the 22 calls that use them all, from `start`.
                 let epochs = comm.lane_epochs_for_test().unwrap();
+                if epochs.len() != MAX_CHANNELS as usize {
+                    failures.push(format!(
+                        "rank {rank}: {} lane epochs read, expected {MAX_CHANNELS}",
+                        epochs.len()
+                    ));
+                }
                 for (lane, epoch) in epochs.iter().take(PEER_LANES as usize).enumerate() {
-                    if epoch.wrapping_sub(start) < 30 || epoch.wrapping_sub(start) > 1000 {
+                    let moved = epoch.wrapping_sub(start);
+                    if !(22..=1000).contains(&moved) {
                         failures.push(format!(
-                            "rank {rank}: lane {lane} at epoch {epoch:#x} after 40 calls from \
+                            "rank {rank}: lane {lane} at epoch {epoch:#x} after the calls from \
                              {start:#x}: the restart did not take effect"
                         ));
                     }

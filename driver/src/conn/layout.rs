@@ -127,6 +127,9 @@ pub(crate) struct State {
     pub(crate) receiver_cpu: AtomicU32,
 }
 
+/// Where the header's version sits (for the sweep, which reads it from a file).
+pub const VERSION_OFFSET: usize =
+    std::mem::offset_of!(FifoHeader, ident) + std::mem::offset_of!(Ident, version);
 /// Where the receiver's pid namespace sits in the memory (for the stale-segment sweep, which
 /// reads it from a file without mapping it).
 pub const RECEIVER_PIDNS_OFFSET: usize =
@@ -161,6 +164,7 @@ const _: () = {
     assert!(std::mem::offset_of!(FifoHeader, ll_head) == 512);
     assert!(RECEIVER_PID_OFFSET == 384 + 12);
     assert!(RECEIVER_PIDNS_OFFSET == 384 + 24);
+    assert!(VERSION_OFFSET == 8);
 };
 
 /// A layout parameter out of range.

@@ -1115,13 +1115,15 @@ impl GpuComm {
     }
 
     /// Tests only: this rank's one-/two-shot epoch of every lane (channel), as its kernels
-    /// left them (`peer::STEPS_AT`); empty without a one-/two-shot peer region. Nothing may
-    /// be in flight.
+    /// left them (`peer::STEPS_AT`), after the context's work ends; empty without a
+    /// one-/two-shot peer region.
     #[doc(hidden)]
     pub fn lane_epochs_for_test(&self) -> Result<Vec<u64>, GpuError> {
         let Some(region) = self.peer.as_ref().filter(|r| r.plan.nvls.is_none()) else {
             return Ok(Vec::new());
         };
+        // Whatever the caller left in flight ends first.
+        self.ctx.synchronize()?;
         let bytes = MAX_CHANNELS as usize * size_of::<u64>();
         let staged = DeviceBuffer::alloc(&self.ctx, bytes)?;
         let stream = Stream::new(&self.ctx)?;

@@ -36,7 +36,7 @@ use super::{ConnSpec, PeerInfo, Transport};
 use crate::conn::{
     AbortFlag, ConnError, ConnId, Direction, FifoLayout, FifoMemory, FifoRecvEnd, FifoRegion,
     FifoSendEnd, LayoutError, WaitPolicy, Waiter,
-    layout::{RECEIVER_PIDNS_OFFSET, REGION_ALIGN},
+    layout::{FIFO_VERSION, RECEIVER_PIDNS_OFFSET, REGION_ALIGN, VERSION_OFFSET},
     pid_namespace, process_alive,
 };
 
@@ -412,15 +412,27 @@ pub fn sweep_stale_segments(dir: &Path) -> usize {
     removed
 }
 
+/// Where FIFO_VERSION 2's header (before the sizes joined the tail's line) kept the
+/// receiver's pid namespace: a segment left behind by a crashed older build is still swept.
+const V2_RECEIVER_PIDNS_OFFSET: u64 = 512 + 24;
+
 /// The receiver's pid namespace recorded in a segment's header, read with `pread` (no
-/// mapping); `None` while the header is not written yet.
+/// mapping), at the place the header's version keeps it; `None` while the header is not
+/// written yet, or for a version this build does not know.
 fn creator_pidns(path: &Path) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let file = File::open(path).ok()?;
-    let mut bytes = [0u8; 8];
-    file.read_exact_at(&mut bytes, as_u64(RECEIVER_PIDNS_OFFSET))
-        .ok()?;
-    Some(u64::from_ne_bytes(bytes)).filter(|ns| *ns != 0)
+    let word = |offset: u64| -> Option<u64> {
+        let mut bytes = [0u8; 8];
+        file.read_exact_at(&mut bytes, offset).ok()?;
+        Some(u64::from_ne_bytes(bytes))
+    };
+    let at = match word(as_u64(VERSION_OFFSET))? {
+        FIFO_VERSION => as_u64(RECEIVER_PIDNS_OFFSET),
+        2 => V2_RECEIVER_PIDNS_OFFSET,
+        _ => return None,
+    };
+    word(at).filter(|ns| *ns != 0)
 }
 
 /// A shared mapping of a whole segment file; unmapped on drop, and (on the creator's side)
@@ -570,6 +582,32 @@ unsafe impl FifoMemory for ShmMapping {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// The sweep finds the pid namespace where each header version keeps it, and trusts
+    /// no other version.
+    #[test]
+    fn the_pid_namespace_is_read_where_each_version_keeps_it() {
+        let dir = std::env::temp_dir().join(format!("weft-sweep-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = |version: u64, at: u64, ns: u64| {
+            let mut bytes = vec![0u8; 4096];
+            bytes[VERSION_OFFSET..VERSION_OFFSET + 8].copy_from_slice(&version.to_ne_bytes());
+            let at = at as usize;
+            bytes[at..at + 8].copy_from_slice(&ns.to_ne_bytes());
+            let path = dir.join(format!("v{version}-{at}-{ns:x}"));
+            std::fs::write(&path, &bytes).unwrap();
+            path
+        };
+        let now = header(FIFO_VERSION, as_u64(RECEIVER_PIDNS_OFFSET), 0x1234);
+        let old = header(2, V2_RECEIVER_PIDNS_OFFSET, 0x5678);
+        let unknown = header(99, as_u64(RECEIVER_PIDNS_OFFSET), 0x9abc);
+        let unwritten = header(FIFO_VERSION, as_u64(RECEIVER_PIDNS_OFFSET), 0);
+        assert_eq!(creator_pidns(&now), Some(0x1234));
+        assert_eq!(creator_pidns(&old), Some(0x5678));
+        assert_eq!(creator_pidns(&unknown), None);
+        assert_eq!(creator_pidns(&unwritten), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn segment_names_carry_the_creator_pid_and_both_ranks() {
