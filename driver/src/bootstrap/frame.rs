@@ -17,6 +17,15 @@ const POLL: Duration = Duration::from_millis(50);
 /// How long past its deadline a read may go on while bytes keep arriving.
 const HARD_STOP: Duration = Duration::from_millis(500);
 
+/// Whether a socket call with a timeout ended without its data only because the timeout
+/// ran out or a signal came: the caller checks its own deadline and tries again.
+pub(crate) fn timed_out_or_interrupted(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Why reading a frame did not produce one.
 #[derive(Debug)]
 pub(crate) enum ReadFail {
@@ -63,16 +72,7 @@ fn read_exact(
                 filled += n;
                 true
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                false
-            }
+            Err(e) if timed_out_or_interrupted(&e) => false,
             Err(e) => return Err(ReadFail::Io(e)),
         };
         // Past the deadline: stop once the bytes stop coming, and a little later in any

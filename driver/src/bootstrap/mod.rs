@@ -23,7 +23,7 @@
 //! (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`, see [`interface`]) decides the network.
 
 mod error;
-mod frame;
+pub(crate) mod frame;
 pub mod identity;
 mod inbox;
 pub mod interface;

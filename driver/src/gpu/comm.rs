@@ -862,10 +862,8 @@ impl GpuComm {
                 // Each rank planned from its own environment and GPU: a rank with a larger
                 // plan would write past a smaller peer's region. Refuse any difference.
                 let plans = bootstrap.all_gather(&plan.encode())?;
-                if let Some((q, why)) = plans
-                    .iter()
-                    .enumerate()
-                    .find_map(|(q, theirs)| plan.mismatch(theirs).map(|why| (q, why)))
+                if let Some((q, why)) =
+                    super::peer::first_disagreement(&plans, |p| plan.mismatch(p))
                 {
                     return Err(GpuError::InvalidArgument(format!(
                         "{}: rank {q}'s peer region differs from rank {rank}'s in {why}: set it \

@@ -21,6 +21,8 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::{Duration, Instant};
 
+use crate::bootstrap::frame::timed_out_or_interrupted;
+
 /// "WFD1": the first word of every message.
 const MAGIC: u32 = 0x5746_4431;
 /// Bytes of a message: magic, sender rank (u32), tag (u64), big-endian.
@@ -222,11 +224,7 @@ impl FdRendezvous {
                 .map_err(local("setting a send timeout"))?;
             match send_with_fd(&socket, &message, fd.as_raw_fd()) {
                 Ok(()) => return Ok(()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if timed_out_or_interrupted(&e) => {}
                 Err(source) => {
                     return Err(FdPassingError::Local {
                         what: format!(
@@ -274,16 +272,7 @@ impl FdInbox {
                 .map_err(local("setting a receive timeout"))?;
             let (message, fds) = match recv_with_fds(&self.socket) {
                 Ok(got) => got,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue;
-                }
+                Err(e) if timed_out_or_interrupted(&e) => continue,
                 Err(source) => {
                     return Err(FdPassingError::Local {
                         what: format!(

@@ -112,10 +112,6 @@ pub struct MulticastPlan {
     pub granularity: u64,
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
 /// One step of [`MulticastRegion::open`] on one rank, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MulticastStep {
@@ -184,8 +180,8 @@ impl MulticastPlan {
         if !alloc_granularity.is_power_of_two() {
             return Err(bad_granularity("allocation", alloc_granularity));
         }
-        let granularity =
-            mc_granularity / gcd(mc_granularity, alloc_granularity) * alloc_granularity;
+        // Both are powers of two: their least common multiple is the larger.
+        let granularity = mc_granularity.max(alloc_granularity);
         let bytes = region
             .bytes
             .max(1)
@@ -331,10 +327,8 @@ impl MulticastRegion {
                 }
                 MulticastStep::AgreeOnPlan => {
                     let plans = bootstrap.all_gather(&plan.encode())?;
-                    if let Some((q, why)) = plans
-                        .iter()
-                        .enumerate()
-                        .find_map(|(q, theirs)| plan.mismatch(theirs).map(|why| (q, why)))
+                    if let Some((q, why)) =
+                        super::peer::first_disagreement(&plans, |p| plan.mismatch(p))
                     {
                         return Err(GpuError::InvalidArgument(format!(
                             "NVLS multicast: rank {q}'s object differs from rank {rank}'s in \

@@ -355,6 +355,18 @@ impl RegionPlan {
     }
 }
 
+/// The first rank whose plan in `plans` (an all-gather of every rank's encoded plan)
+/// `mismatch` finds different from this rank's, with what differs.
+pub(super) fn first_disagreement(
+    plans: &[Vec<u8>],
+    mismatch: impl Fn(&[u8]) -> Option<String>,
+) -> Option<(usize, String)> {
+    plans
+        .iter()
+        .enumerate()
+        .find_map(|(q, theirs)| mismatch(theirs).map(|why| (q, why)))
+}
+
 /// The first of `fields` (big-endian u64 words, in order) where two encoded plans differ,
 /// as "what: theirs there, mine here"; `None` when those words are equal (what follows them
 /// may still differ).
