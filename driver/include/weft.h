@@ -314,7 +314,11 @@ typedef struct weft_coll_work {
   uint32_t direct;
   // `RED_OP_*` flags: how the `Avg` kernels read `red_op_arg` (0 for every other op).
   uint32_t red_op_flags;
-  uint32_t reserved;
+  // SIMPLE rings on a GPU: the fewest slices (one FIFO step each) a primitive is cut
+  // into, as NCCL cuts every chunk into `SlicePerChunk` slices so that the next rank
+  // starts on the first while the second is in flight; a slice never gets smaller than
+  // 1/32 of a step for it. 0 or 1: as few as the steps allow. At most [`super::STEPS`].
+  uint32_t min_slices;
 } weft_coll_work;
 
 // One direction of one connection (NCCL's `ncclConnInfo`, laid out for weft).

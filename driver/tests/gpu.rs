@@ -661,7 +661,9 @@ fn check_all(
 #[test]
 fn direct_writes_back_to_back_and_in_graph_replays() {
     let Some(n) = multi_ranks() else { return };
-    let count = 3 * 1024 * 1024 + 5;
+    // All-reduces write directly from DIRECT_ALL_REDUCE_MIN_BYTES (32 MiB) on.
+    let count = 9 * 1024 * 1024 + 5;
+    assert!(count * 4 >= weft::gpu::DIRECT_ALL_REDUCE_MIN_BYTES);
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
     let calls = [

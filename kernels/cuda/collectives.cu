@@ -205,7 +205,7 @@ namespace weft {
 template <int OP>
 __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channel, Fifo& send,
                          Fifo& recv, const Step& st, const T* input, T* output, bool reduces,
-                         T** peer_out, volatile int* stop) {
+                         u32 min_slices, T** peer_out, volatile int* stop) {
   const bool sends = prim_sends(st.prim);
   const bool receives = prim_receives(st.prim);
   // A step that sends final results (it writes them to its own output too) stores them in
@@ -220,7 +220,7 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
                             ? (sends ? send.step_size : recv.step_size) / sizeof(T) / align * align
                             : st.len;
   Slicing cut;
-  cut.init(st.len, max_elems, align);
+  cut.init(st.len, max_elems, align, min_slices);
   for (u64 k = 0; k < cut.n; k++) {
     u64 off = cut.start(k, st.len);
     u64 n = cut.size(k, st.len);
@@ -367,7 +367,8 @@ __device__ void ring_collective(const weft_kernel_args& args) {
       if (LL && ll)
         ok = run_step_ll<OP>(b, red, channel, send, recv, st, input, output, reduces, halt);
       else
-        ok = run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, &peer_out, &stop);
+        ok = run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, w.min_slices, &peer_out,
+                         &stop);
       if (!ok) return;
     }
   }

@@ -238,14 +238,27 @@ struct RingProgram {
 // `align`): the CPU executor's balanced cut (exec/ring.rs `slices`) with each piece rounded
 // up to 16 bytes, so that every piece after the first starts 16-byte aligned. Both ends of
 // a connection cut the same way, so their FIFO slots match one for one.
+//
+// `min_n` (weft_coll_work.min_slices): a step that fits in fewer pieces is still cut into
+// up to `min_n`, none under 1/32 of `max`, as NCCL cuts every chunk into SlicePerChunk
+// slices: the next rank starts on the first piece while the next is in flight.
 struct Slicing {
   u64 n;
   u64 each;
-  WEFT_HD void init(u64 len, u64 max, u64 align) {
+  WEFT_HD void init(u64 len, u64 max, u64 align, u64 min_n = 1) {
     if (max == 0) max = 1;
     n = div_up(len, max);
     if (n == 0) n = 1;
+    if (n < min_n) {
+      u64 floor = align_up(max / 32, align);
+      u64 most = floor == 0 ? 1 : len / floor;
+      u64 want = min_u64(min_n, most);
+      if (want > n) n = want;
+    }
     each = min_u64(align_up(div_up(len, n), align), max);
+    // Rounding each piece up may leave the last ones empty: drop them (both ends agree).
+    if (each > 0) n = div_up(len, each);
+    if (n == 0) n = 1;
   }
   WEFT_HD u64 start(u64 k, u64 len) const { return min_u64(k * each, len); }
   WEFT_HD u64 size(u64 k, u64 len) const { return min_u64(each, len - start(k, len)); }

@@ -55,6 +55,7 @@ struct Case {
     rank: u32,
     channel: u32,
     max_slice: usize,
+    min_slices: usize,
 }
 
 fn cases() -> Vec<Case> {
@@ -95,6 +96,7 @@ fn cases() -> Vec<Case> {
             channel: rng.below(u64::from(nchannels)) as u32,
             ring,
             max_slice: 16 + rng.below(1 << 14) as usize * 16,
+            min_slices: [0, 1, 2, 3, 4, 8][rng.below(6) as usize],
         });
     }
     out
@@ -109,7 +111,7 @@ fn kernel_ring_program_matches_core() {
         let (coll, root) = coll_number(c.spec.collective);
         let ring: Vec<String> = c.ring.iter().map(u32::to_string).collect();
         input += &format!(
-            "{coll} {root} {} {} {} {} {} {} {} {} {}\n",
+            "{coll} {root} {} {} {} {} {} {} {} {} {} {}\n",
             c.spec.count,
             c.spec.elem_size,
             c.spec.chunk_elems,
@@ -118,6 +120,7 @@ fn kernel_ring_program_matches_core() {
             c.ring.len(),
             c.rank,
             c.max_slice,
+            c.min_slices,
             ring.join(" ")
         );
     }
@@ -177,6 +180,25 @@ fn kernel_ring_program_matches_core() {
                         "case {i}: slice {k} of {s} elements is not 16-byte aligned"
                     );
                 }
+            }
+            // A step that fits in fewer slices is cut into `min_slices` where the pieces
+            // stay above 1/32 of a slot and their 16-byte rounding leaves room for them.
+            assert!(
+                step.len == 0 || slices.iter().all(|s| *s > 0),
+                "case {i}: an empty slice in {slices:?}"
+            );
+            let floor = (max_elems / 32).next_multiple_of(align).max(align);
+            let m = c.min_slices;
+            if m > 1 && step.len >= m * floor && step.len > m * m * align {
+                assert!(
+                    slices.len() >= m,
+                    "case {i}: {} slices of a step of {} (max {max_elems}), want {m}",
+                    slices.len(),
+                    step.len
+                );
+            }
+            if step.len <= max_elems && (m <= 1 || step.len < 2 * floor) {
+                assert_eq!(slices.len(), 1, "case {i}: a step that fits is one slice");
             }
             steps_checked += 1;
         }

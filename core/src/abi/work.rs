@@ -55,7 +55,11 @@ pub struct CollWork {
     pub direct: u32,
     /// `RED_OP_*` flags: how the `Avg` kernels read `red_op_arg` (0 for every other op).
     pub red_op_flags: u32,
-    pub reserved: u32,
+    /// SIMPLE rings on a GPU: the fewest slices (one FIFO step each) a primitive is cut
+    /// into, as NCCL cuts every chunk into `SlicePerChunk` slices so that the next rank
+    /// starts on the first while the second is in flight; a slice never gets smaller than
+    /// 1/32 of a step for it. 0 or 1: as few as the steps allow. At most [`super::STEPS`].
+    pub min_slices: u32,
 }
 
 /// [`CollWork::red_op_flags`]: the `Avg` kernels run NCCL's `PreMulSum` instead: every
@@ -89,6 +93,7 @@ const _: () = {
     assert!(offset_of!(CollWork, chunk_steps) == 72);
     assert!(offset_of!(CollWork, direct) == 76);
     assert!(offset_of!(CollWork, red_op_flags) == 80);
+    assert!(offset_of!(CollWork, min_slices) == 84);
 };
 
 /// A `CollWork` whose enumerated fields were checked, in typed form.
@@ -139,6 +144,9 @@ impl CollWork {
         }
         if self.chunk_steps == 0 {
             return Err(bad("work chunk_steps", 0));
+        }
+        if self.min_slices > super::STEPS {
+            return Err(bad("work min_slices", self.min_slices));
         }
         let direct_ok = matches!(
             coll,
@@ -276,7 +284,7 @@ mod test {
             chunk_steps: 4,
             direct: 0,
             red_op_flags: 0,
-            reserved: 0,
+            min_slices: 2,
         }
     }
 
@@ -383,6 +391,8 @@ mod test {
             }),
             "work chunk_steps"
         );
+        assert_eq!(field(CollWork { min_slices: 9, ..w }), "work min_slices");
+        assert!(CollWork { min_slices: 8, ..w }.validate(7).is_ok());
         assert_eq!(field(CollWork { direct: 2, ..w }), "work direct");
         assert_eq!(
             field(CollWork {

@@ -131,6 +131,11 @@ pub struct CommOptions {
     /// `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` the same way (at most `max`: the first
     /// channels kept; at least `min`: they repeat). `None`: no bound beyond those.
     pub channel_bounds: Option<ChannelBounds>,
+    /// GPU SIMPLE rings: the fewest slices (FIFO steps) each primitive is cut into, as NCCL
+    /// cuts a chunk into `SlicePerChunk` slices (see `CollWork::min_slices`), 1 to 8.
+    /// `None`: [`crate::gpu::DEFAULT_MIN_SLICES`]. `WEFT_MIN_SLICES`, for measurement;
+    /// every rank must set the same.
+    pub min_slices: Option<u32>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -158,6 +163,7 @@ impl Default for CommOptions {
             algo: None,
             p2p_ll_threshold: None,
             channel_bounds: None,
+            min_slices: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
@@ -280,6 +286,15 @@ impl CommOptions {
                 })?;
                 break;
             }
+        }
+        if let Some(v) = get("WEFT_MIN_SLICES") {
+            let n: u32 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=NCCL_STEPS as u32).contains(n))
+                .ok_or_else(|| bad("WEFT_MIN_SLICES", &v, "a slice count from 1 to 8"))?;
+            opts.min_slices = Some(n);
         }
         if let Some(v) = get("WEFT_ALGO") {
             opts.algo = weft_core::algo::GpuAlgo::parse(&v)

@@ -126,8 +126,11 @@ fn options_from_the_environment() {
         ("WEFT_TIMEOUT", "2.5"),
         ("NCCL_BUFFSIZE", "4194304"),
         ("WEFT_WAIT_YIELDS", "7"),
+        ("WEFT_MIN_SLICES", "4"),
     ]))
     .unwrap();
+    assert_eq!(o.min_slices, Some(4));
+    assert_eq!(CommOptions::from_lookup(|_| None).unwrap().min_slices, None);
     assert_eq!(o.nchannels, Some(3));
     assert_eq!(o.transport, TransportChoice::Net);
     assert_eq!(o.timeout, Duration::from_millis(2500));
@@ -146,6 +149,8 @@ fn options_from_the_environment() {
         ("WEFT_PROTO", "allreduc:LL"),
         ("NCCL_LL_BUFFSIZE", "lots"),
         ("WEFT_ALGO", "tree"),
+        ("WEFT_MIN_SLICES", "0"),
+        ("WEFT_MIN_SLICES", "9"),
     ] {
         let err = CommOptions::from_lookup(|k| (k == var).then(|| value.to_string()))
             .expect_err("a bad value is an error");

@@ -53,6 +53,19 @@ use crate::transport::shm::ShmMapping;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
 pub const DEFAULT_CHANNELS: u32 = 16;
+/// The fewest slices a SIMPLE ring primitive is cut into (`CollWork::min_slices`) unless
+/// `WEFT_MIN_SLICES` says otherwise: 1, a step that fits one FIFO slot goes whole. NCCL
+/// cuts every chunk into 2 (`SlicePerChunk`), but on two H200 over NVLink (2026-11-27,
+/// docs/benchmarks.md) 2 lost to 1 from 4 to 32 MiB (all-reduce 84 against 96 GB/s at 4 MiB,
+/// reduce-scatter 66 against 96): each slice costs a wait, two barriers and a release.
+pub const DEFAULT_MIN_SLICES: u32 = 1;
+/// All-reduces of fewer bytes than this go through the FIFO even between ranks of one
+/// process; direct writes start here. Measured on two H200 over NVLink without CUDA graphs
+/// (2026-11-27, docs/benchmarks.md): direct writes lost from 4 to 16 MiB (96 against 112 GB/s
+/// at 4 MiB, 153 against 169 at 8 MiB), tied at 32 MiB and won from 64 MiB (277 against 272,
+/// 331 against 326 at 1 GiB). All-gather and broadcast keep them at every size (all-gather
+/// 155 against 127 GB/s at 8 MiB).
+pub const DIRECT_ALL_REDUCE_MIN_BYTES: usize = 32 << 20;
 /// The rings of the communicator's channels: NCCL's ring search over this host's topology
 /// (`weft::comm::channels`, the same rings `weft topo` prints), decided by rank 0 for all;
 /// where the search cannot run (no topology, ranks sharing a GPU), [`DEFAULT_CHANNELS`]
@@ -265,6 +278,7 @@ struct GpuPeer {
     bus_id: String,
     nchannels: u32,
     step_bytes: u64,
+    min_slices: u32,
 }
 
 impl GpuPeer {
@@ -276,6 +290,7 @@ impl GpuPeer {
         out.extend_from_slice(&self.device.to_be_bytes());
         out.extend_from_slice(&self.nchannels.to_be_bytes());
         out.extend_from_slice(&self.step_bytes.to_be_bytes());
+        out.extend_from_slice(&self.min_slices.to_be_bytes());
         out.extend_from_slice(self.bus_id.as_bytes());
         out
     }
@@ -309,7 +324,8 @@ impl GpuPeer {
             device: u32_at(16)?,
             nchannels: u32_at(20)?,
             step_bytes: u64_at(24)?,
-            bus_id: String::from_utf8_lossy(b.get(32..).unwrap_or_default()).into_owned(),
+            min_slices: u32_at(32)?,
+            bus_id: String::from_utf8_lossy(b.get(36..).unwrap_or_default()).into_owned(),
         })
     }
 }
@@ -510,6 +526,8 @@ pub struct GpuComm {
     peer: Option<PeerRegion>,
     /// How calls choose LL or SIMPLE (every rank has the same, checked at init).
     protocols: GpuProtocols,
+    /// `CollWork::min_slices` of SIMPLE ring calls (every rank has the same, checked at init).
+    min_slices: u32,
 }
 
 /// Every rank's peer region ([`super::peer`]) as mapped here.
@@ -678,6 +696,7 @@ impl GpuComm {
             bus_id: dev.pci_bus_id()?.to_lowercase(),
             nchannels: opts.nchannels.unwrap_or(0),
             step_bytes: step_bytes as u64,
+            min_slices: opts.min_slices.unwrap_or(DEFAULT_MIN_SLICES),
         };
         let peers = bootstrap
             .all_gather(&me.encode())?
@@ -910,6 +929,7 @@ impl GpuComm {
             algo: opts.algo,
             peer,
             protocols,
+            min_slices: opts.min_slices.unwrap_or(DEFAULT_MIN_SLICES),
         };
         comm.control = comm.build_control(0)?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
@@ -1470,13 +1490,19 @@ impl GpuComm {
             direct: u32::from(
                 self.direct
                     && protocol == Protocol::Simple
-                    && matches!(
-                        coll,
-                        CollKind::AllReduce | CollKind::AllGather | CollKind::Broadcast
-                    ),
+                    && match coll {
+                        CollKind::AllReduce => count * esize >= DIRECT_ALL_REDUCE_MIN_BYTES,
+                        CollKind::AllGather | CollKind::Broadcast => true,
+                        _ => false,
+                    },
             ),
             red_op_flags: red.flags,
-            reserved: 0,
+            // LL cuts its own way (one step's payload per chunk).
+            min_slices: if protocol == Protocol::Simple {
+                self.min_slices
+            } else {
+                1
+            },
         };
         let mut args = KernelArgs {
             comm: self.control.ptr(),
@@ -1838,11 +1864,20 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
                 p.bus_id
             )));
         }
-        if p.step_bytes != mine.step_bytes || p.nchannels != mine.nchannels {
+        if p.step_bytes != mine.step_bytes
+            || p.nchannels != mine.nchannels
+            || p.min_slices != mine.min_slices
+        {
             return Err(GpuError::InvalidArgument(format!(
-                "rank {q} runs with {} channels and {}-byte FIFO steps, this rank with {} and {} \
-                 (0: the default): start every rank with the same WEFT_NCHANNELS and NCCL_BUFFSIZE",
-                p.nchannels, p.step_bytes, mine.nchannels, mine.step_bytes
+                "rank {q} runs with {} channels, {}-byte FIFO steps and at least {} slices per \
+                 step, this rank with {}, {} and {} (0 channels: the default): start every rank \
+                 with the same WEFT_NCHANNELS, NCCL_BUFFSIZE and WEFT_MIN_SLICES",
+                p.nchannels,
+                p.step_bytes,
+                p.min_slices,
+                mine.nchannels,
+                mine.step_bytes,
+                mine.min_slices
             )));
         }
         if p.bus_id == mine.bus_id {
@@ -1950,6 +1985,7 @@ mod test {
             bus_id: "0000:19:00.0".to_string(),
             nchannels: 0,
             step_bytes: 512 << 10,
+            min_slices: 3,
         };
         assert_eq!(GpuPeer::decode(3, &p.encode()).unwrap(), p);
         let mut bad = p.encode();

@@ -29,6 +29,9 @@ pub mod peer;
 pub mod protocol;
 pub mod redop;
 
-pub use comm::{AbortHandle, GpuComm, GpuP2p, validate_p2p_group};
+pub use comm::{
+    AbortHandle, DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuComm, GpuP2p,
+    validate_p2p_group,
+};
 pub use error::GpuError;
 pub use redop::{GpuRedOp, PreMulScalar};
