@@ -4,7 +4,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::sync::OnceLock;
 
 use weft_sys::CudaDriver;
-use weft_sys::cuda::types::{CUdevice, CUdevice_attribute, CUresult};
+use weft_sys::cuda::types::{CUdevice, CUdevice_P2PAttribute, CUdevice_attribute, CUresult};
 
 use crate::error::{CudaError, Result, check};
 
@@ -171,6 +171,31 @@ impl Device {
             // SAFETY: `v` is a valid out-pointer; both are device handles.
             unsafe { (d.cuDeviceCanAccessPeer)(&mut v, self.raw, peer.raw) },
             "cuDeviceCanAccessPeer",
+            Some(self.ordinal),
+        )?;
+        Ok(v != 0)
+    }
+
+    /// Whether this device and `peer` are joined by NVLink, as far as CUDA tells: atomics
+    /// run natively between them (`CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`), which
+    /// NVLink offers and PCIe does not. `false` for the device itself.
+    pub fn nvlink_to(&self, peer: &Device) -> Result<bool> {
+        if peer.raw == self.raw {
+            return Ok(false);
+        }
+        let d = driver()?;
+        let mut v: c_int = 0;
+        check(
+            // SAFETY: `v` is a valid out-pointer; both are device handles.
+            unsafe {
+                (d.cuDeviceGetP2PAttribute)(
+                    &mut v,
+                    CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+                    self.raw,
+                    peer.raw,
+                )
+            },
+            "cuDeviceGetP2PAttribute",
             Some(self.ordinal),
         )?;
         Ok(v != 0)

@@ -68,6 +68,8 @@ struct Settings {
     p2p_ll_threshold: Option<usize>,
     /// The algorithm every call must use (as `WEFT_ALGO` does); `None`: the automatic choice.
     algo: Option<GpuAlgo>,
+    /// `NCCL_P2P_READ_ENABLE`; `None`: unset (read mode on Ampere NVLink only).
+    p2p_read: Option<bool>,
 }
 
 impl Default for Settings {
@@ -77,6 +79,7 @@ impl Default for Settings {
             // Send/recv LL up to 0 bytes per channel: never.
             p2p_ll_threshold: Some(0),
             algo: Some(GpuAlgo::Ring),
+            p2p_read: None,
         }
     }
 }
@@ -87,6 +90,15 @@ impl Settings {
         proto: Some("LL"),
         p2p_ll_threshold: Some(usize::MAX),
         algo: Some(GpuAlgo::Ring),
+        p2p_read: None,
+    };
+
+    /// SIMPLE in read mode (`NCCL_P2P_READ_ENABLE=1`): the receivers read the FIFOs.
+    const READ: Settings = Settings {
+        proto: Some("Simple"),
+        p2p_ll_threshold: Some(0),
+        algo: Some(GpuAlgo::Ring),
+        p2p_read: Some(true),
     };
 
     /// Every call through `algo`.
@@ -124,9 +136,14 @@ fn run_ranks_with<T: Send + 'static>(
                 }
                 opts.p2p_ll_threshold = settings.p2p_ll_threshold;
                 opts.algo = settings.algo;
+                opts.p2p_read = settings.p2p_read;
                 let comm =
                     GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+                // Read mode asked for must be what runs (SHM windows have no read mode).
+                if settings.p2p_read == Some(true) && comm.transport_name() != "SHM" {
+                    assert!(comm.p2p_read(), "rank {rank}: read mode is off");
+                }
                 body(rank, comm)
             })
         })
@@ -395,6 +412,22 @@ fn every_collective_type_and_op_on_every_gpu() {
     every_collective_on(n);
 }
 
+/// Read mode forced (`NCCL_P2P_READ_ENABLE=1`, NCCL's default on Ampere NVLink only): every
+/// collective, type and op in SIMPLE with the FIFOs in the senders' memory, the same cases,
+/// every element checked.
+#[test]
+fn every_collective_type_and_op_in_read_mode_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    every_collective_with(n, Settings::READ, Protocol::Simple);
+}
+
+/// Sends and receives in read mode (SIMPLE, the FIFOs in the senders' memory).
+#[test]
+fn send_recv_groups_in_read_mode_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    send_recv_groups_with(n, Settings::READ, Protocol::Simple);
+}
+
 /// LL forced (`NCCL_PROTO=LL`): every collective, type and op, in and out of place, the
 /// same cases as SIMPLE's, every element checked.
 #[test]
@@ -415,6 +448,7 @@ fn ll_and_simple_calls_interleave_on_one_stream() {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: None,
         algo: Some(GpuAlgo::Ring),
+        p2p_read: None,
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -529,6 +563,7 @@ fn ll_crosses_the_flag_wrap_and_its_cleaning_steps() {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: Some(usize::MAX),
         algo: Some(GpuAlgo::Ring),
+        p2p_read: None,
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -1312,6 +1347,7 @@ fn automatic_choice_every_type_op_and_size() {
         proto: None,
         p2p_ll_threshold: None,
         algo: None,
+        p2p_read: None,
     };
     every_case_with(auto, "automatic choice");
 }

@@ -136,6 +136,12 @@ pub struct CommOptions {
     /// `None`: [`crate::gpu::DEFAULT_MIN_SLICES`]. `WEFT_MIN_SLICES`, for measurement;
     /// every rank must set the same.
     pub min_slices: Option<u32>,
+    /// GPU P2P connections in read mode (SIMPLE FIFOs in the sender's memory, read by the
+    /// receiver), as NCCL's `NCCL_P2P_READ_ENABLE`; `None`: NCCL's default, read mode where
+    /// every GPU has compute capability 8.0 and every pair is joined by NVLink. Any rank
+    /// that does not take read mode turns it off for all. `WEFT_P2P_READ_ENABLE` /
+    /// `NCCL_P2P_READ_ENABLE` (0 or 1).
+    pub p2p_read: Option<bool>,
     pub bootstrap: BootstrapOptions,
 }
 
@@ -164,6 +170,7 @@ impl Default for CommOptions {
             p2p_ll_threshold: None,
             channel_bounds: None,
             min_slices: None,
+            p2p_read: None,
             bootstrap: BootstrapOptions::default(),
         }
     }
@@ -295,6 +302,16 @@ impl CommOptions {
                 .filter(|n| (1..=NCCL_STEPS as u32).contains(n))
                 .ok_or_else(|| bad("WEFT_MIN_SLICES", &v, "a slice count from 1 to 8"))?;
             opts.min_slices = Some(n);
+        }
+        for var in ["WEFT_P2P_READ_ENABLE", "NCCL_P2P_READ_ENABLE"] {
+            if let Some(v) = get(var) {
+                opts.p2p_read = match v.trim() {
+                    "0" => Some(false),
+                    "1" => Some(true),
+                    _ => return Err(bad(var, &v, "0 or 1")),
+                };
+                break;
+            }
         }
         if let Some(v) = get("WEFT_ALGO") {
             opts.algo = weft_core::algo::GpuAlgo::parse(&v)

@@ -127,9 +127,18 @@ fn options_from_the_environment() {
         ("NCCL_BUFFSIZE", "4194304"),
         ("WEFT_WAIT_YIELDS", "7"),
         ("WEFT_MIN_SLICES", "4"),
+        ("NCCL_P2P_READ_ENABLE", "1"),
     ]))
     .unwrap();
     assert_eq!(o.min_slices, Some(4));
+    assert_eq!(o.p2p_read, Some(true));
+    let both = CommOptions::from_lookup(env(&[
+        ("NCCL_P2P_READ_ENABLE", "1"),
+        ("WEFT_P2P_READ_ENABLE", "0"),
+    ]))
+    .unwrap();
+    assert_eq!(both.p2p_read, Some(false), "the WEFT_ name wins");
+    assert_eq!(CommOptions::from_lookup(|_| None).unwrap().p2p_read, None);
     assert_eq!(CommOptions::from_lookup(|_| None).unwrap().min_slices, None);
     assert_eq!(o.nchannels, Some(3));
     assert_eq!(o.transport, TransportChoice::Net);
@@ -151,6 +160,7 @@ fn options_from_the_environment() {
         ("WEFT_ALGO", "tree"),
         ("WEFT_MIN_SLICES", "0"),
         ("WEFT_MIN_SLICES", "9"),
+        ("NCCL_P2P_READ_ENABLE", "yes"),
     ] {
         let err = CommOptions::from_lookup(|k| (k == var).then(|| value.to_string()))
             .expect_err("a bad value is an error");

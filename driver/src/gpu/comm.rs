@@ -39,7 +39,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::error::GpuError;
 use super::kernels::{Kernels, PeerSource};
-use super::layout::{EXCHANGE_OFFSET, Edge, FIFO_OFFSET, Layout};
+use super::layout::{EXCHANGE_OFFSET, Edge, Layout};
 use super::multicast::{MulticastRegion, NvlsForm};
 use super::peer::RegionPlan;
 use super::protocol::GpuProtocols;
@@ -733,13 +733,25 @@ impl GpuComm {
         } else {
             P2P_CHANNELS
         };
+        // Read mode (NCCL's P2P read: SIMPLE FIFOs in the sender's memory) on device windows
+        // only, where every rank takes it: NCCL_P2P_READ_ENABLE, else NCCL's default.
+        let read_here = !via_host
+            && match opts.p2p_read {
+                Some(read) => read,
+                None => read_by_default(&dev, rank, &peers)?,
+            };
+        let p2p_read = bootstrap
+            .all_gather(&[u8::from(read_here)])?
+            .iter()
+            .all(|a| a.first() == Some(&1));
         let layout = Layout::new(
             rings,
             n,
             p2p_channels,
             step_bytes,
             protocols.ll_buffer_bytes(),
-        );
+        )
+        .with_read(p2p_read);
         let r = rank as u32;
         let bytes = layout.window_bytes(r);
 
@@ -994,7 +1006,10 @@ impl GpuComm {
         let slot = receiver + place.slot as u64;
         let mut buffs = [0u64; 3];
         let mut sizes = [0u32; 3];
-        buffs[Protocol::Simple.index()] = slot + FIFO_OFFSET as u64;
+        // The kernels take the FIFO wherever it is: written over NVLink and read locally,
+        // or (read mode) written locally and read over NVLink.
+        let fifo_window = if self.layout.read() { sender } else { receiver };
+        buffs[Protocol::Simple.index()] = fifo_window + place.fifo as u64;
         sizes[Protocol::Simple.index()] =
             u32::try_from(self.layout.fifo_bytes()).unwrap_or(u32::MAX);
         if self.layout.ll_bytes() > 0 {
@@ -1166,9 +1181,15 @@ impl GpuComm {
     /// `NCCL_DEBUG=INFO` names its transports.
     pub fn transport_name(&self) -> &'static str {
         match self.window {
+            Window::Device(_) if self.layout.read() => "P2P/read",
             Window::Device(_) => "P2P",
             Window::Host { .. } => "SHM",
         }
+    }
+
+    /// Whether P2P connections run in read mode (SIMPLE FIFOs in the senders' memory).
+    pub fn p2p_read(&self) -> bool {
+        self.layout.read()
     }
 
     pub fn nranks(&self) -> usize {
@@ -1908,6 +1929,24 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
 }
 
 /// The device of this process with PCI bus id `bus_id`.
+/// NCCL's default for P2P read mode (`ncclTopoCheckP2p`): GPUs of compute capability 8.0
+/// (Ampere) joined by NVLink, here every pair `rank` has with a GPU this process can see.
+fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
+    if dev.compute_capability()? != (8, 0) {
+        return Ok(false);
+    }
+    for (q, p) in peers.iter().enumerate() {
+        if q == rank {
+            continue;
+        }
+        match local_device_of(&p.bus_id)? {
+            Some(d) if d.compute_capability()? == (8, 0) && dev.nvlink_to(&d)? => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
 fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
     for i in 0..weft_cuda::device_count()? {
         let d = Device::get(i)?;

@@ -11,6 +11,12 @@
 //!   [`EXCHANGE_OFFSET`] bytes after it the `weft_ptr_exchange` where `b` publishes its
 //!   output buffer for direct writes (ranks of one process).
 //!
+//! In *read mode* (NCCL's P2P read, on by default where NCCL turns it on: NVLink between
+//! compute capability 8.0 GPUs; `NCCL_P2P_READ_ENABLE`), the SIMPLE FIFO moves to the
+//! sender's window, after its receive slots: the sender writes it locally and the receiver
+//! reads it over NVLink. The tail, the LL buffer, the head and the exchange stay where they
+//! are.
+//!
 //! So each side polls its own memory and writes the other's. Connections exist for each
 //! channel's ring (`a`'s next rank) and, on the first [`Layout::p2p_channels`] channels,
 //! between every pair of ranks (send/recv). A ring edge that is also a send/recv pair is
@@ -50,6 +56,8 @@ pub struct Layout {
     p2p_channels: u32,
     step_bytes: usize,
     ll_bytes: usize,
+    /// Read mode: SIMPLE FIFOs in the senders' windows.
+    read: bool,
 }
 
 /// The addresses one connection end uses, as offsets into two windows.
@@ -60,6 +68,9 @@ pub struct EdgePlace {
     pub slot: usize,
     /// Offset of the head counter in the sender's window.
     pub head: usize,
+    /// Offset of the SIMPLE FIFO: in the receiver's window (`slot + FIFO_OFFSET`), or in
+    /// read mode in the sender's.
+    pub fifo: usize,
 }
 
 impl Layout {
@@ -80,7 +91,18 @@ impl Layout {
             p2p_channels,
             step_bytes,
             ll_bytes,
+            read: false,
         }
+    }
+
+    /// The same layout in read mode (`true`: SIMPLE FIFOs in the senders' windows).
+    pub fn with_read(self, read: bool) -> Self {
+        Layout { read, ..self }
+    }
+
+    /// Whether SIMPLE FIFOs live in the senders' windows.
+    pub fn read(&self) -> bool {
+        self.read
     }
 
     /// Bytes of each connection's LL buffer (0: none).
@@ -88,10 +110,12 @@ impl Layout {
         self.ll_bytes
     }
 
-    /// Bytes from a receive slot's start to its LL buffer: after the SIMPLE FIFO, on a page
-    /// of its own (the kernels need 16-byte alignment for their line pairs).
+    /// Bytes from a receive slot's start to its LL buffer: after the SIMPLE FIFO (none in
+    /// read mode), on a page of its own (the kernels need 16-byte alignment for their line
+    /// pairs).
     pub fn ll_offset(&self) -> usize {
-        (FIFO_OFFSET + self.fifo_bytes()).next_multiple_of(FIFO_OFFSET)
+        let fifo = if self.read { 0 } else { self.fifo_bytes() };
+        (FIFO_OFFSET + fifo).next_multiple_of(FIFO_OFFSET)
     }
 
     pub fn nchannels(&self) -> u32 {
@@ -177,9 +201,24 @@ impl Layout {
         (self.out_of_rank(rank).count() * HEAD_STRIDE).next_multiple_of(FIFO_OFFSET)
     }
 
+    /// Where the send FIFOs of `rank`'s window start (read mode), after its receive slots.
+    fn sends_start(&self, rank: u32) -> usize {
+        self.slots_start(rank) + self.into_rank(rank).count() * self.slot_stride()
+    }
+
+    /// Bytes between two send FIFOs (read mode).
+    fn send_stride(&self) -> usize {
+        self.fifo_bytes().next_multiple_of(FIFO_OFFSET)
+    }
+
     /// Bytes of `rank`'s window.
     pub fn window_bytes(&self, rank: u32) -> usize {
-        self.slots_start(rank) + self.into_rank(rank).count() * self.slot_stride()
+        let sends = if self.read {
+            self.out_of_rank(rank).count() * self.send_stride()
+        } else {
+            0
+        };
+        self.sends_start(rank) + sends
     }
 
     /// `rank`'s window as it would be after `step` steps through every connection with
@@ -216,10 +255,16 @@ impl Layout {
             return None;
         }
         let slot_index = self.into_rank(edge.to).position(|e| e == edge)?;
-        let head_index = self.out_of_rank(edge.from).position(|e| e == edge)?;
+        let out_index = self.out_of_rank(edge.from).position(|e| e == edge)?;
+        let slot = self.slots_start(edge.to) + slot_index * self.slot_stride();
         Some(EdgePlace {
-            slot: self.slots_start(edge.to) + slot_index * self.slot_stride(),
-            head: head_index * HEAD_STRIDE,
+            slot,
+            head: out_index * HEAD_STRIDE,
+            fifo: if self.read {
+                self.sends_start(edge.from) + out_index * self.send_stride()
+            } else {
+                slot + FIFO_OFFSET
+            },
         })
     }
 }
@@ -252,7 +297,8 @@ mod test {
             p,
             EdgePlace {
                 slot: 4096 + 3 * slot,
-                head: 3 * HEAD_STRIDE
+                head: 3 * HEAD_STRIDE,
+                fifo: 4096 + 3 * slot + FIFO_OFFSET,
             }
         );
         assert!(
@@ -310,6 +356,38 @@ mod test {
         assert!(l.connected(2, 3, 2) && !l.connected(2, 2, 3) && l.connected(2, 0, 3));
         assert!(l.connected(1, 3, 1) && l.connected(0, 2, 0));
         assert_eq!(l.into_rank(0).count(), 3 + 3 + 1);
+    }
+
+    #[test]
+    fn read_mode_puts_each_fifo_in_its_senders_window() {
+        let rings: Vec<Vec<u32>> = vec![vec![0, 1, 2, 3], vec![0, 2, 1, 3], vec![3, 2, 1, 0]];
+        let write = Layout::new(rings.clone(), 4, 2, 8192, 8 * 16 * 33);
+        let l = Layout::new(rings, 4, 2, 8192, 8 * 16 * 33).with_read(true);
+        assert!(l.read() && !write.read());
+        // The receive slots lose their FIFO: the LL buffer follows the tail's page.
+        assert_eq!(l.ll_offset(), FIFO_OFFSET);
+        for rank in 0..4 {
+            // Ranges in `rank`'s window: heads, receive slots (tail and LL), send FIFOs.
+            let mut used: Vec<(usize, usize)> = Vec::new();
+            for e in l.out_of_rank(rank) {
+                let p = l.place(e).unwrap();
+                used.push((p.head, HEAD_STRIDE));
+                used.push((p.fifo, l.fifo_bytes()));
+                assert!(p.fifo.is_multiple_of(FIFO_OFFSET));
+                // The receiver's slot is where write mode puts it, less the FIFO.
+                assert_eq!(p.head, write.place(e).unwrap().head);
+            }
+            for e in l.into_rank(rank) {
+                let p = l.place(e).unwrap();
+                used.push((p.slot, l.ll_offset() + l.ll_bytes()));
+            }
+            used.sort_unstable();
+            for w in used.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0, "rank {rank}: {w:?} overlap");
+            }
+            let (last, len) = *used.last().unwrap();
+            assert!(last + len <= l.window_bytes(rank));
+        }
     }
 
     #[test]

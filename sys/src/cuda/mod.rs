@@ -50,6 +50,8 @@ fn_table! {
             cuDeviceTotalMem = "cuDeviceTotalMem_v2": fn(*mut usize, CUdevice) -> CUresult;
             cuDeviceCanAccessPeer = "cuDeviceCanAccessPeer":
                 fn(*mut c_int, CUdevice, CUdevice) -> CUresult;
+            cuDeviceGetP2PAttribute = "cuDeviceGetP2PAttribute":
+                fn(*mut c_int, CUdevice_P2PAttribute, CUdevice, CUdevice) -> CUresult;
             cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain":
                 fn(*mut CUcontext, CUdevice) -> CUresult;
             cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice) -> CUresult;

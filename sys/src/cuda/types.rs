@@ -238,6 +238,16 @@ c_enum! {
 }
 
 c_enum! {
+    /// `CUdevice_P2PAttribute`: what `cuDeviceGetP2PAttribute` reports of a pair of GPUs.
+    CUdevice_P2PAttribute {
+        CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+        /// Atomics that run natively over the link: NVLink has them, PCIe does not.
+        CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3,
+    }
+}
+
+c_enum! {
     /// `CUpointer_attribute` (the ones weft reads).
     CUpointer_attribute {
         CU_POINTER_ATTRIBUTE_CONTEXT = 1,
