@@ -181,15 +181,17 @@ fn kernel_ring_program_matches_core() {
                     );
                 }
             }
-            // A step that fits in fewer slices is cut into `min_slices` where the pieces
-            // stay above 1/32 of a slot and their 16-byte rounding leaves room for them.
             assert!(
                 step.len == 0 || slices.iter().all(|s| *s > 0),
                 "case {i}: an empty slice in {slices:?}"
             );
-            let floor = (max_elems / 32).next_multiple_of(align).max(align);
+            // A step that fits in fewer slices is cut into `min_slices` where the pieces
+            // stay above 1/32 of a slot (the kernel's floor, rounded up to `align`; 0 for
+            // slots under 32 elements, which it never cuts more finely) and their 16-byte
+            // rounding leaves room for them.
+            let floor = (max_elems / 32).next_multiple_of(align);
             let m = c.min_slices;
-            if m > 1 && step.len >= m * floor && step.len > m * m * align {
+            if m > 1 && floor > 0 && step.len >= m * floor && step.len > m * m * align {
                 assert!(
                     slices.len() >= m,
                     "case {i}: {} slices of a step of {} (max {max_elems}), want {m}",
@@ -197,7 +199,7 @@ fn kernel_ring_program_matches_core() {
                     step.len
                 );
             }
-            if step.len <= max_elems && (m <= 1 || step.len < 2 * floor) {
+            if step.len <= max_elems && (m <= 1 || floor == 0 || step.len < 2 * floor) {
                 assert_eq!(slices.len(), 1, "case {i}: a step that fits is one slice");
             }
             steps_checked += 1;
