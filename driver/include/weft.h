@@ -316,8 +316,9 @@ typedef struct weft_coll_work {
   uint32_t red_op_flags;
   // SIMPLE rings on a GPU: the fewest slices (one FIFO step each) a primitive is cut
   // into, as NCCL cuts every chunk into `SlicePerChunk` slices so that the next rank
-  // starts on the first while the second is in flight; a slice never gets smaller than
-  // 1/32 of a step for it. 0 or 1: as few as the steps allow. At most [`super::STEPS`].
+  // starts on the first while the second is in flight; it is not cut into pieces
+  // narrower than 1/32 of a step for it (the last piece may be shorter). 0 or 1: as few
+  // as the steps allow. At most `STEPS` (8).
   uint32_t min_slices;
 } weft_coll_work;
 

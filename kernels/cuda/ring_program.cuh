@@ -240,8 +240,9 @@ struct RingProgram {
 // a connection cut the same way, so their FIFO slots match one for one.
 //
 // `min_n` (weft_coll_work.min_slices): a step that fits in fewer pieces is still cut into
-// up to `min_n`, none under 1/32 of `max`, as NCCL cuts every chunk into SlicePerChunk
-// slices: the next rank starts on the first piece while the next is in flight.
+// up to `min_n` pieces at least 1/32 of `max` wide (the last may be shorter), as NCCL cuts
+// every chunk into SlicePerChunk slices: the next rank starts on the first piece while the
+// next is in flight.
 struct Slicing {
   u64 n;
   u64 each;

@@ -138,7 +138,8 @@ pub struct CommOptions {
     pub min_slices: Option<u32>,
     /// GPU P2P connections in read mode (SIMPLE FIFOs in the sender's memory, read by the
     /// receiver), as NCCL's `NCCL_P2P_READ_ENABLE`; `None`: NCCL's default, read mode where
-    /// every GPU has compute capability 8.0 and every pair is joined by NVLink. Any rank
+    /// every GPU has compute capability 8.0 and every pair is joined by NVLink (judged from
+    /// the GPUs each process can see: with one GPU visible per process, set it). Any rank
     /// that does not take read mode turns it off for all. `WEFT_P2P_READ_ENABLE` /
     /// `NCCL_P2P_READ_ENABLE` (0 or 1).
     pub p2p_read: Option<bool>,

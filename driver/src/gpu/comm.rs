@@ -267,7 +267,10 @@ const FAULT_RECORDS: usize = 2 * MAX_CHANNELS as usize;
 const FAULTS_OFFSET: usize = 256;
 
 /// "WGPU": the record each rank all-gathers at init.
-const PEER_MAGIC: u32 = 0x5747_5055;
+const PEER_MAGIC: u32 = 0x5747_5056;
+/// The record of builds before `min_slices` joined it (2026-11-27): told apart so that
+/// mixing builds is named as such.
+const PEER_MAGIC_V1: u32 = 0x5747_5055;
 
 /// What each rank tells the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +316,12 @@ impl GpuPeer {
                     .map_err(|_| bad())?,
             ))
         };
+        if u32_at(0)? == PEER_MAGIC_V1 {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {rank} runs an older weft build (its GPU record has no slice count): \
+                 run the same build on every rank"
+            )));
+        }
         if u32_at(0)? != PEER_MAGIC {
             return Err(GpuError::InvalidArgument(format!(
                 "rank {rank} is not a GPU rank (it joined with another weft communicator kind)"
@@ -676,6 +685,13 @@ impl GpuComm {
         }
         let mut protocols = GpuProtocols::from_options(opts);
         protocols.validate().map_err(GpuError::InvalidArgument)?;
+        // 0 and 1 both mean one slice per FIFO step: compared across ranks as 1.
+        let min_slices = opts.min_slices.unwrap_or(DEFAULT_MIN_SLICES).max(1);
+        if min_slices > STEPS {
+            return Err(GpuError::InvalidArgument(format!(
+                "at least {min_slices} slices per FIFO step: at most {STEPS} (WEFT_MIN_SLICES)"
+            )));
+        }
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         // Ranks that chose protocols differently would wait on each other's ends of a
         // connection until the timeout: refuse at init instead.
@@ -696,7 +712,7 @@ impl GpuComm {
             bus_id: dev.pci_bus_id()?.to_lowercase(),
             nchannels: opts.nchannels.unwrap_or(0),
             step_bytes: step_bytes as u64,
-            min_slices: opts.min_slices.unwrap_or(DEFAULT_MIN_SLICES),
+            min_slices,
         };
         let peers = bootstrap
             .all_gather(&me.encode())?
@@ -738,7 +754,7 @@ impl GpuComm {
         let read_here = !via_host
             && match opts.p2p_read {
                 Some(read) => read,
-                None => read_by_default(&dev, rank, &peers)?,
+                None => read_by_default(&dev, rank, &peers),
             };
         let p2p_read = bootstrap
             .all_gather(&[u8::from(read_here)])?
@@ -941,7 +957,7 @@ impl GpuComm {
             algo: opts.algo,
             peer,
             protocols,
-            min_slices: opts.min_slices.unwrap_or(DEFAULT_MIN_SLICES),
+            min_slices,
         };
         comm.control = comm.build_control(0)?;
         // Every window is zeroed and mapped before any rank's first kernel writes into one.
@@ -1177,8 +1193,8 @@ impl GpuComm {
         self.rank
     }
 
-    /// "P2P" (device memory over NVLink or PCIe) or "SHM" (host memory), as NCCL's
-    /// `NCCL_DEBUG=INFO` names its transports.
+    /// "P2P" (device memory over NVLink or PCIe), "P2P/read" (the same in read mode) or
+    /// "SHM" (host memory), as NCCL's `NCCL_DEBUG=INFO` names its transports.
     pub fn transport_name(&self) -> &'static str {
         match self.window {
             Window::Device(_) if self.layout.read() => "P2P/read",
@@ -1512,7 +1528,9 @@ impl GpuComm {
                 self.direct
                     && protocol == Protocol::Simple
                     && match coll {
-                        CollKind::AllReduce => count * esize >= DIRECT_ALL_REDUCE_MIN_BYTES,
+                        CollKind::AllReduce => {
+                            count.saturating_mul(esize) >= DIRECT_ALL_REDUCE_MIN_BYTES
+                        }
                         CollKind::AllGather | CollKind::Broadcast => true,
                         _ => false,
                     },
@@ -1928,24 +1946,30 @@ fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
     Ok(reach)
 }
 
-/// The device of this process with PCI bus id `bus_id`.
 /// NCCL's default for P2P read mode (`ncclTopoCheckP2p`): GPUs of compute capability 8.0
-/// (Ampere) joined by NVLink, here every pair `rank` has with a GPU this process can see.
-fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
-    if dev.compute_capability()? != (8, 0) {
-        return Ok(false);
+/// (Ampere) joined by NVLink, here every pair `rank` has with a GPU this process can see
+/// (CUDA's native-atomics P2P attribute standing for NVLink). A peer's GPU this process
+/// cannot see (`CUDA_VISIBLE_DEVICES` isolating each process) or a failed query answers no:
+/// every rank must still reach the vote that follows, and write mode is always correct.
+fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> bool {
+    let ampere = |d: &Device| d.compute_capability().is_ok_and(|cc| cc == (8, 0));
+    if !ampere(dev) {
+        return false;
     }
-    for (q, p) in peers.iter().enumerate() {
-        if q == rank {
-            continue;
-        }
-        match local_device_of(&p.bus_id)? {
-            Some(d) if d.compute_capability()? == (8, 0) && dev.nvlink_to(&d)? => {}
-            _ => return Ok(false),
-        }
-    }
-    Ok(true)
+    peers.iter().enumerate().all(|(q, p)| {
+        q == rank
+            || match local_device_of(&p.bus_id) {
+                Ok(Some(d)) => ampere(&d) && dev.nvlink_to(&d).unwrap_or(false),
+                Ok(None) => false,
+                Err(e) => {
+                    log::info!("weft: P2P read mode off: looking up rank {q}'s GPU failed: {e}");
+                    false
+                }
+            }
+    })
 }
+
+/// The device of this process with PCI bus id `bus_id`.
 
 fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
     for i in 0..weft_cuda::device_count()? {
@@ -2036,6 +2060,10 @@ mod test {
                 .contains("rank 3")
         );
         assert!(GpuPeer::decode(2, &p.encode()[..20]).is_err());
+        let mut old = p.encode();
+        old[..4].copy_from_slice(&PEER_MAGIC_V1.to_be_bytes());
+        let err = GpuPeer::decode(1, &old).unwrap_err().to_string();
+        assert!(err.contains("rank 1 runs an older weft build"), "{err}");
     }
 
     #[test]
