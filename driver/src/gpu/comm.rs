@@ -1970,7 +1970,6 @@ fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> bool {
 }
 
 /// The device of this process with PCI bus id `bus_id`.
-
 fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
     for i in 0..weft_cuda::device_count()? {
         let d = Device::get(i)?;
