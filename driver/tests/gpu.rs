@@ -74,31 +74,31 @@ struct Settings {
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings {
-            proto: Some("Simple"),
-            // Send/recv LL up to 0 bytes per channel: never.
-            p2p_ll_threshold: Some(0),
-            algo: Some(GpuAlgo::Ring),
-            p2p_read: None,
-        }
+        Settings::SIMPLE
     }
 }
 
 impl Settings {
-    /// LL for every collective and every send/recv.
-    const LL: Settings = Settings {
-        proto: Some("LL"),
-        p2p_ll_threshold: Some(usize::MAX),
+    /// The default: the ring in SIMPLE, send/recv too.
+    const SIMPLE: Settings = Settings {
+        proto: Some("Simple"),
+        // Send/recv LL up to 0 bytes per channel: never.
+        p2p_ll_threshold: Some(0),
         algo: Some(GpuAlgo::Ring),
         p2p_read: None,
     };
 
+    /// LL for every collective and every send/recv.
+    const LL: Settings = Settings {
+        proto: Some("LL"),
+        p2p_ll_threshold: Some(usize::MAX),
+        ..Settings::SIMPLE
+    };
+
     /// SIMPLE in read mode (`NCCL_P2P_READ_ENABLE=1`): the receivers read the FIFOs.
     const READ: Settings = Settings {
-        proto: Some("Simple"),
-        p2p_ll_threshold: Some(0),
-        algo: Some(GpuAlgo::Ring),
         p2p_read: Some(true),
+        ..Settings::SIMPLE
     };
 
     /// Every call through `algo`.
@@ -447,8 +447,7 @@ fn ll_and_simple_calls_interleave_on_one_stream() {
     let settings = Settings {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: None,
-        algo: Some(GpuAlgo::Ring),
-        p2p_read: None,
+        ..Settings::SIMPLE
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -562,8 +561,7 @@ fn ll_crosses_the_flag_wrap_and_its_cleaning_steps() {
     let settings = Settings {
         proto: Some("LL,Simple"),
         p2p_ll_threshold: Some(usize::MAX),
-        algo: Some(GpuAlgo::Ring),
-        p2p_read: None,
+        ..Settings::SIMPLE
     };
     let dtype = DataType::Float32;
     let esize = dtype.size_of_elem();
@@ -1347,7 +1345,7 @@ fn automatic_choice_every_type_op_and_size() {
         proto: None,
         p2p_ll_threshold: None,
         algo: None,
-        p2p_read: None,
+        ..Settings::SIMPLE
     };
     every_case_with(auto, "automatic choice");
 }
