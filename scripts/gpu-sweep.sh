@@ -2,10 +2,12 @@
 # A tuning sweep on a GPU machine: weft's GPU all-reduce (or another collective) over a grid
 # of settings, and NCCL beside it with what it chose, in one call, to find what limits weft.
 #
-#   scripts/gpu-sweep.sh [--coll all_reduce] [-b 1M] [-e 1G] [-f 4] [-G 10] [--time] ["LABEL VAR=VALUE ..." ...]
+#   scripts/gpu-sweep.sh [--coll all_reduce] [-b 1M] [-e 1G] [-f 4] [-G 10] [--time] [-n 20] [-w 5] ["LABEL VAR=VALUE ..." ...]
 #
 # -G N: CUDA-graph mode on both sides (nccl-tests' -G: N launches captured in one graph);
-# --time: each row gives the out-of-place time in us instead of the busbw (for latency).
+# --time: each row gives the out-of-place time in us instead of the busbw (for latency);
+# -n / -w: timed and warm-up iterations of every run, weft's and nccl-tests' alike (latency
+# wants a few hundred: twenty leave a launch's jitter in the mean).
 #
 # Each quoted argument is one weft configuration: a label, then environment settings
 # (WEFT_NCHANNELS, NCCL_BUFFSIZE, WEFT_KERNEL_UNROLL, ...); without any, a default grid.
@@ -27,7 +29,7 @@ mkdir -p "$LOGS"
 # The kernel cache scripts/build-gpu-bundle.sh filled (weft kernels), carried with .gpu:
 # without it every run on a fresh machine compiles every module first (minutes).
 export WEFT_CACHE_DIR="$ROOT/.gpu/kernel-cache"
-COLL=all_reduce MINB=1M MAXB=1G FACTOR=4 GRAPH=() FIELD=8 UNIT="busbw GB/s"
+COLL=all_reduce MINB=1M MAXB=1G FACTOR=4 GRAPH=() FIELD=8 UNIT="busbw GB/s" ITERS=20 WARMUP=5
 configs=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,6 +39,8 @@ while [ $# -gt 0 ]; do
         -f) FACTOR=$2; shift 2 ;;
         -G) GRAPH=(-G "$2"); shift 2 ;;
         --time) FIELD=6; UNIT="time us"; shift ;;
+        -n) ITERS=$2; shift 2 ;;
+        -w) WARMUP=$2; shift 2 ;;
         *) configs+=("$1"); shift ;;
     esac
 done
@@ -78,7 +82,7 @@ for c in "${configs[@]}"; do
     read -r label settings <<<"$c"
     log="$LOGS/weft-$label.txt"
     # shellcheck disable=SC2086
-    env $settings "$WEFT" perf "$wcoll" --device cuda --threads -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 "${GRAPH[@]}" >"$log" 2>&1
+    env $settings "$WEFT" perf "$wcoll" --device cuda --threads -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" "${GRAPH[@]}" >"$log" 2>&1
     if [ $first = 1 ]; then header "$log" | tee -a "$SUMMARY"; first=0; fi
     row "weft $label" "$log" | tee -a "$SUMMARY"
     grep -m1 "channel(s)" "$log" >>"$LOGS/channels.txt"
@@ -92,7 +96,7 @@ if [ -x "$NT/build/${COLL}_perf" ]; then
     for c in "nccl" "nccl-simple NCCL_PROTO=Simple" "nccl-simple-ch32 NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=32 NCCL_MAX_NCHANNELS=32"; do
         read -r label settings <<<"$c"
         # shellcheck disable=SC2086
-        env $settings "$NT/build/${COLL}_perf" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 5 -g "$NGPUS" "${GRAPH[@]}" >"$LOGS/$label.txt" 2>&1
+        env $settings "$NT/build/${COLL}_perf" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -g "$NGPUS" "${GRAPH[@]}" >"$LOGS/$label.txt" 2>&1
         row "$label" "$LOGS/$label.txt" | tee -a "$SUMMARY"
     done
     # What NCCL chose: channels, and the algorithm and protocol per size.

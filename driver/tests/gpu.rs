@@ -9,7 +9,8 @@
 //!
 //! The peer-pointer algorithms (one-shot in its LL and barrier forms, two-shot, NVLS in its
 //! unicast form; `WEFT_ALGO`) and the automatic choice get the same treatment for the
-//! collectives each runs, from 1 element to 256 MiB per rank. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
+//! collectives each runs, from 1 element to 256 MiB per rank, and so does the ring (SIMPLE
+//! and LL) at 256 MiB. The NVLS multicast form is never run by any test (it needs `WEFT_NVLS=1`,
 //! which no test sets).
 //! The same again with LL forced (`NCCL_PROTO=LL`, and `NCCL_P2P_LL_THRESHOLD` past every
 //! message for send/recv), LL and SIMPLE calls interleaved on one stream (they share each
@@ -324,9 +325,22 @@ fn every_collective_on(nranks: usize) {
     every_collective_with(nranks, Settings::default(), Protocol::Simple);
 }
 
-/// Every case under `settings`, each of which must run `protocol` (checked before the call).
+/// Every case of [`cases`] under `settings`, each of which must run `protocol`.
 fn every_collective_with(nranks: usize, settings: Settings, protocol: Protocol) {
-    let cases = cases(nranks);
+    let name = format!("{protocol:?}");
+    check_cases(nranks, settings, Some(protocol), &name, cases(nranks));
+}
+
+/// Runs `cases` on `nranks` ranks under `settings`, every element of every call checked.
+/// With `protocol`, each call must run it (checked before the call; a ring of one rank
+/// copies without a connection, so its protocol is moot).
+fn check_cases(
+    nranks: usize,
+    settings: Settings,
+    protocol: Option<Protocol>,
+    name: &str,
+    cases: Vec<Case>,
+) {
     let total = cases.len();
     let started = Instant::now();
     let wrong = run_ranks_with(
@@ -350,13 +364,14 @@ fn every_collective_with(nranks: usize, settings: Settings, protocol: Protocol) 
                     skipped += 1;
                     continue;
                 }
-                let runs = comm.protocol_for(c.coll, c.count, c.dtype).unwrap();
-                // A ring of one rank copies without a connection: its protocol is moot.
-                if nranks > 1 && runs != protocol {
-                    failures.push(format!(
-                        "rank {rank}: {c:?}: runs {runs:?}, not {protocol:?}"
-                    ));
-                    continue;
+                if let Some(protocol) = protocol {
+                    let runs = comm.protocol_for(c.coll, c.count, c.dtype).unwrap();
+                    if nranks > 1 && runs != protocol {
+                        failures.push(format!(
+                            "rank {rank}: {c:?}: runs {runs:?}, not {protocol:?}"
+                        ));
+                        continue;
+                    }
                 }
                 let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
                 if w > 0 {
@@ -370,12 +385,88 @@ fn every_collective_with(nranks: usize, settings: Settings, protocol: Protocol) 
     let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
     let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
     eprintln!(
-        "{nranks} GPU(s), {protocol:?}: {total} calls per rank ({skipped} fp8 reductions \
+        "{name} on {nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions \
          skipped: compute capability below 8.9), {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(failures.is_empty(), "{name}: {}", failures.join("\n"));
+}
+
+/// One call of 256 MiB per rank (the call's largest buffer, an odd element count) for each
+/// collective of `colls` and each type, in and out of place by turns; on the reducing
+/// collectives the operators take turns over the types, so that every operator runs on
+/// every collective at that size (each type with one of them: a full product would spend
+/// minutes of checking for nothing the small sizes do not already cover).
+fn large_cases(colls: &[Collective], nranks: usize, seed: &mut u64) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (ci, &coll) in colls.iter().enumerate() {
+        for (ti, &dtype) in DataType::ALL.iter().enumerate() {
+            let op = if coll.reduces() {
+                RedOp::ALL[(ci + ti) % RedOp::ALL.len()]
+            } else {
+                RedOp::Sum
+            };
+            // The count per rank whose largest buffer (input or output) is 256 MiB.
+            let bytes = match coll {
+                Collective::ReduceScatter | Collective::AllGather => (256 << 20) / nranks,
+                _ => 256 << 20,
+            };
+            *seed += 1;
+            out.push(Case {
+                coll,
+                dtype,
+                op,
+                count: bytes / dtype.size_of_elem() - 3,
+                in_place: (ci + ti) % 2 == 1,
+                seed: *seed,
+                premul: None,
+            });
+        }
+    }
+    out
+}
+
+/// Every collective the ring runs, the root the last rank.
+fn ring_collectives(nranks: usize) -> Vec<Collective> {
+    let root = (nranks - 1) as u32;
+    vec![
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root },
+        Collective::Reduce { root },
+    ]
+}
+
+/// The ring in SIMPLE at 256 MiB per rank ([`large_cases`]): every collective and type,
+/// every operator on each reducing collective.
+#[test]
+fn every_collective_and_type_at_256_mib_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    let cases = large_cases(&ring_collectives(n), n, &mut 5000);
+    check_cases(
+        n,
+        Settings::SIMPLE,
+        Some(Protocol::Simple),
+        "ring, 256 MiB",
+        cases,
+    );
+}
+
+/// The same in LL (`NCCL_PROTO=LL`), which NCCL's tuner would never pick at this size but
+/// `NCCL_PROTO` can force: its flags wrap many times within one call.
+#[test]
+fn every_collective_and_type_at_256_mib_in_ll_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    let cases = large_cases(&ring_collectives(n), n, &mut 6000);
+    check_cases(
+        n,
+        Settings::LL,
+        Some(Protocol::Ll),
+        "ring LL, 256 MiB",
+        cases,
+    );
 }
 
 #[test]
@@ -1083,7 +1174,7 @@ fn a_skipped_call_is_named(settings: Settings) {
 
 /// The cases of a peer-pointer algorithm: the collectives it runs, every type and operator,
 /// in and out of place, counts from one element (8 bytes for a 64-bit type) to odd ones,
-/// and a few calls of 256 MiB per rank.
+/// and [`large_cases`]: a call of 256 MiB per rank for each collective and type.
 fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
     let mut out = Vec::new();
     let mut seed = 1000u64;
@@ -1120,74 +1211,14 @@ fn algo_cases(algo: GpuAlgo, nranks: usize) -> Vec<Case> {
             }
         }
     }
-    // 256 MiB per rank (the largest buffer of the call), a count that is not a power of two.
-    for &coll in colls {
-        for (dtype, op) in [
-            (DataType::Float32, RedOp::Sum),
-            (DataType::Bfloat16, RedOp::Max),
-        ] {
-            let per_rank = match coll {
-                Collective::AllReduce => 256 << 20,
-                _ => (256 << 20) / nranks,
-            };
-            seed += 1;
-            out.push(Case {
-                coll,
-                dtype,
-                op,
-                count: per_rank / dtype.size_of_elem() - 3,
-                in_place: false,
-                seed,
-                premul: None,
-            });
-        }
-    }
+    out.extend(large_cases(colls, nranks, &mut seed));
     out
 }
 
 fn every_case_with(settings: Settings, name: &'static str) {
     let Some(nranks) = multi_ranks() else { return };
     let cases = algo_cases(settings.algo.unwrap_or(GpuAlgo::OneShot), nranks);
-    let total = cases.len();
-    let started = Instant::now();
-    let wrong = run_ranks_with(
-        nranks,
-        Duration::from_secs(60),
-        settings,
-        move |rank, mut comm| {
-            let stream = Stream::new(comm.context()).unwrap();
-            let biggest = cases
-                .iter()
-                .map(|c| c.count * nranks * c.dtype.size_of_elem())
-                .max()
-                .unwrap_or(0);
-            let buffers = Buffers::new(&comm, biggest);
-            prepare(&mut comm);
-            let mut failures = Vec::new();
-            let mut skipped = 0usize;
-            for c in &cases {
-                if c.coll.reduces() && !comm.can_reduce(c.dtype) {
-                    skipped += 1;
-                    continue;
-                }
-                let w = run_case(rank, nranks, &mut comm, &stream, &buffers, c);
-                if w > 0 {
-                    failures.push(format!("rank {rank}: {name}: {c:?}: {w} wrong"));
-                }
-            }
-            comm.finalize().unwrap();
-            (failures, skipped)
-        },
-    );
-    let skipped = wrong.iter().map(|w| w.1).max().unwrap_or(0);
-    let failures: Vec<String> = wrong.into_iter().flat_map(|w| w.0).collect();
-    eprintln!(
-        "{name} on {nranks} GPU(s): {total} calls per rank ({skipped} fp8 reductions skipped), \
-         {} failed, {:.1} s",
-        failures.len(),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    check_cases(nranks, settings, None, name, cases);
 }
 
 #[test]
