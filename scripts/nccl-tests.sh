@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # weft's libnccl.so.2 on a GPU machine: correctness first, then nccl-tests beside NCCL.
 #
-#   scripts/nccl-tests.sh [--max 128M] [--tests "all_reduce all_gather ..."] [--threads]
+#   scripts/nccl-tests.sh [--max 128M] [--min 8] [--tests "all_reduce all_gather ..."] [--threads]
+#                         [--skip-gpu-test] [--args "-m 8 -n 200 -w 20"]
 #
 #   --threads   one rank per GPU, each in its own thread (nccl-tests' -t <GPUs> -g 1: every
 #               thread calls ncclCommInitRank for its GPU, as one process per GPU would),
 #               instead of one thread driving every GPU (-g <GPUs>, ncclCommInitAll)
+#   --args      more nccl-tests options for every run, after the script's own (which they
+#               override: nccl-tests takes the last), e.g. -m 8 (8 calls per group, which NCCL
+#               and weft fuse) or -n 200 -w 20 for latency (the default -n 5 -w 2 only checks)
+#   --skip-gpu-test  skip step 1 (weft's libnccl GPU tests)
 #
 # Builds nothing of weft's: run scripts/build-nccl-bundle.sh here first and carry `.gpu`;
 # carry `third_party/nccl-tests` too (NVIDIA/nccl-tests source, git-ignored, never committed).
@@ -49,11 +54,17 @@ trap save_logs EXIT
 MAX=128M
 TESTS="all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall"
 THREADS=0
+MIN=8
+EXTRA=""
+SKIP_GPU_TEST=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --max) MAX=$2; shift 2 ;;
         --tests) TESTS=$2; shift 2 ;;
         --threads) THREADS=1; shift ;;
+        --min) MIN=$2; shift 2 ;;
+        --args) EXTRA=$2; shift 2 ;;
+        --skip-gpu-test) SKIP_GPU_TEST=1; shift ;;
         *) echo "nccl-tests: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -75,7 +86,9 @@ echo "== 1. weft's libnccl GPU tests"
 share=""
 [ "$NGPUS" -lt 2 ] && share="WEFT_TEST_SHARE_GPU=1"
 # WEFT_REQUIRE_GPU=1: a test that finds no GPU fails instead of passing by skipping.
-if env WEFT_REQUIRE_GPU=1 $share timeout "$(step_timeout 150)" "$ROOT/.gpu/nccl-gpu-test" --nocapture --test-threads=1 >"$LOGS/gpu-test.log" 2>&1; then
+if [ "$SKIP_GPU_TEST" = 1 ]; then
+    echo "   skipped (--skip-gpu-test)"
+elif env WEFT_REQUIRE_GPU=1 $share timeout "$(step_timeout 150)" "$ROOT/.gpu/nccl-gpu-test" --nocapture --test-threads=1 >"$LOGS/gpu-test.log" 2>&1; then
     echo "   passed ($(grep -c '^test .* ok$' "$LOGS/gpu-test.log") tests)"
 else
     echo "   FAILED or timed out (tail of $LOGS/gpu-test.log):"; tail -30 "$LOGS/gpu-test.log"; status=1
@@ -136,7 +149,7 @@ BUILT=$(for w in $SIDES; do case " $BUILT " in *" $w "*) echo -n "$w ";; esac; d
 save_logs
 
 if [ "$THREADS" = 1 ]; then GPU_ARGS=(-t "$NGPUS" -g 1); else GPU_ARGS=(-g "$NGPUS"); fi
-echo "== 3. runs (${GPU_ARGS[*]} -c 1, 8 B to $MAX)"
+echo "== 3. runs (${GPU_ARGS[*]} -c 1 $EXTRA, $MIN B to $MAX)"
 printf '%-16s %12s %12s %14s %14s\n' test "nccl #wrong" "weft #wrong" "nccl busbw" "weft busbw" >"$LOGS/summary.txt"
 for t in $TESTS; do
     for which in $BUILT; do
@@ -149,7 +162,8 @@ for t in $TESTS; do
         fi
         lim=$(step_timeout 40)
         [ "$lim" -eq 0 ] && { echo "   $t on $which skipped: out of time" | tee "$LOGS/$t-$which.log"; status=1; continue; }
-        env "${envs[@]}" timeout "$lim" "$bin" -b 8 -e "$MAX" -f 4 "${GPU_ARGS[@]}" -c 1 -n 5 -w 2 \
+        # shellcheck disable=SC2086  # EXTRA is a list of options, split on purpose
+        env "${envs[@]}" timeout "$lim" "$bin" -b "$MIN" -e "$MAX" -f 4 "${GPU_ARGS[@]}" -c 1 -n 5 -w 2 $EXTRA \
             >"$LOGS/$t-$which.log" 2>&1 || { echo "   $t on $which: exit $? (124: over its ${lim} s; see $LOGS/$t-$which.log)"; status=1; }
         save_logs
     done

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 5
+#define WEFT_ABI_VERSION 6
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -47,6 +47,12 @@
 
 // Most operations in one `weft_p2p_args`.
 #define WEFT_P2P_MAX_OPS 16
+
+// Most collectives of one ring launch (`weft_kernel_args.works`).
+#define WEFT_COLL_BATCH_MAX 8
+
+// Most collectives of one peer-algorithm launch (`weft_peer_batch.works`).
+#define WEFT_PEER_BATCH_MAX 4
 
 // `weft_kernel_fault.code`: nothing went wrong.
 #define WEFT_FAULT_NONE 0
@@ -434,12 +440,17 @@ typedef struct weft_ptr_exchange {
   uint64_t ptr;
 } weft_ptr_exchange;
 
-// What one kernel launch receives: where the communicator's device state is, and the work.
+// What one kernel launch receives: where the communicator's device state is, and the
+// collectives to run, one after the other on each channel.
 typedef struct weft_kernel_args {
   // Address of the communicator's `DevComm`.
   uint64_t comm;
-  // The collective to run.
-  struct weft_coll_work work;
+  // Works in use, 1 to [`COLL_BATCH_MAX`].
+  uint32_t nworks;
+  uint32_t reserved;
+  // The collectives to run, in order; block `b` runs channel `channel_lo + b` of each
+  // work whose `channel_count` exceeds `b`, and skips the others.
+  struct weft_coll_work works[WEFT_COLL_BATCH_MAX];
 } weft_kernel_args;
 
 // This rank's place in one channel's ring.
@@ -604,6 +615,15 @@ typedef struct weft_peer_work {
   uint32_t red_op_flags;
   uint32_t reserved;
 } weft_peer_work;
+
+// What one launch of a one-/two-shot kernel receives: its collectives, run one after the
+// other by every block. (NVLS kernels take one `PeerWork`.)
+typedef struct weft_peer_batch {
+  // Works in use, 1 to [`PEER_BATCH_MAX`]; all have the same `nchannels`.
+  uint32_t nworks;
+  uint32_t reserved;
+  struct weft_peer_work works[WEFT_PEER_BATCH_MAX];
+} weft_peer_batch;
 
 
 

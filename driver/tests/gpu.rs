@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use weft::bootstrap::{BootstrapOptions, BootstrapRoot, UniqueId};
 use weft::comm::CommOptions;
 use weft::exec::reduce::{F8E4M3, F8E5M2, Reduction};
-use weft::gpu::{GpuComm, GpuError, GpuP2p, GpuRedOp, PreMulScalar};
+use weft::gpu::{GpuCollective, GpuComm, GpuError, GpuP2p, GpuRedOp, PreMulScalar};
 use weft::verify::{Expect, TestData};
 use weft_core::abi::{DataType, MAX_CHANNELS, PEER_LANES, Protocol, RedOp};
 use weft_core::algo::GpuAlgo;
@@ -1662,4 +1662,218 @@ fn premul_sum_refuses_a_null_device_scalar() {
     });
     let e = errs[0].clone().unwrap_err();
     assert!(e.contains("null"), "{e}");
+}
+
+/// One call of a fused group, with buffers of its own (a group's calls are independent).
+struct GroupCall {
+    case: Case,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    out_elems: usize,
+}
+
+/// Enqueues `cases` (out of place, built-in operators) with one `GpuComm::collectives` and
+/// no synchronisation between them, then checks every element of every output (poisoned
+/// first). Returns the launches made and the failures.
+fn run_group(
+    rank: usize,
+    nranks: usize,
+    comm: &mut GpuComm,
+    cases: &[Case],
+) -> (usize, Vec<String>) {
+    let stream = Stream::new(comm.context()).unwrap();
+    let mut calls = Vec::new();
+    for c in cases {
+        let esize = c.dtype.size_of_elem();
+        let (in_elems, out_elems) = match c.coll {
+            Collective::ReduceScatter => (c.count * nranks, c.count),
+            Collective::AllGather => (c.count, c.count * nranks),
+            _ => (c.count, c.count),
+        };
+        let data = TestData {
+            dtype: c.dtype,
+            op: c.op,
+            seed: c.seed,
+            nranks,
+        };
+        let mut input = vec![0u8; in_elems * esize];
+        data.fill(rank, 0, &mut input);
+        let send = DeviceBuffer::alloc(comm.context(), input.len()).unwrap();
+        send.copy_from_host(&input).unwrap();
+        let recv = DeviceBuffer::alloc(comm.context(), out_elems * esize).unwrap();
+        recv.copy_from_host(&vec![0xa5u8; out_elems * esize])
+            .unwrap();
+        calls.push(GroupCall {
+            case: *c,
+            send,
+            recv,
+            out_elems,
+        });
+    }
+    let group: Vec<GpuCollective> = calls
+        .iter()
+        .map(|g| GpuCollective {
+            collective: g.case.coll,
+            send: g.send.ptr(),
+            recv: g.recv.ptr(),
+            count: g.case.count,
+            dtype: g.case.dtype,
+            op: GpuRedOp::Builtin(g.case.op),
+        })
+        .collect();
+    // SAFETY: every call has buffers of its own, which outlive the synchronize below.
+    let launches = unsafe { comm.collectives(&group, &stream) }
+        .unwrap_or_else(|e| panic!("rank {rank}: group of {}: {e}", group.len()));
+    comm.synchronize(&stream)
+        .unwrap_or_else(|e| panic!("rank {rank}: group of {}: {e}", group.len()));
+    let mut failures = Vec::new();
+    for g in &calls {
+        let c = &g.case;
+        let mut out = vec![0u8; g.out_elems * c.dtype.size_of_elem()];
+        g.recv.copy_to_host(&mut out).unwrap();
+        let data = TestData {
+            dtype: c.dtype,
+            op: c.op,
+            seed: c.seed,
+            nranks,
+        };
+        let w = data.count_wrong(Expect::from(c.coll), rank, c.count, &out);
+        if w > 0 {
+            failures.push(format!("rank {rank}: {c:?} in a group: {w} wrong"));
+        }
+    }
+    (launches, failures)
+}
+
+/// A group case: out of place, a built-in operator.
+fn group_case(coll: Collective, dtype: DataType, op: RedOp, count: usize, seed: u64) -> Case {
+    Case {
+        coll,
+        dtype,
+        op,
+        count,
+        in_place: false,
+        seed,
+        premul: None,
+    }
+}
+
+/// Groups (`GpuComm::collectives`, what `ncclGroupEnd` issues) whose consecutive calls of
+/// one kernel share a launch, as NCCL fuses a group: every element of every call checked,
+/// and the launches counted. Under the automatic choice (small all-reduces one-shot, the
+/// rest on the ring in LL or SIMPLE), forced LL, and forced two-shot.
+#[test]
+fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
+    let Some(nranks) = multi_ranks() else { return };
+    let root = (nranks - 1) as u32;
+    let f32s = DataType::Float32;
+    let sum = RedOp::Sum;
+    let auto = Settings {
+        proto: None,
+        p2p_ll_threshold: None,
+        algo: None,
+        ..Settings::SIMPLE
+    };
+    // (settings, name, cases, launches expected).
+    let mut groups: Vec<(Settings, &str, Vec<Case>, usize)> = Vec::new();
+    let mut seed = 7000u64;
+    let mut next = || {
+        seed += 1;
+        seed
+    };
+    // Six equal small all-reduces: the automatic one-shot, one channel count, so 4 + 2.
+    let small: Vec<Case> = (0..6)
+        .map(|_| group_case(Collective::AllReduce, f32s, sum, 1000, next()))
+        .collect();
+    groups.push((auto, "six small all-reduces (one-shot)", small, 2));
+    // Ten all-gathers of one size on the ring: 8 + 2.
+    let gathers: Vec<Case> = (0..10)
+        .map(|_| group_case(Collective::AllGather, f32s, sum, 65_536 + 3, next()))
+        .collect();
+    groups.push((
+        Settings::SIMPLE,
+        "ten all-gathers (ring SIMPLE)",
+        gathers.clone(),
+        2,
+    ));
+    groups.push((Settings::LL, "ten all-gathers (ring LL)", gathers, 2));
+    // Every ring collective, sum, large enough for SIMPLE, of different sizes (so different
+    // channel counts) in one launch; then a max and a bfloat16 call, each a launch of its
+    // own; then the sum ones again, a launch more.
+    let mut mixed = vec![
+        group_case(Collective::AllReduce, f32s, sum, 4 << 20, next()),
+        group_case(Collective::ReduceScatter, f32s, sum, 1 << 20, next()),
+        group_case(Collective::AllGather, f32s, sum, 3 << 18, next()),
+        group_case(Collective::Broadcast { root }, f32s, sum, 2 << 20, next()),
+        group_case(Collective::Reduce { root }, f32s, sum, 5 << 20, next()),
+        group_case(Collective::AllReduce, f32s, RedOp::Max, 4 << 20, next()),
+        group_case(
+            Collective::AllReduce,
+            DataType::Bfloat16,
+            sum,
+            4 << 20,
+            next(),
+        ),
+    ];
+    mixed.push(group_case(
+        Collective::AllReduce,
+        f32s,
+        sum,
+        4 << 20,
+        next(),
+    ));
+    groups.push((Settings::SIMPLE, "mixed ring collectives", mixed, 4));
+    // Five equal two-shot all-reduces: 4 + 1.
+    let two: Vec<Case> = (0..5)
+        .map(|_| group_case(Collective::AllReduce, f32s, sum, 300_001, next()))
+        .collect();
+    groups.push((
+        Settings::algo(GpuAlgo::TwoShot),
+        "five two-shot all-reduces",
+        two,
+        2,
+    ));
+    // Mixed sizes under the automatic choice: the one-shot ones of one channel count fuse,
+    // the others stand apart; only the results are checked.
+    let various: Vec<Case> = [1usize, 1000, 1000, 70_000, 3 << 20, 3 << 20, 2, 2]
+        .iter()
+        .map(|&n| group_case(Collective::AllReduce, f32s, sum, n, next()))
+        .collect();
+    groups.push((auto, "all-reduces of mixed sizes (automatic)", various, 0));
+
+    let mut failures = Vec::new();
+    for (settings, name, cases, expected) in groups {
+        let calls = cases.len();
+        let out = run_ranks_with(
+            nranks,
+            Duration::from_secs(60),
+            settings,
+            move |rank, mut comm| {
+                prepare(&mut comm);
+                let result = run_group(rank, nranks, &mut comm, &cases);
+                comm.finalize().unwrap();
+                result
+            },
+        );
+        for (rank, (launches, wrong)) in out.into_iter().enumerate() {
+            eprintln!("{name}: rank {rank}: {calls} calls in {launches} launches");
+            failures.extend(wrong);
+            let fused = if expected == 0 {
+                launches < calls
+            } else {
+                launches == expected
+            };
+            if !fused {
+                failures.push(format!(
+                    "{name}: rank {rank}: {calls} calls in {launches} launches, expected {}",
+                    if expected == 0 {
+                        format!("fewer than {calls}")
+                    } else {
+                        expected.to_string()
+                    }
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -297,15 +297,15 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
 // LL: the LL entry points (weft_ring_ll_*), which the host launches for work whose protocol
 // is LL. SIMPLE and LL are separate kernels, as NCCL's device functions are per protocol: LL
 // code in a SIMPLE kernel made ptxas spill registers in its copy loops.
+// One collective of a launch on this block's channel; false when the block must stop (a
+// peer failed or the communicator was aborted: the fault is recorded).
 template <int OP, bool LL>
-__device__ void ring_collective(const weft_kernel_args& args) {
+__device__ bool ring_collective(const weft_dev_comm* comm, const weft_coll_work& w) {
   __shared__ Fifo send, recv;
   __shared__ int stop;
   __shared__ int ll_failed;
   __shared__ int ring[64];
   __shared__ T* peer_out;
-  const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
-  const weft_coll_work& w = args.work;
   const u32 channel = w.channel_lo + blockIdx.x;
   const weft_dev_channel* ch = (const weft_dev_channel*)comm->channels + channel;
   weft_channel_peer* peers = (weft_channel_peer*)ch->peers;
@@ -343,7 +343,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
     }
   }
   __syncthreads();
-  if (stop) return;
+  if (stop) return false;
 
   Reduction<T, OP> red;
   red.init(w.red_op_arg, w.red_op_flags, nranks);
@@ -369,16 +369,35 @@ __device__ void ring_collective(const weft_kernel_args& args) {
       else
         ok = run_step<OP>(b, red, channel, send, recv, st, input, output, reduces, w.min_slices, &peer_out,
                          &stop);
-      if (!ok) return;
+      if (!ok) return false;
     }
   }
-  // Thread 0 alone reads `stop` here: an LL failure in the last step leaves it set, and a
-  // failed block's counters are not worth keeping (the communicator is aborted).
-  if (threadIdx.x == 0 && nranks > 1 && stop == 0) {
+  // An LL failure in the last step leaves `stop` set without failing the step: every
+  // thread reads it after this barrier (and before the next work of the launch resets it).
+  // A failed block's counters are not worth keeping (the communicator is aborted).
+  __syncthreads();
+  const bool ok = stop == 0;
+  if (threadIdx.x == 0 && nranks > 1 && ok) {
     peers[ch->ring.next].send.step = send.step;
     peers[ch->ring.prev].recv.step = recv.step;
     peers[ch->ring.next].send.direct_ops = send.ops;
     peers[ch->ring.prev].recv.direct_ops = recv.ops;
+  }
+  return ok;
+}
+
+// A launch's collectives (a fused group, or one call), in order on this block's channel:
+// each starts from the counters the previous one left (thread 0 wrote them back and reads
+// them again). Channels do not wait for each other between works, as NCCL's do not: a
+// group's calls must not depend on each other.
+template <int OP, bool LL>
+__device__ void ring_launch(const weft_kernel_args& args) {
+  const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
+  for (u32 i = 0; i < args.nworks && i < WEFT_COLL_BATCH_MAX; i++) {
+    // Block-uniform: a work on fewer channels skips this block.
+    if (blockIdx.x >= args.works[i].channel_count) continue;
+    if (!ring_collective<OP, LL>(comm, args.works[i])) return;
+    __syncthreads();
   }
 }
 
@@ -387,7 +406,7 @@ __device__ void ring_collective(const weft_kernel_args& args) {
 // One entry point per reduction and protocol; non-reducing collectives use the sum ones.
 #define WEFT_RING_ENTRY(name, op)                                                  \
   extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
-    weft::ring_collective<op, false>(args);                                        \
+    weft::ring_launch<op, false>(args);                                            \
   }
 WEFT_RING_ENTRY(weft_ring_sum, weft::OP_SUM)
 WEFT_RING_ENTRY(weft_ring_prod, weft::OP_PROD)
@@ -396,7 +415,7 @@ WEFT_RING_ENTRY(weft_ring_min, weft::OP_MIN)
 WEFT_RING_ENTRY(weft_ring_avg, weft::OP_AVG)
 #define WEFT_RING_LL_ENTRY(name, op)                                               \
   extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
-    weft::ring_collective<op, true>(args);                                         \
+    weft::ring_launch<op, true>(args);                                             \
   }
 WEFT_RING_LL_ENTRY(weft_ring_ll_sum, weft::OP_SUM)
 WEFT_RING_LL_ENTRY(weft_ring_ll_prod, weft::OP_PROD)

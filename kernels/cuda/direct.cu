@@ -246,7 +246,7 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
 }
 
 template <int OP>
-__device__ void direct_all_reduce(const weft_peer_work& w) {
+__device__ bool direct_all_reduce(const weft_peer_work& w) {
   __shared__ int stop;
   const weft_dev_comm* comm = (const weft_dev_comm*)w.comm;
   const int rank = comm->rank;
@@ -268,13 +268,13 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
   // This block's slice of every window (16-byte aligned, as reduce_windows needs) and its
   // part of the call.
   const u64 slice_elems = w.window_bytes / sizeof(T) / w.nchannels / align * align;
-  if (slice_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return;  // the host refuses these
+  if (slice_elems == 0 || nranks > WEFT_PEER_MAX_RANKS) return true;  // the host refuses these
   if (!two_shot && w.nchannels <= LL_LANES) {
     const u64 lane_pairs = ll_lane_pairs(w.window_bytes, nranks);
     if (lane_pairs != 0) {
-      if (ll_one_shot<OP>(b, red, w, rank, nranks, c, lane_pairs, &epoch) && threadIdx.x == 0)
-        *steps = epoch;
-      return;
+      const bool ok = ll_one_shot<OP>(b, red, w, rank, nranks, c, lane_pairs, &epoch);
+      if (ok && threadIdx.x == 0) *steps = epoch;
+      return ok;
     }
   }
   const u64 slice = (u64)c * slice_elems;
@@ -287,31 +287,45 @@ __device__ void direct_all_reduce(const weft_peer_work& w) {
     T* dst = out + part_start + done;
     pre_copy<T, OP>(red, src, mine, n, threadIdx.x, DTHREADS);
     __syncthreads();
-    if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+    if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return false;
     if (!two_shot) {
       reduce_windows<OP>(red, w, nranks, slice, n, dst, false);
       __syncthreads();
-      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return false;
     } else {
       // Segment `rank` of the round: [g0, g0 + glen) of the slice.
       const u64 seg = align_up(div_up(n, (u64)nranks), align);
       const u64 g0 = min_u64((u64)rank * seg, n), glen = min_u64(seg, n - g0);
       reduce_windows<OP>(red, w, nranks, slice + g0, glen, nullptr, true);
       __syncthreads();
-      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return;
+      if (!barrier(b, w, rank, nranks, c, ++epoch, &stop)) return false;
       copy_elems<true>(mine, dst, n);
       __syncthreads();
     }
   }
   if (threadIdx.x == 0) *steps = epoch;
+  return true;
+}
+
+// A launch's all-reduces (a fused group, or one call), in order on this block's channel.
+// Every work of a batch has the same channel count (the host's rule): the barrier form's
+// window slices depend on it, and a block must not write a slice that another block of the
+// previous work may still be using on a peer. Each work starts from the epoch the previous
+// one left in steps[c] (written and read again by this block, a barrier between).
+template <int OP>
+__device__ void direct_launch(const weft_peer_batch& batch) {
+  for (u32 i = 0; i < batch.nworks && i < WEFT_PEER_BATCH_MAX; i++) {
+    if (!direct_all_reduce<OP>(batch.works[i])) return;
+    __syncthreads();
+  }
 }
 
 }  // namespace weft
 
 // One entry point per reduction: weft_peer_work.algorithm picks one-shot or two-shot.
-#define WEFT_DIRECT_ENTRY(name, op)                                                          \
-  extern "C" __global__ void __launch_bounds__(WEFT_THREADS, 1) name(weft_peer_work work) { \
-    weft::direct_all_reduce<op>(work);                                                     \
+#define WEFT_DIRECT_ENTRY(name, op)                                                            \
+  extern "C" __global__ void __launch_bounds__(WEFT_THREADS, 1) name(weft_peer_batch batch) { \
+    weft::direct_launch<op>(batch);                                                          \
   }
 WEFT_DIRECT_ENTRY(weft_direct_sum, weft::OP_SUM)
 WEFT_DIRECT_ENTRY(weft_direct_prod, weft::OP_PROD)

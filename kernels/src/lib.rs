@@ -90,7 +90,7 @@ pub fn ring_entry(op: RedOp) -> &'static str {
     }
 }
 
-/// The one-/two-shot kernel for `op` (one `weft_peer_work` parameter; its `algorithm`
+/// The one-/two-shot kernel for `op` (one `weft_peer_batch` parameter; each work's `algorithm`
 /// picks one-shot or two-shot). Every element type and operator.
 pub fn direct_entry(op: RedOp) -> &'static str {
     match op {

@@ -1,10 +1,11 @@
 //! Calls on their way to the GPU: what a collective, a send or a receive becomes, queued
 //! inside a group or issued at once, and how the outermost `ncclGroupEnd` issues a group.
 //!
-//! A group is issued in call order, one launch per collective (weft does not fuse a
-//! group's collectives into one launch yet); each communicator's sends and receives go
-//! together as one point-to-point group (`GpuComm::group`, one launch), after its
-//! collectives. Every kernel module the group needs is loaded before the first launch.
+//! A group's collectives go to the GPU per communicator, each in its call order, a run of
+//! consecutive calls on one stream at a time, so that consecutive calls of one kernel (one
+//! type, operator and protocol or algorithm) share a launch as NCCL fuses a group's calls
+//! (`GpuComm::collectives`); each communicator's sends and receives go together as one
+//! point-to-point group (`GpuComm::group`, one launch), after its collectives. Every kernel module the group needs is loaded before the first launch.
 //! Communicators created inside the group are initialised first, each rank on its own
 //! thread, since their initialisations wait for each other.
 
@@ -13,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft::bootstrap::UniqueId;
-use weft::gpu::{GpuP2p, GpuRedOp};
+use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp};
 use weft_core::abi::DataType;
 use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
@@ -46,6 +47,10 @@ pub enum Call {
         stream: usize,
     },
 }
+
+/// Consecutive collectives of one communicator on one stream (its raw handle), in call
+/// order: what one `GpuComm::collectives` issues.
+type StreamRun = (usize, Vec<GpuCollective>);
 
 thread_local! {
     /// NCCL's groups are per thread.
@@ -187,6 +192,12 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
             comm.with_gpu(|gpu| Ok(gpu.prepare(types)?))?;
         }
     }
+    // Each communicator's collectives go to the GPU in its call order, a run of consecutive
+    // calls on one stream at a time, so that consecutive calls of one kernel share a launch
+    // (`GpuComm::collectives`); the communicators in order of first appearance. Calls of
+    // different communicators are independent (one thread driving several GPUs interleaves
+    // them: nccl-tests -g 2 -m 8), so only each communicator's own order is kept.
+    let mut per_comm: Vec<(Arc<Comm>, Vec<StreamRun>)> = Vec::new();
     for c in colls {
         if let Call::Coll {
             comm,
@@ -196,15 +207,38 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
             count,
             dtype,
             op,
-            stream: raw,
+            stream,
         } = c
         {
+            let call = GpuCollective {
+                collective,
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+            };
+            let runs = match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+                Some((_, runs)) => runs,
+                None => {
+                    per_comm.push((comm, Vec::new()));
+                    &mut per_comm.last_mut().expect("just pushed").1
+                }
+            };
+            match runs.last_mut() {
+                Some((s, calls)) if *s == stream => calls.push(call),
+                _ => runs.push((stream, vec![call])),
+            }
+        }
+    }
+    for (comm, runs) in per_comm {
+        for (raw, calls) in runs {
             comm.with_gpu(|gpu| {
                 let s = stream(gpu, raw);
                 // SAFETY: NCCL's contract for the buffers (device memory of the
                 // communicator's GPU, valid until the stream reaches the call); the
-                // counts were checked when the call was made.
-                unsafe { gpu.collective(collective, send, recv, count, dtype, op, &s) }?;
+                // counts were checked when each call was made.
+                unsafe { gpu.collectives(&calls, &s) }?;
                 Ok(())
             })?;
         }

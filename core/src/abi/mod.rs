@@ -10,10 +10,11 @@
 //!
 //! - [`kinds`]: `DataType`, `RedOp`, `CollKind`, `Algorithm`, `Protocol` with NCCL's numbers.
 //! - [`conn`]: `ConnInfo`, one direction of one connection (buffers, head, tail, step, flags).
-//! - [`work`]: `CollWork` and `KernelArgs`, what a launch asks for; `P2pOp` and `P2pArgs`,
-//!   what a point-to-point launch asks for.
-//! - [`peer_work`]: `PeerWork`, what a launch of a peer-pointer algorithm (one-shot,
-//!   two-shot, NVLS) asks for.
+//! - [`work`]: `CollWork` and `KernelArgs`, what a ring launch asks for (up to
+//!   `COLL_BATCH_MAX` collectives of a group); `P2pOp` and `P2pArgs`, what a point-to-point
+//!   launch asks for.
+//! - [`peer_work`]: `PeerWork` and `PeerBatch`, what a launch of a peer-pointer algorithm
+//!   (one-shot, two-shot, NVLS) asks for.
 //! - [`channel`]: `RingInfo`, `TreeInfo`, `ChannelPeer`, `DevChannel`, `DevComm`, and
 //!   `KernelFault`, where a kernel that gave up on a peer says why.
 
@@ -34,18 +35,18 @@ pub use conn::{
 };
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
 pub use peer_work::{
-    PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT, PEER_ALGO_TWO_SHOT,
-    PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerWork,
+    PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT, PEER_ALGO_TWO_SHOT, PEER_BATCH_MAX,
+    PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerBatch, PeerWork,
 };
 pub use work::{
-    CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp, RED_OP_ARG_DEVICE_PTR,
-    RED_OP_KNOWN_FLAGS, RED_OP_PREMUL,
+    COLL_BATCH_MAX, CollSpec, CollWork, KernelArgs, P2P_MAX_OPS, P2pArgs, P2pOp,
+    RED_OP_ARG_DEVICE_PTR, RED_OP_KNOWN_FLAGS, RED_OP_PREMUL,
 };
 
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's
 /// meaning or an enum's numbers, so a kernel or C caller built against another `weft.h`
 /// can refuse to run instead of misreading memory.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Number of FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const NUM_PROTOCOLS: usize = 3;

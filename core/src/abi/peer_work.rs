@@ -100,3 +100,46 @@ const _: () = {
     assert!(offset_of!(PeerWork, layout_channels) == 260);
     assert!(offset_of!(PeerWork, red_op_flags) == 264);
 };
+
+/// Most collectives one peer-algorithm launch carries ([`PeerBatch::works`]): a group's
+/// calls of one communicator, type, operator and algorithm on as many channels, fused as
+/// NCCL fuses a group's calls. Four keep the arguments near 1 KiB (a `PeerWork` carries
+/// every peer's addresses), within CUDA's 4 KiB of kernel parameters.
+pub const PEER_BATCH_MAX: usize = 4;
+
+/// What one launch of a one-/two-shot kernel receives: its collectives, run one after the
+/// other by every block. (NVLS kernels take one `PeerWork`.)
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct PeerBatch {
+    /// Works in use, 1 to [`PEER_BATCH_MAX`]; all have the same `nchannels`.
+    pub nworks: u32,
+    pub reserved: u32,
+    pub works: [PeerWork; PEER_BATCH_MAX],
+}
+
+impl PeerBatch {
+    /// The arguments of a launch of one collective.
+    pub fn one(work: PeerWork) -> PeerBatch {
+        let mut batch = PeerBatch {
+            nworks: 1,
+            ..PeerBatch::default()
+        };
+        batch.works[0] = work;
+        batch
+    }
+
+    /// The works in use.
+    pub fn works(&self) -> &[PeerWork] {
+        let n = (self.nworks as usize).min(PEER_BATCH_MAX);
+        self.works.get(..n).unwrap_or(&[])
+    }
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<PeerBatch>() == 8 + 272 * PEER_BATCH_MAX);
+    assert!(offset_of!(PeerBatch, works) == 8);
+};

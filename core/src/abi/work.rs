@@ -185,7 +185,14 @@ impl CollWork {
     }
 }
 
-/// What one kernel launch receives: where the communicator's device state is, and the work.
+/// Most collectives one ring launch carries ([`KernelArgs::works`]): a group's calls of
+/// one communicator, type, operator and protocol, fused as NCCL fuses a group's calls.
+/// Eight keep the arguments at 720 bytes, within CUDA's 4 KiB of kernel parameters and
+/// cheap to copy at every launch.
+pub const COLL_BATCH_MAX: usize = 8;
+
+/// What one kernel launch receives: where the communicator's device state is, and the
+/// collectives to run, one after the other on each channel.
 #[repr(C)]
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
@@ -193,15 +200,39 @@ impl CollWork {
 pub struct KernelArgs {
     /// Address of the communicator's `DevComm`.
     pub comm: u64,
-    /// The collective to run.
-    pub work: CollWork,
+    /// Works in use, 1 to [`COLL_BATCH_MAX`].
+    pub nworks: u32,
+    pub reserved: u32,
+    /// The collectives to run, in order; block `b` runs channel `channel_lo + b` of each
+    /// work whose `channel_count` exceeds `b`, and skips the others.
+    pub works: [CollWork; COLL_BATCH_MAX],
+}
+
+impl KernelArgs {
+    /// The arguments of a launch of one collective.
+    pub fn one(comm: u64, work: CollWork) -> KernelArgs {
+        let mut args = KernelArgs {
+            comm,
+            nworks: 1,
+            ..KernelArgs::default()
+        };
+        args.works[0] = work;
+        args
+    }
+
+    /// The works in use.
+    pub fn works(&self) -> &[CollWork] {
+        let n = (self.nworks as usize).min(COLL_BATCH_MAX);
+        self.works.get(..n).unwrap_or(&[])
+    }
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<KernelArgs>() == 96);
+    assert!(size_of::<KernelArgs>() == 16 + 88 * COLL_BATCH_MAX);
     assert!(offset_of!(KernelArgs, comm) == 0);
-    assert!(offset_of!(KernelArgs, work) == 8);
+    assert!(offset_of!(KernelArgs, nworks) == 8);
+    assert!(offset_of!(KernelArgs, works) == 16);
 };
 
 /// Most operations one point-to-point launch carries ([`P2pArgs::ops`]).
@@ -457,17 +488,22 @@ mod test {
         /// Every field lands at its offset; validate never panics on any bytes.
         #[test]
         fn bytes_round_trip_and_validate_never_panics(
-            raw in proptest::collection::vec(any::<u8>(), 96),
+            raw in proptest::collection::vec(any::<u8>(), size_of::<KernelArgs>()),
             nranks in any::<u32>(),
         ) {
             let args = KernelArgs::read_from_bytes(&raw).unwrap();
             prop_assert_eq!(args.as_bytes(), &raw[..]);
-            let w = args.work;
             prop_assert_eq!(args.comm, u64::from_ne_bytes(raw[0..8].try_into().unwrap()));
-            prop_assert_eq!(w.count, u64::from_ne_bytes(raw[24..32].try_into().unwrap()));
-            prop_assert_eq!(w.dtype, u32::from_ne_bytes(raw[52..56].try_into().unwrap()));
-            prop_assert_eq!(w.direct, u32::from_ne_bytes(raw[84..88].try_into().unwrap()));
-            prop_assert_eq!(w.red_op_flags, u32::from_ne_bytes(raw[88..92].try_into().unwrap()));
+            prop_assert_eq!(args.nworks, u32::from_ne_bytes(raw[8..12].try_into().unwrap()));
+            prop_assert!(args.works().len() <= COLL_BATCH_MAX);
+            // The last work, at its offset.
+            let w = args.works[COLL_BATCH_MAX - 1];
+            let at = 16 + 88 * (COLL_BATCH_MAX - 1);
+            let word = |o: usize, n: usize| raw[at + o..at + o + n].to_vec();
+            prop_assert_eq!(w.count.to_ne_bytes().to_vec(), word(16, 8));
+            prop_assert_eq!(w.dtype.to_ne_bytes().to_vec(), word(44, 4));
+            prop_assert_eq!(w.direct.to_ne_bytes().to_vec(), word(76, 4));
+            prop_assert_eq!(w.red_op_flags.to_ne_bytes().to_vec(), word(80, 4));
             if let Ok(spec) = w.validate(nranks) {
                 prop_assert_eq!(spec.dtype as u32, w.dtype);
                 prop_assert_eq!(u128::from(spec.bytes),

@@ -14,7 +14,7 @@ use super::status::{CallError, weft_status};
 // each is written out here and checked against core at compile time.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 5;
+pub const WEFT_ABI_VERSION: u32 = 6;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.
@@ -37,6 +37,10 @@ pub const WEFT_CONN_SHARED_BUFFERS: u32 = 1 << 4;
 pub const WEFT_CONN_HOST_MEMORY: u32 = 1 << 5;
 /// Most operations in one `weft_p2p_args`.
 pub const WEFT_P2P_MAX_OPS: usize = 16;
+/// Most collectives of one ring launch (`weft_kernel_args.works`).
+pub const WEFT_COLL_BATCH_MAX: usize = 8;
+/// Most collectives of one peer-algorithm launch (`weft_peer_batch.works`).
+pub const WEFT_PEER_BATCH_MAX: usize = 4;
 /// `weft_kernel_fault.code`: nothing went wrong.
 pub const WEFT_FAULT_NONE: u32 = 0;
 /// `weft_kernel_fault.code`: a wait on a peer passed `weft_dev_comm.timeout_ns`.
@@ -92,6 +96,8 @@ const _: () = {
     assert!(WEFT_CONN_SHARED_BUFFERS == core_abi::CONN_SHARED_BUFFERS);
     assert!(WEFT_CONN_HOST_MEMORY == core_abi::CONN_HOST_MEMORY);
     assert!(WEFT_P2P_MAX_OPS == core_abi::P2P_MAX_OPS);
+    assert!(WEFT_COLL_BATCH_MAX == core_abi::COLL_BATCH_MAX);
+    assert!(WEFT_PEER_BATCH_MAX == core_abi::PEER_BATCH_MAX);
     assert!(WEFT_FAULT_NONE == core_abi::FAULT_NONE);
     assert!(WEFT_FAULT_TIMEOUT == core_abi::FAULT_TIMEOUT);
     assert!(WEFT_FAULT_ABORTED == core_abi::FAULT_ABORTED);

@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::abi::{
-    Algorithm, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind, CollWork, ConnInfo,
-    DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
-    KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp, PEER_MAX_RANKS, PeerWork,
-    Protocol, RedOp, RingInfo, STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG,
-    WAIT_PEER_START, WAIT_RECV,
+    Algorithm, COLL_BATCH_MAX, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind,
+    CollWork, ConnInfo, DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE,
+    FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp,
+    PEER_BATCH_MAX, PEER_MAX_RANKS, PeerBatch, PeerWork, Protocol, RedOp, RingInfo, STEPS,
+    TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
@@ -476,6 +476,94 @@ impl Window {
     fn unlink(&self) {
         if let Window::Host { path, .. } = self {
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// One collective of a group ([`GpuComm::collectives`]): the arguments of
+/// [`GpuComm::collective`].
+#[derive(Debug, Clone, Copy)]
+pub struct GpuCollective {
+    pub collective: Collective,
+    pub send: u64,
+    pub recv: u64,
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: GpuRedOp,
+}
+
+/// What a collective becomes on a communicator, before anything is launched.
+#[derive(Debug, Clone, Copy)]
+enum Planned {
+    /// No element, or one rank in place.
+    Nothing,
+    /// One rank out of place: a copy on the stream.
+    Copy { dst: u64, src: u64, bytes: usize },
+    /// A work of the ring kernel of `module`, `op` and `protocol`.
+    Ring {
+        module: DataType,
+        op: RedOp,
+        protocol: Protocol,
+        work: CollWork,
+    },
+    /// A work of a peer-pointer kernel.
+    Peer {
+        source: PeerSource,
+        module: DataType,
+        op: RedOp,
+        work: PeerWork,
+    },
+}
+
+/// Calls with equal keys may share a launch ([`super::batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FuseKey {
+    /// The same ring entry point.
+    Ring {
+        module: DataType,
+        op: RedOp,
+        protocol: Protocol,
+    },
+    /// The same one-/two-shot entry point, algorithm and channel count (direct.cu's window
+    /// slices depend on the channel count: see `direct_launch`).
+    Direct {
+        module: DataType,
+        op: RedOp,
+        algorithm: u32,
+        nchannels: u32,
+    },
+}
+
+impl Planned {
+    fn fuse_key(&self) -> Option<FuseKey> {
+        match *self {
+            Planned::Nothing | Planned::Copy { .. } => None,
+            Planned::Ring {
+                module,
+                op,
+                protocol,
+                ..
+            } => Some(FuseKey::Ring {
+                module,
+                op,
+                protocol,
+            }),
+            Planned::Peer {
+                source: PeerSource::Direct,
+                module,
+                op,
+                work,
+            } => Some(FuseKey::Direct {
+                module,
+                op,
+                algorithm: work.algorithm,
+                nchannels: work.nchannels,
+            }),
+            // One call per launch (nvls.cu).
+            Planned::Peer {
+                source: PeerSource::Nvls,
+                ..
+            } => None,
         }
     }
 }
@@ -1427,10 +1515,68 @@ impl GpuComm {
         op: impl Into<GpuRedOp>,
         stream: &Stream,
     ) -> Result<(), GpuError> {
+        let call = GpuCollective {
+            collective,
+            send,
+            recv,
+            count,
+            dtype,
+            op: op.into(),
+        };
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.collectives(&[call], stream) }.map(|_| ())
+    }
+
+    /// Enqueues `calls` on `stream` in order, as a group of NCCL's (`ncclGroupStart`, the
+    /// calls, `ncclGroupEnd`): consecutive calls that run the same kernel function (one
+    /// type, operator and protocol on the ring; one type, operator, algorithm and channel
+    /// count on one-/two-shot) share a launch, up to `COLL_BATCH_MAX` ring or
+    /// `PEER_BATCH_MAX` peer calls ([`super::batch`]). Every call is checked before any is
+    /// launched. Returns the number of kernel launches made.
+    ///
+    /// Each channel runs a launch's calls in order, but channels do not wait for each other
+    /// between calls: as with NCCL (which also reorders a group's calls), no call of a
+    /// group may read or write what another call of the same group writes.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call.
+    pub unsafe fn collectives(
+        &mut self,
+        calls: &[GpuCollective],
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
         self.check()?;
         self.check_stream(stream)?;
+        let planned = calls
+            .iter()
+            .map(|c| self.plan(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<Option<FuseKey>> = planned.iter().map(Planned::fuse_key).collect();
+        let ranges = super::batch::launches(&keys, |k| match k {
+            FuseKey::Ring { .. } => COLL_BATCH_MAX,
+            FuseKey::Direct { .. } => PEER_BATCH_MAX,
+        });
+        let mut launches = 0;
+        for range in ranges {
+            // SAFETY: the caller's promise for every call, passed on.
+            launches += unsafe { self.launch(&planned[range], stream) }?;
+        }
+        Ok(launches)
+    }
+
+    /// What `call` becomes on this communicator, checked, without launching anything.
+    fn plan(&self, call: &GpuCollective) -> Result<Planned, GpuError> {
+        let GpuCollective {
+            collective,
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+        } = *call;
         if count == 0 {
-            return Ok(());
+            return Ok(Planned::Nothing);
         }
         let esize = dtype.size_of_elem();
         let protocol = self.protocol_for(collective, count, dtype)?;
@@ -1468,7 +1614,7 @@ impl GpuComm {
         }
         // Collectives that do not reduce run the sum entry and ignore the operator.
         let op = if collective.reduces() {
-            op.into()
+            op
         } else {
             GpuRedOp::Builtin(RedOp::Sum)
         };
@@ -1482,12 +1628,15 @@ impl GpuComm {
             && !changes_data
             && (!collective.reduces() || self.kernels.supports(dtype))
         {
-            if send != recv {
-                // SAFETY: the caller's promise: both buffers hold `count` elements (one
-                // rank's input and output have the same length in every collective).
-                unsafe { weft_cuda::copy_async(recv, send, count * esize, stream)? };
+            if send == recv {
+                return Ok(Planned::Nothing);
             }
-            return Ok(());
+            // One rank's input and output have the same length in every collective.
+            return Ok(Planned::Copy {
+                dst: recv,
+                src: send,
+                bytes: count * esize,
+            });
         }
         let caps = PeerCaps {
             peer_mapped: self.peer.is_some(),
@@ -1502,8 +1651,7 @@ impl GpuComm {
         )
         .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
         if algo != GpuAlgo::Ring {
-            // SAFETY: the caller's promise, passed on.
-            return unsafe { self.peer_collective(coll, send, recv, count, dtype, red, stream) };
+            return self.plan_peer(coll, send, recv, count, dtype, red);
         }
         let chunk_bytes = sizing.chunk_elems() * esize;
         let work = CollWork {
@@ -1543,10 +1691,6 @@ impl GpuComm {
                 1
             },
         };
-        let mut args = KernelArgs {
-            comm: self.control.ptr(),
-            work,
-        };
         // Collectives that do not reduce only copy elements: fp8 ones copy as uint8 does,
         // which needs no fp8 instructions (NCCL too takes fp8 all-gathers and broadcasts
         // on any GPU, and refuses only reductions).
@@ -1555,40 +1699,25 @@ impl GpuComm {
         } else {
             dtype
         };
-        let kernels = self.kernels.get(module)?;
-        let mut params = [(&mut args as *mut KernelArgs).cast::<core::ffi::c_void>()];
-        // SAFETY: the ring kernels take one `weft_kernel_args` by value, which `params`
-        // points to; the buffers are the caller's promise; the control block and windows
-        // live as long as `self`, which synchronizes before freeing them.
-        unsafe {
-            kernels.ring(red.op, protocol).launch(
-                (nchannels, 1, 1),
-                (kernels.threads(), 1, 1),
-                0,
-                stream,
-                &mut params,
-            )?;
-        }
-        Ok(())
+        Ok(Planned::Ring {
+            module,
+            op: red.op,
+            protocol,
+            work,
+        })
     }
 
     /// A collective of the peer-pointer algorithm this communicator was set to
-    /// (`WEFT_ALGO`): one launch of `direct.cu` or `nvls.cu` (see [`super::peer`]).
-    ///
-    /// # Safety
-    ///
-    /// As [`GpuComm::collective`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn peer_collective(
-        &mut self,
+    /// (`WEFT_ALGO`) or chose: a work of `direct.cu` or `nvls.cu` (see [`super::peer`]).
+    fn plan_peer(
+        &self,
         coll: CollKind,
         send: u64,
         recv: u64,
         count: usize,
         dtype: DataType,
         red: KernelRedOp,
-        stream: &Stream,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Planned, GpuError> {
         let Some(region) = &self.peer else {
             return Err(GpuError::InvalidArgument(
                 "no peer region: this communicator has none (WEFT_ALGO=ring, SHM windows, one \
@@ -1608,7 +1737,6 @@ impl GpuComm {
         } else {
             dtype
         };
-        let kernels = self.kernels.peer(source, module)?;
         let nchannels = plan.channels(count, dtype, self.nranks);
         let mut work = plan.work(
             self.control.ptr(),
@@ -1630,19 +1758,107 @@ impl GpuComm {
             }
             plan.set_multicast(&mut work, mc_base);
         }
-        let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
-        // SAFETY: the peer kernels take one `weft_peer_work` by value, which `params` points
-        // to; the buffers are the caller's promise; the regions live as long as `self`.
-        unsafe {
-            kernels.get(red.op).launch(
-                (nchannels, 1, 1),
-                (kernels.threads(), 1, 1),
-                0,
-                stream,
-                &mut params,
-            )?;
+        Ok(Planned::Peer {
+            source,
+            module,
+            op: red.op,
+            work,
+        })
+    }
+
+    /// Launches `planned` (calls [`super::batch::launches`] put together: one call, or
+    /// several of one fuse key) on `stream`. Returns the kernel launches made (0 or 1).
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call.
+    unsafe fn launch(&self, planned: &[Planned], stream: &Stream) -> Result<usize, GpuError> {
+        match planned.first() {
+            None | Some(Planned::Nothing) => Ok(0),
+            Some(Planned::Copy { dst, src, bytes }) => {
+                // SAFETY: the caller's promise: both buffers hold the call's bytes.
+                unsafe { weft_cuda::copy_async(*dst, *src, *bytes, stream)? };
+                Ok(0)
+            }
+            Some(&Planned::Ring {
+                module,
+                op,
+                protocol,
+                work,
+            }) => {
+                let mut args = KernelArgs::one(self.control.ptr(), work);
+                for (slot, p) in args.works.iter_mut().zip(planned).skip(1) {
+                    if let Planned::Ring { work, .. } = p {
+                        *slot = *work;
+                    }
+                }
+                args.nworks = planned.len().min(COLL_BATCH_MAX) as u32;
+                let grid = args
+                    .works()
+                    .iter()
+                    .map(|w| w.channel_count)
+                    .max()
+                    .unwrap_or(1);
+                let kernels = self.kernels.get(module)?;
+                let mut params = [(&mut args as *mut KernelArgs).cast::<core::ffi::c_void>()];
+                // SAFETY: the ring kernels take one `weft_kernel_args` by value, which
+                // `params` points to; the buffers are the caller's promise; the control
+                // block and windows live as long as `self`, which synchronizes before
+                // freeing them.
+                unsafe {
+                    kernels.ring(op, protocol).launch(
+                        (grid, 1, 1),
+                        (kernels.threads(), 1, 1),
+                        0,
+                        stream,
+                        &mut params,
+                    )?;
+                }
+                Ok(1)
+            }
+            Some(&Planned::Peer {
+                source,
+                module,
+                op,
+                work,
+            }) => {
+                let kernels = self.kernels.peer(source, module)?;
+                let grid = (work.nchannels, 1, 1);
+                let block = (kernels.threads(), 1, 1);
+                if source == PeerSource::Nvls {
+                    // NVLS runs one call per launch (nvls.cu's start-of-launch post of its
+                    // counters assumes it): never fused (`fuse_key`).
+                    let mut work = work;
+                    let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
+                    // SAFETY: the NVLS kernels take one `weft_peer_work` by value, which
+                    // `params` points to; the buffers are the caller's promise; the
+                    // regions live as long as `self`.
+                    unsafe {
+                        kernels
+                            .get(op)
+                            .launch(grid, block, 0, stream, &mut params)?
+                    };
+                    return Ok(1);
+                }
+                let mut batch = PeerBatch::one(work);
+                for (slot, p) in batch.works.iter_mut().zip(planned).skip(1) {
+                    if let Planned::Peer { work, .. } = p {
+                        *slot = *work;
+                    }
+                }
+                batch.nworks = planned.len().min(PEER_BATCH_MAX) as u32;
+                let mut params = [(&mut batch as *mut PeerBatch).cast::<core::ffi::c_void>()];
+                // SAFETY: the one-/two-shot kernels take one `weft_peer_batch` by value,
+                // which `params` points to; the buffers are the caller's promise; the
+                // regions live as long as `self`.
+                unsafe {
+                    kernels
+                        .get(op)
+                        .launch(grid, block, 0, stream, &mut params)?
+                };
+                Ok(1)
+            }
         }
-        Ok(())
     }
 
     /// Enqueues a group of sends and receives on `stream`, run at once (NCCL's

@@ -11,6 +11,7 @@
 //!   peer region bound to an NVLink SHARP multicast object.
 //! - [`fd_passing`]: file descriptors between ranks of one host (`SCM_RIGHTS`), for the
 //!   multicast object's handle.
+//! - [`batch`]: which calls of a group share a kernel launch (NCCL's fused groups).
 //! - [`protocol`]: which protocol (LL or SIMPLE) a call runs, alike on every rank.
 //! - [`redop`]: [`GpuRedOp`], a call's reduction: a built-in operator or NCCL's `PreMulSum`.
 //! - [`kernels`]: the kernels of weft-kernels, compiled with NVRTC per element type.
@@ -19,6 +20,7 @@
 //! The CPU executor ([`crate::exec`]) walks the same ring programs (weft_core::sched) and is
 //! the reference the GPU tests compare against.
 
+pub mod batch;
 pub mod comm;
 pub mod error;
 pub mod fd_passing;
@@ -30,7 +32,7 @@ pub mod protocol;
 pub mod redop;
 
 pub use comm::{
-    AbortHandle, DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuComm, GpuP2p,
+    AbortHandle, DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, GpuComm, GpuP2p,
     validate_p2p_group,
 };
 pub use error::GpuError;
