@@ -9,8 +9,11 @@
 //! ring took 6.6 us, so one-shot went to LL lines (3.3 us there); its limit on two ranks is
 //! where it stops beating the ring there (1 MiB: 19.1 us with CUDA graphs against the
 //! ring's 22.3, 22.9 against 24.8 without; at 2 MiB the ring wins, 27 against 37).
-//! Two-shot and NVLS are not chosen unasked: two-shot never beat the ring on two GPUs, and
-//! NVLS runs here only in its unicast emulation, which is slower than both.
+//! Above that, two-shot up to [`two_shot_max_bytes`]: on two H200 (2026-11-27, every
+//! algorithm forced in one call) it beat the ring at 2 MiB (22.1 against 23.8 us, 19.9
+//! against 22.4 with CUDA graphs), lost at 4 MiB (36.0 against 32.9) and lost to one-shot at
+//! 1 MiB; it is chosen on two ranks only, the one count measured. NVLS is not chosen unasked:
+//! it runs here only in its unicast emulation, which is slower than the others.
 //! For more ranks the limit shrinks (each rank stores its input into `n - 1` peers); those
 //! limits are estimates until a machine with more GPUs measures them.
 //!
@@ -158,9 +161,19 @@ pub const fn one_shot_max_bytes(nranks: u32) -> u64 {
     }
 }
 
+/// The largest all-reduce, in bytes per rank, that the automatic choice runs two-shot on
+/// `nranks` ranks (above [`one_shot_max_bytes`]); 0 where it never does.
+pub const fn two_shot_max_bytes(nranks: u32) -> u64 {
+    match nranks {
+        2 => 2 << 20,
+        _ => 0,
+    }
+}
+
 /// The algorithm of a call of `coll` on `nranks` ranks of `bytes` per rank: the forced one
-/// (`WEFT_ALGO`), checked against the call and the communicator; or else one-shot for an
-/// all-reduce of at most [`one_shot_max_bytes`] between peer-mapped ranks, and the ring.
+/// (`WEFT_ALGO`), checked against the call and the communicator; or else, for an all-reduce
+/// between peer-mapped ranks, one-shot up to [`one_shot_max_bytes`] and two-shot up to
+/// [`two_shot_max_bytes`]; the ring for everything else.
 pub fn choose(
     forced: Option<GpuAlgo>,
     coll: CollKind,
@@ -169,10 +182,11 @@ pub fn choose(
     caps: PeerCaps,
 ) -> Result<GpuAlgo, AlgoError> {
     let Some(algo) = forced else {
-        let one_shot =
-            coll == CollKind::AllReduce && caps.peer_mapped && bytes <= one_shot_max_bytes(nranks);
-        return Ok(if one_shot {
+        let direct = coll == CollKind::AllReduce && caps.peer_mapped;
+        return Ok(if direct && bytes <= one_shot_max_bytes(nranks) {
             GpuAlgo::OneShot
+        } else if direct && bytes <= two_shot_max_bytes(nranks) {
+            GpuAlgo::TwoShot
         } else {
             GpuAlgo::Ring
         });
@@ -219,20 +233,20 @@ mod test {
     }
 
     #[test]
-    fn automatic_choice_is_one_shot_for_small_all_reduces_between_mapped_peers() {
+    fn automatic_choice_is_one_then_two_shot_for_small_all_reduces_between_mapped_peers() {
         let unmapped = PeerCaps {
             peer_mapped: false,
             nvls_heads: false,
         };
         for &coll in CollKind::ALL {
             for nranks in 1..=16u32 {
-                let limit = one_shot_max_bytes(nranks);
+                let (one, two) = (one_shot_max_bytes(nranks), two_shot_max_bytes(nranks));
                 for shift in 0..40 {
                     for bytes in [(1u64 << shift) - 1, 1u64 << shift, (1u64 << shift) + 3] {
-                        let want = if coll == CollKind::AllReduce && bytes <= limit {
-                            GpuAlgo::OneShot
-                        } else {
-                            GpuAlgo::Ring
+                        let want = match coll {
+                            CollKind::AllReduce if bytes <= one => GpuAlgo::OneShot,
+                            CollKind::AllReduce if bytes <= two => GpuAlgo::TwoShot,
+                            _ => GpuAlgo::Ring,
                         };
                         assert_eq!(choose(None, coll, bytes, nranks, ALL_CAPS), Ok(want));
                         // SHM windows or several hosts: always the ring.
@@ -246,6 +260,17 @@ mod test {
         }
         assert_eq!(one_shot_max_bytes(1), 0);
         assert_eq!(one_shot_max_bytes(2), 1 << 20);
+        // Two-shot only where measured (two ranks), above one-shot's limit.
+        assert_eq!(two_shot_max_bytes(2), 2 << 20);
+        assert!(
+            (1..=64)
+                .filter(|&n| n != 2)
+                .all(|n| two_shot_max_bytes(n) == 0)
+        );
+        assert_eq!(
+            choose(None, CollKind::AllReduce, (1 << 20) + 1, 2, ALL_CAPS),
+            Ok(GpuAlgo::TwoShot)
+        );
         assert_eq!(one_shot_max_bytes(PEER_MAX_RANKS as u32 + 1), 0);
         assert!(
             (2..=PEER_MAX_RANKS as u32).all(|n| one_shot_max_bytes(n) >= one_shot_max_bytes(n + 1))

@@ -404,8 +404,12 @@ __device__ void ring_launch(const weft_kernel_args& args) {
 }  // namespace weft
 
 // One entry point per reduction and protocol; non-reducing collectives use the sum ones.
+// `__grid_constant__`: the works are read in place, by reference at a run-time index, from
+// the parameter space (without it the compiler may copy all 720 bytes to each thread's
+// local memory to take their address).
 #define WEFT_RING_ENTRY(name, op)                                                  \
-  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1)                  \
+      name(const __grid_constant__ weft_kernel_args args) {                        \
     weft::ring_launch<op, false>(args);                                            \
   }
 WEFT_RING_ENTRY(weft_ring_sum, weft::OP_SUM)
@@ -414,7 +418,8 @@ WEFT_RING_ENTRY(weft_ring_max, weft::OP_MAX)
 WEFT_RING_ENTRY(weft_ring_min, weft::OP_MIN)
 WEFT_RING_ENTRY(weft_ring_avg, weft::OP_AVG)
 #define WEFT_RING_LL_ENTRY(name, op)                                               \
-  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1) name(weft_kernel_args args) { \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1)                  \
+      name(const __grid_constant__ weft_kernel_args args) {                        \
     weft::ring_launch<op, true>(args);                                             \
   }
 WEFT_RING_LL_ENTRY(weft_ring_ll_sum, weft::OP_SUM)

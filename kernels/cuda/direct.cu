@@ -323,8 +323,11 @@ __device__ void direct_launch(const weft_peer_batch& batch) {
 }  // namespace weft
 
 // One entry point per reduction: weft_peer_work.algorithm picks one-shot or two-shot.
+// `__grid_constant__`: the works are read in place from the parameter space (see
+// collectives.cu).
 #define WEFT_DIRECT_ENTRY(name, op)                                                            \
-  extern "C" __global__ void __launch_bounds__(WEFT_THREADS, 1) name(weft_peer_batch batch) { \
+  extern "C" __global__ void __launch_bounds__(WEFT_THREADS, 1)                              \
+      name(const __grid_constant__ weft_peer_batch batch) {                                  \
     weft::direct_launch<op>(batch);                                                          \
   }
 WEFT_DIRECT_ENTRY(weft_direct_sum, weft::OP_SUM)

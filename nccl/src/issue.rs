@@ -231,6 +231,19 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
             }
         }
     }
+    // Every call of every communicator checked before anything launches.
+    for (comm, runs) in &per_comm {
+        for (_, calls) in runs {
+            comm.with_gpu(|gpu| {
+                gpu.check_collectives(calls).map_err(|e| {
+                    ApiError::from(e).context(&format!(
+                        "rank {}: nothing of the group was launched",
+                        comm.rank
+                    ))
+                })
+            })?;
+        }
+    }
     for (comm, runs) in per_comm {
         for (raw, calls) in runs {
             comm.with_gpu(|gpu| {

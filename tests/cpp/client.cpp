@@ -74,7 +74,13 @@ static_assert(sizeof(weft_conn_info) == 96 && offsetof(weft_conn_info, head) == 
 static_assert(sizeof(weft_coll_work) == 88 && offsetof(weft_coll_work, dtype) == 44 &&
                   offsetof(weft_coll_work, red_op_flags) == 80,
               "weft_coll_work layout");
-static_assert(sizeof(weft_kernel_args) == 96 && sizeof(weft_channel_peer) == 192 &&
+static_assert(sizeof(weft_kernel_args) == 16 + 88 * WEFT_COLL_BATCH_MAX &&
+                  offsetof(weft_kernel_args, nworks) == 8 && offsetof(weft_kernel_args, works) == 16,
+              "weft_kernel_args layout");
+static_assert(sizeof(weft_peer_work) == 272 && sizeof(weft_peer_batch) == 8 + 272 * WEFT_PEER_BATCH_MAX &&
+                  offsetof(weft_peer_batch, works) == 8,
+              "weft_peer_batch layout");
+static_assert(sizeof(weft_channel_peer) == 192 &&
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 48 && sizeof(weft_kernel_fault) == 32,
               "device struct sizes");
 

@@ -518,11 +518,14 @@ enum Planned {
 /// Calls with equal keys may share a launch ([`super::batch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FuseKey {
-    /// The same ring entry point.
+    /// The same ring entry point, from the same first channel (block `b` runs channel
+    /// `channel_lo + b` of every work of a launch: two works from different first channels
+    /// would drive one channel from two blocks at once).
     Ring {
         module: DataType,
         op: RedOp,
         protocol: Protocol,
+        channel_lo: u32,
     },
     /// The same one-/two-shot entry point, algorithm and channel count (direct.cu's window
     /// slices depend on the channel count: see `direct_launch`).
@@ -542,11 +545,12 @@ impl Planned {
                 module,
                 op,
                 protocol,
-                ..
+                work,
             } => Some(FuseKey::Ring {
                 module,
                 op,
                 protocol,
+                channel_lo: work.channel_lo,
             }),
             Planned::Peer {
                 source: PeerSource::Direct,
@@ -1063,10 +1067,19 @@ impl GpuComm {
             protocols.enable,
             match (opts.algo, &comm.peer) {
                 (Some(algo), _) => format!("{algo} (WEFT_ALGO)"),
-                (None, Some(_)) => format!(
-                    "one-shot all-reduce up to {} KiB, else ring",
-                    weft_core::algo::one_shot_max_bytes(nranks as u32) / 1024
-                ),
+                (None, Some(_)) => {
+                    let n = nranks as u32;
+                    let two = weft_core::algo::two_shot_max_bytes(n);
+                    format!(
+                        "one-shot all-reduce up to {} KiB{}, else ring",
+                        weft_core::algo::one_shot_max_bytes(n) / 1024,
+                        if two > 0 {
+                            format!(", two-shot up to {} KiB", two / 1024)
+                        } else {
+                            String::new()
+                        }
+                    )
+                }
                 (None, None) => "ring".to_string(),
             }
         );
@@ -1565,6 +1578,17 @@ impl GpuComm {
         Ok(launches)
     }
 
+    /// Checks `calls` as [`GpuComm::collectives`] would, launching nothing: libnccl checks
+    /// every communicator's calls of a group before it launches any, so that a refusal
+    /// never leaves a group launched on some communicators and not on others.
+    pub fn check_collectives(&mut self, calls: &[GpuCollective]) -> Result<(), GpuError> {
+        self.check()?;
+        for c in calls {
+            self.plan(c)?;
+        }
+        Ok(())
+    }
+
     /// What `call` becomes on this communicator, checked, without launching anything.
     fn plan(&self, call: &GpuCollective) -> Result<Planned, GpuError> {
         let GpuCollective {
@@ -1651,7 +1675,7 @@ impl GpuComm {
         )
         .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
         if algo != GpuAlgo::Ring {
-            return self.plan_peer(coll, send, recv, count, dtype, red);
+            return self.plan_peer(algo, coll, send, recv, count, dtype, red);
         }
         let chunk_bytes = sizing.chunk_elems() * esize;
         let work = CollWork {
@@ -1699,6 +1723,8 @@ impl GpuComm {
         } else {
             dtype
         };
+        // Refused here, before any call of a group launches, rather than at the launch.
+        self.kernels.check_supported(module)?;
         Ok(Planned::Ring {
             module,
             op: red.op,
@@ -1709,8 +1735,10 @@ impl GpuComm {
 
     /// A collective of the peer-pointer algorithm this communicator was set to
     /// (`WEFT_ALGO`) or chose: a work of `direct.cu` or `nvls.cu` (see [`super::peer`]).
+    #[allow(clippy::too_many_arguments)]
     fn plan_peer(
         &self,
+        algo: GpuAlgo,
         coll: CollKind,
         send: u64,
         recv: u64,
@@ -1737,8 +1765,10 @@ impl GpuComm {
         } else {
             dtype
         };
-        let nchannels = plan.channels(count, dtype, self.nranks);
+        self.kernels.check_supported(module)?;
+        let nchannels = plan.channels(algo, count, dtype, self.nranks);
         let mut work = plan.work(
+            algo,
             self.control.ptr(),
             &region.ptrs,
             self.rank,
@@ -1773,6 +1803,15 @@ impl GpuComm {
     ///
     /// As [`GpuComm::collective`], for every call.
     unsafe fn launch(&self, planned: &[Planned], stream: &Stream) -> Result<usize, GpuError> {
+        debug_assert!(
+            planned.len() <= 1
+                || (planned[0].fuse_key().is_some()
+                    && planned
+                        .iter()
+                        .all(|p| p.fuse_key() == planned[0].fuse_key())),
+            "a launch of calls that do not share a kernel"
+        );
+        debug_assert!(planned.len() <= COLL_BATCH_MAX.max(PEER_BATCH_MAX));
         match planned.first() {
             None | Some(Planned::Nothing) => Ok(0),
             Some(Planned::Copy { dst, src, bytes }) => {

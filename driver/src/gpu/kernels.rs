@@ -313,7 +313,9 @@ impl Kernels {
         Ok(kernels)
     }
 
-    fn check_supported(&self, dtype: DataType) -> Result<(), GpuError> {
+    /// Refuses `dtype` where this GPU cannot run its kernels (fp8 reductions before compute
+    /// capability 8.9), saying why.
+    pub fn check_supported(&self, dtype: DataType) -> Result<(), GpuError> {
         if self.supports(dtype) {
             return Ok(());
         }

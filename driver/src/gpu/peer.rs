@@ -239,15 +239,17 @@ impl RegionPlan {
         })
     }
 
-    /// Channels (blocks) of a call of `count` elements of `dtype`.
-    pub fn channels(&self, count: usize, dtype: DataType, nranks: usize) -> u32 {
+    /// Channels (blocks) of a call of `count` elements of `dtype` run by `algo` (one-shot or
+    /// two-shot on a one-/two-shot region, which serves both: the automatic choice takes
+    /// one or the other by size; ignored on an NVLS region).
+    pub fn channels(&self, algo: GpuAlgo, count: usize, dtype: DataType, nranks: usize) -> u32 {
         match &self.nvls {
             Some((layout, _)) => layout.nchannels as u32,
             // One-shot is latency-bound: a block per 4 KiB (a pair per thread of 512), so
             // that each thread handles few pairs one after the other (at 32 KiB on one
             // block, 8 pairs per thread, it took 6.4 us with CUDA graphs on two H100, at
             // 8 KiB 4.1; 256 KiB on 16 blocks 6.4), at most one per lane.
-            None if self.algo == GpuAlgo::OneShot => {
+            None if algo == GpuAlgo::OneShot => {
                 u32::try_from((count * dtype.size_of_elem()).div_ceil(ONE_SHOT_BLOCK_BYTES))
                     .unwrap_or(PEER_LANES)
                     .clamp(1, PEER_LANES)
@@ -264,13 +266,15 @@ impl RegionPlan {
         }
     }
 
-    /// The launch descriptor of a call on rank `rank`, with every rank's region at
+    /// The launch descriptor of a call run by `algo` (as in [`RegionPlan::channels`]) on
+    /// rank `rank`, with every rank's region at
     /// `regions[r]` as mapped here (0: not mapped here, as the multicast form's peers; the
     /// descriptor then has 0 for them too). The multicast form then needs
     /// [`RegionPlan::set_multicast`].
     #[allow(clippy::too_many_arguments)]
     pub fn work(
         &self,
+        algo: GpuAlgo,
         comm: u64,
         regions: &[u64],
         rank: usize,
@@ -310,7 +314,7 @@ impl RegionPlan {
             w.peer_data[r] = base + DATA_AT;
             w.peer_flags[r] = base + flags_at;
         }
-        match (&self.nvls, self.algo) {
+        match (&self.nvls, algo) {
             (Some((layout, heads)), _) => {
                 w.algorithm = PEER_ALGO_NVLS_UNICAST;
                 w.nheads = heads.len() as u32;
@@ -409,15 +413,18 @@ mod test {
     fn one_shot_takes_a_block_per_4_kib_up_to_one_per_lane() {
         let one_shot = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
         let f32 = DataType::Float32;
-        assert_eq!(one_shot.channels(1, f32, 2), 1);
-        assert_eq!(one_shot.channels(1024, f32, 2), 1);
-        assert_eq!(one_shot.channels(1025, f32, 2), 2);
-        assert_eq!(one_shot.channels(8 << 10, f32, 2), 8);
-        assert_eq!(one_shot.channels(1 << 20, f32, 2), PEER_LANES);
+        assert_eq!(one_shot.channels(GpuAlgo::OneShot, 1, f32, 2), 1);
+        assert_eq!(one_shot.channels(GpuAlgo::OneShot, 1024, f32, 2), 1);
+        assert_eq!(one_shot.channels(GpuAlgo::OneShot, 1025, f32, 2), 2);
+        assert_eq!(one_shot.channels(GpuAlgo::OneShot, 8 << 10, f32, 2), 8);
+        assert_eq!(
+            one_shot.channels(GpuAlgo::OneShot, 1 << 20, f32, 2),
+            PEER_LANES
+        );
         // Two-shot keeps NCCL's 32 KiB of traffic per channel.
         let two = plan(GpuAlgo::TwoShot, 2, &[]).unwrap();
-        assert!(two.channels(8 << 10, f32, 2) < 8);
-        assert!(two.channels(64 << 20, f32, 2) <= PEER_LANES);
+        assert!(two.channels(GpuAlgo::TwoShot, 8 << 10, f32, 2) < 8);
+        assert!(two.channels(GpuAlgo::TwoShot, 64 << 20, f32, 2) <= PEER_LANES);
     }
 
     #[test]
@@ -473,6 +480,7 @@ mod test {
         let p = plan(GpuAlgo::TwoShot, 8, &[("WEFT_DIRECT_WINDOW", "1000000")]).unwrap();
         assert_eq!(p.direct_window, 1_000_000 / 16 * 16);
         let w = p.work(
+            GpuAlgo::TwoShot,
             0xc0,
             &[0x1000_0000, 0x2000_0000],
             1,
@@ -492,6 +500,30 @@ mod test {
         assert_eq!(w.peer_data[2], 0);
         assert_eq!(w.window_bytes, p.direct_window);
         assert_eq!((w.count, w.nchannels, w.layout_channels), (77, 3, 0));
+        // The automatic choice's region (one-shot) serves two-shot calls too.
+        let auto = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
+        let f32 = DataType::Float32;
+        let w = auto.work(
+            GpuAlgo::TwoShot,
+            0xc0,
+            &[0x1000_0000, 0x2000_0000],
+            0,
+            CollKind::AllReduce,
+            0xa,
+            0xb,
+            77,
+            f32,
+            RedOp::Sum,
+            0,
+            3,
+        );
+        assert_eq!(w.algorithm, PEER_ALGO_TWO_SHOT);
+        assert_eq!(
+            auto.channels(GpuAlgo::TwoShot, 1 << 19, f32, 2),
+            plan(GpuAlgo::TwoShot, 2, &[])
+                .unwrap()
+                .channels(GpuAlgo::TwoShot, 1 << 19, f32, 2)
+        );
         let e = plan(GpuAlgo::OneShot, 9, &[]).unwrap_err();
         assert!(e.to_string().contains("at most 8 ranks"), "{e}");
         let e = plan(GpuAlgo::OneShot, 2, &[("WEFT_DIRECT_WINDOW", "12")]).unwrap_err();
@@ -509,6 +541,7 @@ mod test {
         assert_eq!(p.bytes, p.credit_at + NVLS_GRANULARITY);
         let regions = [0x7000_0000_0000u64, 0x7100_0000_0000];
         let w = p.work(
+            GpuAlgo::TwoShot,
             0xc0,
             &regions,
             0,
@@ -519,7 +552,7 @@ mod test {
             DataType::Bfloat16,
             RedOp::Max,
             0,
-            p.channels(5, DataType::Bfloat16, 2),
+            p.channels(GpuAlgo::Nvls, 5, DataType::Bfloat16, 2),
         );
         assert_eq!(w.algorithm, PEER_ALGO_NVLS_UNICAST);
         assert_eq!(
@@ -562,6 +595,7 @@ mod test {
         let own = 0x7000_0000_0000u64;
         let regions = [0, own, 0, 0];
         let mut w = p.work(
+            GpuAlgo::Nvls,
             0xc0,
             &regions,
             1,
@@ -585,6 +619,7 @@ mod test {
         // The unicast form's descriptor is what it was.
         let all = [0x1000_0000u64, 0x2000_0000, 0x3000_0000, 0x4000_0000];
         let u = unicast.work(
+            GpuAlgo::Nvls,
             0xc0,
             &all,
             1,
