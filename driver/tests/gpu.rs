@@ -1823,6 +1823,30 @@ fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
         next(),
     ));
     groups.push((Settings::SIMPLE, "mixed ring collectives", mixed, 4));
+    // All-gathers of different sizes in LL (different channel counts): one launch.
+    let ll_sizes: Vec<Case> = [7usize, 1000, 65_536 + 3, 300_000]
+        .iter()
+        .map(|&n| group_case(Collective::AllGather, f32s, sum, n, next()))
+        .collect();
+    groups.push((
+        Settings::LL,
+        "all-gathers of four sizes (ring LL)",
+        ll_sizes,
+        1,
+    ));
+    // Avg (the scalar in each work) on three reducing collectives: one launch.
+    let avg = vec![
+        group_case(Collective::AllReduce, f32s, RedOp::Avg, 3 << 20, next()),
+        group_case(Collective::ReduceScatter, f32s, RedOp::Avg, 1 << 20, next()),
+        group_case(
+            Collective::Reduce { root },
+            f32s,
+            RedOp::Avg,
+            77_777,
+            next(),
+        ),
+    ];
+    groups.push((Settings::SIMPLE, "Avg on the ring", avg, 1));
     // Five equal two-shot all-reduces: 4 + 1.
     let two: Vec<Case> = (0..5)
         .map(|_| group_case(Collective::AllReduce, f32s, sum, 300_001, next()))
@@ -1841,20 +1865,55 @@ fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
         .collect();
     groups.push((auto, "all-reduces of mixed sizes (automatic)", various, 0));
 
+    // The one-shot's barrier form (a window too small for the LL lanes; set below): five
+    // equal all-reduces of several rounds on every lane, 4 + 1.
+    let barrier: Vec<Case> = (0..5)
+        .map(|_| group_case(Collective::AllReduce, f32s, sum, 200_001, next()))
+        .collect();
+    groups.push((
+        Settings::algo(GpuAlgo::OneShot),
+        "five barrier-form one-shots",
+        barrier,
+        2,
+    ));
+
     let mut failures = Vec::new();
     for (settings, name, cases, expected) in groups {
         let calls = cases.len();
-        let out = run_ranks_with(
-            nranks,
-            Duration::from_secs(60),
-            settings,
-            move |rank, mut comm| {
-                prepare(&mut comm);
-                let result = run_group(rank, nranks, &mut comm, &cases);
-                comm.finalize().unwrap();
-                result
-            },
-        );
+        let barrier_form = name.contains("barrier-form");
+        if barrier_form {
+            // SAFETY: only with GPUs, where the GPU scripts run each test alone
+            // (--test-threads 1), so no other thread reads the environment meanwhile.
+            unsafe { std::env::set_var("WEFT_DIRECT_WINDOW", "262144") };
+        }
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_ranks_with(
+                nranks,
+                Duration::from_secs(60),
+                settings,
+                move |rank, mut comm| {
+                    // Without a peer region (SHM windows) the peer algorithms cannot run and
+                    // small all-reduces take the ring: the launch counts assume P2P.
+                    assert_ne!(
+                        comm.transport_name(),
+                        "SHM",
+                        "rank {rank}: the group test needs P2P between the GPUs"
+                    );
+                    prepare(&mut comm);
+                    let result = run_group(rank, nranks, &mut comm, &cases);
+                    comm.finalize().unwrap();
+                    result
+                },
+            )
+        }));
+        if barrier_form {
+            // SAFETY: as above.
+            unsafe { std::env::remove_var("WEFT_DIRECT_WINDOW") };
+        }
+        let out = match run {
+            Ok(out) => out,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
         for (rank, (launches, wrong)) in out.into_iter().enumerate() {
             eprintln!("{name}: rank {rank}: {calls} calls in {launches} launches");
             failures.extend(wrong);
