@@ -6,6 +6,8 @@ forward/backward/step on rank-dependent data through DistributedDataParallel (pa
 broadcast at construction, gradient all-reduce in buckets), then compares every parameter
 with the step computed on the CPU from all ranks' data. Also an all_reduce, all_gather,
 reduce_scatter, broadcast and a send/recv pair through ProcessGroupNCCL, each checked.
+Five all_reduces coalesced into one NCCL group (ProcessGroupNCCL's coalescing manager: one
+ncclGroupStart/ncclGroupEnd, which NCCL and weft fuse into fewer launches).
 A new_group (a split communicator) runs an all_reduce and a reduce. Prints one line per
 check; exits 1 on the first mismatch. With WEFT_DDP_GRADS_DIR set, each rank saves its
 averaged gradients there (grads-rank<N>.pt) before the optimizer step.
@@ -60,6 +62,18 @@ def main():
     b = x.clone()
     dist.broadcast(b, src=world - 1)
     check("broadcast", b, torch.arange(1001.0) * world, rank)
+    # A group of collectives (ProcessGroupNCCL's coalescing: one ncclGroupStart/End, which
+    # weft, as NCCL, fuses into fewer launches): three all-reduces of one size, then two of
+    # others.
+    ts = [x.clone() * (i + 1) for i in range(3)] + [x[:100].clone(), x.clone().repeat(4)]
+    with dist._coalescing_manager(device=dev):
+        for t in ts:
+            dist.all_reduce(t)
+    total = sum(r + 1 for r in range(world))
+    for i in range(3):
+        check(f"coalesced all_reduce {i}", ts[i], torch.arange(1001.0) * total * (i + 1), rank)
+    check("coalesced all_reduce 3", ts[3], torch.arange(100.0) * total, rank)
+    check("coalesced all_reduce 4", ts[4], torch.arange(1001.0).repeat(4) * total, rank)
     # A second communicator: new_group over every rank (ProcessGroupNCCL splits the default
     # communicator with ncclCommSplit, its device being bound at init), and a reduce on it.
     group = dist.new_group(ranks=list(range(world)))

@@ -306,7 +306,9 @@ typedef struct weft_coll_work {
   uint32_t algorithm;
   // `Protocol`.
   uint32_t protocol;
-  // First channel that runs this work.
+  // First channel that runs this work: block `channel_lo + k` of the launch runs part `k`
+  // of `channel_count` on channel `channel_lo + k` (the works of a fused launch spread
+  // over the channels this way).
   uint32_t channel_lo;
   // Number of consecutive channels from `channel_lo`.
   uint32_t channel_count;
@@ -448,8 +450,8 @@ typedef struct weft_kernel_args {
   // Works in use, 1 to [`COLL_BATCH_MAX`].
   uint32_t nworks;
   uint32_t reserved;
-  // The collectives to run, in order; block `b` runs channel `channel_lo + b` of each
-  // work whose `channel_count` exceeds `b`, and skips the others.
+  // The collectives to run; block `b` runs, in order, the works whose channels
+  // (`channel_lo` to `channel_lo + channel_count - 1`) include `b`, on channel `b`.
   struct weft_coll_work works[WEFT_COLL_BATCH_MAX];
 } weft_kernel_args;
 
@@ -613,7 +615,10 @@ typedef struct weft_peer_work {
   uint32_t layout_channels;
   // As `CollWork::red_op_flags`.
   uint32_t red_op_flags;
-  uint32_t reserved;
+  // One-shot in its LL form: the first block (and lane) of the call, so that the calls
+  // of a fused launch run side by side on lanes of their own; block `lane_lo + k` runs
+  // part `k` of `nchannels` on lane `lane_lo + k`. 0 for every other form.
+  uint32_t lane_lo;
 } weft_peer_work;
 
 // What one launch of a one-/two-shot kernel receives: its collectives, run one after the

@@ -1786,6 +1786,18 @@ fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
         .map(|_| group_case(Collective::AllReduce, f32s, sum, 1000, next()))
         .collect();
     groups.push((auto, "six small all-reduces (one-shot)", small, 2));
+    // LL one-shots of four sizes (1, 3, 20 and 32 blocks): one launch, spread over the lanes
+    // side by side (the last wraps to lane 0, after the first on that lane).
+    let lanes: Vec<Case> = [1000usize, 3000, 20_000, 70_000]
+        .iter()
+        .map(|&n| group_case(Collective::AllReduce, f32s, sum, n, next()))
+        .collect();
+    groups.push((
+        auto,
+        "one-shots of four sizes (spread over lanes)",
+        lanes,
+        1,
+    ));
     // Ten all-gathers of one size on the ring: 8 + 2.
     let gathers: Vec<Case> = (0..10)
         .map(|_| group_case(Collective::AllGather, f32s, sum, 65_536 + 3, next()))

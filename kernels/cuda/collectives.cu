@@ -306,7 +306,8 @@ __device__ bool ring_collective(const weft_dev_comm* comm, const weft_coll_work&
   __shared__ int ll_failed;
   __shared__ int ring[64];
   __shared__ T* peer_out;
-  const u32 channel = w.channel_lo + blockIdx.x;
+  // Block b runs channel b: part b - channel_lo of the work (ring_launch skips the others).
+  const u32 channel = blockIdx.x;
   const weft_dev_channel* ch = (const weft_dev_channel*)comm->channels + channel;
   weft_channel_peer* peers = (weft_channel_peer*)ch->peers;
   const u32 nranks = (u32)comm->nranks;
@@ -350,7 +351,7 @@ __device__ bool ring_collective(const weft_dev_comm* comm, const weft_coll_work&
   const bool reduces = w.coll == COLL_ALL_REDUCE || w.coll == COLL_REDUCE_SCATTER || w.coll == COLL_REDUCE;
   RingProgram prog;
   prog.init(w.coll, w.root, w.count, sizeof(T), w.chunk_size / sizeof(T), w.channel_count,
-            blockIdx.x, ring_ranks, nranks, (u32)comm->rank);
+            blockIdx.x - w.channel_lo, ring_ranks, nranks, (u32)comm->rank);
   const T* input = (const T*)w.send_buff;
   T* output = (T*)w.recv_buff;
   // LL on rings of two ranks or more; a ring of one has no connection and copies as SIMPLE
@@ -386,16 +387,18 @@ __device__ bool ring_collective(const weft_dev_comm* comm, const weft_coll_work&
   return ok;
 }
 
-// A launch's collectives (a fused group, or one call), in order on this block's channel:
-// each starts from the counters the previous one left (thread 0 wrote them back and reads
+// A launch's collectives (a fused group, or one call): block b runs, in order, the works
+// whose channels include b (the host spreads a group's works over the channels), each from
+// the counters the previous one on this channel left (thread 0 wrote them back and reads
 // them again). Channels do not wait for each other between works, as NCCL's do not: a
 // group's calls must not depend on each other.
 template <int OP, bool LL>
 __device__ void ring_launch(const weft_kernel_args& args) {
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
   for (u32 i = 0; i < args.nworks && i < WEFT_COLL_BATCH_MAX; i++) {
-    // Block-uniform: a work on fewer channels skips this block.
-    if (blockIdx.x >= args.works[i].channel_count) continue;
+    // Block-uniform: a work on other channels skips this block.
+    const u32 lo = args.works[i].channel_lo;
+    if (blockIdx.x < lo || blockIdx.x - lo >= args.works[i].channel_count) continue;
     if (!ring_collective<OP, LL>(comm, args.works[i])) return;
     __syncthreads();
   }

@@ -162,11 +162,11 @@ __device__ __forceinline__ u64 ll_lane_pairs(u64 window_bytes, int nranks) {
   return pairs >= (u64)DTHREADS ? pairs : 0;
 }
 
-// The one-shot all-reduce in its LL form, for block c's part of the call. `epoch` is the
-// lane's, advanced once per round. False when the block must stop.
+// The one-shot all-reduce in its LL form, for part `part` of the call on lane c (block c).
+// `epoch` is the lane's, advanced once per round. False when the block must stop.
 template <int OP>
 __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const weft_peer_work& w,
-                            int rank, int nranks, u32 c, u64 lane_pairs, u64* epoch) {
+                            int rank, int nranks, u32 c, u32 part, u64 lane_pairs, u64* epoch) {
   __shared__ int stop, failed;
   constexpr int EPL = 8 / sizeof(T);
   if (threadIdx.x == 0) stop = failed = 0;
@@ -176,7 +176,7 @@ __device__ bool ll_one_shot(const Block& b, const Reduction<T, OP>& red, const w
   const T* in = (const T*)w.send_buff;
   T* out = (T*)w.recv_buff;
   u64 part_start, part_len;
-  channel_part(w.count, w.nchannels, c, &part_start, &part_len);
+  channel_part(w.count, w.nchannels, part, &part_start, &part_len);
   const u64 round_elems = lane_pairs * EPL;
   for (u64 done = 0; done < part_len; done += round_elems) {
     const u64 n = min_u64(round_elems, part_len - done);
@@ -251,7 +251,10 @@ __device__ bool direct_all_reduce(const weft_peer_work& w) {
   const weft_dev_comm* comm = (const weft_dev_comm*)w.comm;
   const int rank = comm->rank;
   const int nranks = comm->nranks;
+  // Block c: lane c and steps[c]; its part of the call is c - lane_lo (lane_lo is 0 but for
+  // the LL one-shot's fused calls, which the host spreads over the lanes).
   const u32 c = blockIdx.x;
+  const u32 part = c - w.lane_lo;
   Block b;
   b.comm = comm;
   b.abort_flag = (volatile u32*)comm->abort_flag;
@@ -272,15 +275,15 @@ __device__ bool direct_all_reduce(const weft_peer_work& w) {
   if (!two_shot && w.nchannels <= LL_LANES) {
     const u64 lane_pairs = ll_lane_pairs(w.window_bytes, nranks);
     if (lane_pairs != 0) {
-      const bool ok = ll_one_shot<OP>(b, red, w, rank, nranks, c, lane_pairs, &epoch);
+      const bool ok = ll_one_shot<OP>(b, red, w, rank, nranks, c, part, lane_pairs, &epoch);
       if (ok && threadIdx.x == 0) *steps = epoch;
       return ok;
     }
   }
-  const u64 slice = (u64)c * slice_elems;
+  const u64 slice = (u64)part * slice_elems;
   T* mine = (T*)w.peer_data[rank] + slice;
   u64 part_start, part_len;
-  channel_part(w.count, w.nchannels, c, &part_start, &part_len);
+  channel_part(w.count, w.nchannels, part, &part_start, &part_len);
   for (u64 done = 0; done < part_len; done += slice_elems) {
     const u64 n = min_u64(slice_elems, part_len - done);
     const T* src = in + part_start + done;
@@ -307,14 +310,20 @@ __device__ bool direct_all_reduce(const weft_peer_work& w) {
   return true;
 }
 
-// A launch's all-reduces (a fused group, or one call), in order on this block's channel.
-// Every work of a batch has the same channel count (the host's rule): the barrier form's
-// window slices depend on it, and a block must not write a slice that another block of the
-// previous work may still be using on a peer. Each work starts from the epoch the previous
-// one left in steps[c] (written and read again by this block, a barrier between).
+// A launch's all-reduces (a fused group, or one call): block c runs, in order, the works
+// whose lanes (lane_lo to lane_lo + nchannels - 1) include c. The LL one-shot's works are
+// spread over the lanes by the host (each lane is its own: block c only ever touches lane
+// c of the windows), so a group's small all-reduces run side by side. The barrier form and
+// two-shot start every work at lane 0 with the same channel count (the host's rule): their
+// window slices depend on the count, and a block must not write a slice that another
+// block of the previous work may still be using on a peer. Each work starts from the epoch
+// the previous one on this lane left in steps[c] (written and read again by this block, a
+// barrier between).
 template <int OP>
 __device__ void direct_launch(const weft_peer_batch& batch) {
   for (u32 i = 0; i < batch.nworks && i < WEFT_PEER_BATCH_MAX; i++) {
+    const u32 lo = batch.works[i].lane_lo;
+    if (blockIdx.x < lo || blockIdx.x - lo >= batch.works[i].nchannels) continue;
     if (!direct_all_reduce<OP>(batch.works[i])) return;
     __syncthreads();
   }

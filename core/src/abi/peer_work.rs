@@ -80,7 +80,10 @@ pub struct PeerWork {
     pub layout_channels: u32,
     /// As `CollWork::red_op_flags`.
     pub red_op_flags: u32,
-    pub reserved: u32,
+    /// One-shot in its LL form: the first block (and lane) of the call, so that the calls
+    /// of a fused launch run side by side on lanes of their own; block `lane_lo + k` runs
+    /// part `k` of `nchannels` on lane `lane_lo + k`. 0 for every other form.
+    pub lane_lo: u32,
 }
 
 const _: () = {
@@ -99,6 +102,7 @@ const _: () = {
     assert!(offset_of!(PeerWork, nchannels) == 248);
     assert!(offset_of!(PeerWork, layout_channels) == 260);
     assert!(offset_of!(PeerWork, red_op_flags) == 264);
+    assert!(offset_of!(PeerWork, lane_lo) == 268);
 };
 
 /// Most collectives one peer-algorithm launch carries ([`PeerBatch::works`]): a group's

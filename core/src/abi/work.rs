@@ -41,7 +41,9 @@ pub struct CollWork {
     pub algorithm: u32,
     /// `Protocol`.
     pub protocol: u32,
-    /// First channel that runs this work.
+    /// First channel that runs this work: block `channel_lo + k` of the launch runs part `k`
+    /// of `channel_count` on channel `channel_lo + k` (the works of a fused launch spread
+    /// over the channels this way).
     pub channel_lo: u32,
     /// Number of consecutive channels from `channel_lo`.
     pub channel_count: u32,
@@ -203,8 +205,8 @@ pub struct KernelArgs {
     /// Works in use, 1 to [`COLL_BATCH_MAX`].
     pub nworks: u32,
     pub reserved: u32,
-    /// The collectives to run, in order; block `b` runs channel `channel_lo + b` of each
-    /// work whose `channel_count` exceeds `b`, and skips the others.
+    /// The collectives to run; block `b` runs, in order, the works whose channels
+    /// (`channel_lo` to `channel_lo + channel_count - 1`) include `b`, on channel `b`.
     pub works: [CollWork; COLL_BATCH_MAX],
 }
 

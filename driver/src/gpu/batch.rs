@@ -6,7 +6,8 @@
 //! share a launch, up to the launch's capacity (`COLL_BATCH_MAX` ring works,
 //! `PEER_BATCH_MAX` peer works, which keep the kernel's parameters small). A call that runs
 //! no kernel (a copy) or a kernel that runs one call per launch (NVLS) stands alone, and
-//! closes the run before it, so that stream order is call order.
+//! closes the run before it, so that stream order is call order. Within a launch, the calls
+//! are spread over the channels ([`spread`]) where the kernel allows it.
 
 use std::ops::Range;
 
@@ -30,9 +31,44 @@ pub fn launches<K: PartialEq>(keys: &[Option<K>], max: impl Fn(&K) -> usize) -> 
     out
 }
 
+/// The first channel of each call of a launch, given each call's channel count: side by side
+/// while they fit in `total` channels, then from channel 0 again (a channel runs its calls
+/// one after the other, in order, so any placement is correct; side by side, a group of
+/// small calls takes about the time of one). Every rank computes the same placement from
+/// the same calls.
+pub fn spread(counts: &[u32], total: u32) -> Vec<u32> {
+    let mut next = 0u32;
+    counts
+        .iter()
+        .map(|&n| {
+            if next.saturating_add(n) > total {
+                next = 0;
+            }
+            let lo = next;
+            next = next.saturating_add(n);
+            lo
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_go_side_by_side_then_wrap() {
+        assert_eq!(spread(&[1, 1, 1, 1], 32), vec![0, 1, 2, 3]);
+        assert_eq!(spread(&[8, 8, 8, 8, 8], 32), vec![0, 8, 16, 24, 0]);
+        assert_eq!(spread(&[20, 20, 5], 32), vec![0, 0, 20]);
+        assert_eq!(spread(&[32, 1], 32), vec![0, 0]);
+        assert!(spread(&[], 8).is_empty());
+        // Each call within the channels, whatever the counts (at most `total` each).
+        for counts in [[3u32, 7, 32, 1, 30], [16, 16, 16, 16, 2]] {
+            for (lo, n) in spread(&counts, 32).iter().zip(counts) {
+                assert!(lo + n <= 32);
+            }
+        }
+    }
 
     #[test]
     fn consecutive_equal_keys_share_a_launch_up_to_the_cap() {

@@ -27,8 +27,8 @@ use weft_core::abi::{
     Algorithm, COLL_BATCH_MAX, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ChannelPeer, CollKind,
     CollWork, ConnInfo, DataType, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE,
     FAULT_TIMEOUT, KernelArgs, KernelFault, MAX_CHANNELS, P2P_MAX_OPS, P2pArgs, P2pOp,
-    PEER_BATCH_MAX, PEER_MAX_RANKS, PeerBatch, PeerWork, Protocol, RedOp, RingInfo, STEPS,
-    TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
+    PEER_BATCH_MAX, PEER_LANES, PEER_MAX_RANKS, PeerBatch, PeerWork, Protocol, RedOp, RingInfo,
+    STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
 use weft_core::algo::{GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
@@ -512,6 +512,9 @@ enum Planned {
         module: DataType,
         op: RedOp,
         work: PeerWork,
+        /// The LL one-shot: its blocks keep to lanes of their own, so that calls of any
+        /// channel count fuse, side by side.
+        spread: bool,
     },
 }
 
@@ -527,12 +530,13 @@ enum FuseKey {
         protocol: Protocol,
         channel_lo: u32,
     },
-    /// The same one-/two-shot entry point, algorithm and channel count (direct.cu's window
-    /// slices depend on the channel count: see `direct_launch`).
+    /// The same one-/two-shot entry point and algorithm, and, but for the LL one-shot, the
+    /// same channel count (direct.cu's window slices depend on it: see `direct_launch`).
     Direct {
         module: DataType,
         op: RedOp,
         algorithm: u32,
+        /// The channel count; 0 for the LL one-shot.
         nchannels: u32,
     },
 }
@@ -557,11 +561,12 @@ impl Planned {
                 module,
                 op,
                 work,
+                spread,
             } => Some(FuseKey::Direct {
                 module,
                 op,
                 algorithm: work.algorithm,
-                nchannels: work.nchannels,
+                nchannels: if spread { 0 } else { work.nchannels },
             }),
             // One call per launch (nvls.cu).
             Planned::Peer {
@@ -1793,6 +1798,9 @@ impl GpuComm {
             module,
             op: red.op,
             work,
+            spread: algo == GpuAlgo::OneShot
+                && nchannels <= PEER_LANES
+                && plan.ll_one_shot(self.nranks),
         })
     }
 
@@ -1832,10 +1840,19 @@ impl GpuComm {
                     }
                 }
                 args.nworks = planned.len().min(COLL_BATCH_MAX) as u32;
+                let n = args.nworks as usize;
+                let counts: Vec<u32> = args.works[..n].iter().map(|w| w.channel_count).collect();
+                let total = self.layout.nchannels();
+                for (w, lo) in args.works[..n]
+                    .iter_mut()
+                    .zip(super::batch::spread(&counts, total))
+                {
+                    w.channel_lo = lo;
+                }
                 let grid = args
                     .works()
                     .iter()
-                    .map(|w| w.channel_count)
+                    .map(|w| w.channel_lo + w.channel_count)
                     .max()
                     .unwrap_or(1);
                 let kernels = self.kernels.get(module)?;
@@ -1860,13 +1877,14 @@ impl GpuComm {
                 module,
                 op,
                 work,
+                spread,
             }) => {
                 let kernels = self.kernels.peer(source, module)?;
-                let grid = (work.nchannels, 1, 1);
                 let block = (kernels.threads(), 1, 1);
                 if source == PeerSource::Nvls {
                     // NVLS runs one call per launch (nvls.cu's start-of-launch post of its
                     // counters assumes it): never fused (`fuse_key`).
+                    let grid = (work.nchannels, 1, 1);
                     let mut work = work;
                     let mut params = [(&mut work as *mut PeerWork).cast::<core::ffi::c_void>()];
                     // SAFETY: the NVLS kernels take one `weft_peer_work` by value, which
@@ -1886,6 +1904,21 @@ impl GpuComm {
                     }
                 }
                 batch.nworks = planned.len().min(PEER_BATCH_MAX) as u32;
+                let n = batch.nworks as usize;
+                if spread {
+                    let counts: Vec<u32> = batch.works[..n].iter().map(|w| w.nchannels).collect();
+                    let los = super::batch::spread(&counts, PEER_LANES);
+                    for (w, lo) in batch.works[..n].iter_mut().zip(los) {
+                        w.lane_lo = lo;
+                    }
+                }
+                let grid = batch
+                    .works()
+                    .iter()
+                    .map(|w| w.lane_lo + w.nchannels)
+                    .max()
+                    .unwrap_or(1);
+                let grid = (grid, 1, 1);
                 let mut params = [(&mut batch as *mut PeerBatch).cast::<core::ffi::c_void>()];
                 // SAFETY: the one-/two-shot kernels take one `weft_peer_batch` by value,
                 // which `params` points to; the buffers are the caller's promise; the

@@ -239,6 +239,16 @@ impl RegionPlan {
         })
     }
 
+    /// Whether a one-shot call on `nranks` ranks runs the LL form (`direct.cu`'s
+    /// `ll_lane_pairs`: each of the `PEER_LANES` lanes holds, per rank and half, at least one
+    /// 16-byte pair per thread), whose blocks only ever touch their own lane, so that the
+    /// calls of a fused launch can run side by side on lanes of their own. Not on an NVLS
+    /// region.
+    pub fn ll_one_shot(&self, nranks: usize) -> bool {
+        let pairs = self.direct_window / u64::from(PEER_LANES) / 16 / 2 / nranks.max(1) as u64;
+        self.nvls.is_none() && pairs >= u64::from(self.threads)
+    }
+
     /// Channels (blocks) of a call of `count` elements of `dtype` run by `algo` (one-shot or
     /// two-shot on a one-/two-shot region, which serves both: the automatic choice takes
     /// one or the other by size; ignored on an NVLS region).
@@ -471,6 +481,29 @@ mod test {
         assert!(FLAGS_AT + MAX_CHANNELS as u64 * PEER_FLAGS_STRIDE <= STEPS_AT);
         assert!(STEPS_AT + MAX_CHANNELS as u64 * 8 <= DATA_AT);
         assert_eq!(DATA_AT % 16, 0);
+    }
+
+    /// The LL form needs a pair per thread per rank and half in each of the 32 lanes: the
+    /// default window has it on two ranks, the barrier test's 256 KiB does not (128 pairs),
+    /// and neither does an NVLS region.
+    #[test]
+    fn the_ll_one_shot_is_known_on_the_host() {
+        let default = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
+        assert!(default.ll_one_shot(2));
+        let small = plan(GpuAlgo::OneShot, 2, &[("WEFT_DIRECT_WINDOW", "262144")]).unwrap();
+        assert!(!small.ll_one_shot(2));
+        // Exactly the kernel's bound: window / 32 lanes / 16 bytes / 2 halves / nranks pairs.
+        let w = u64::from(PEER_LANES) * 16 * 2 * 2 * u64::from(default.threads);
+        let edge = RegionPlan {
+            direct_window: w,
+            ..default.clone()
+        };
+        assert!(edge.ll_one_shot(2));
+        let below = RegionPlan {
+            direct_window: w - 16,
+            ..default
+        };
+        assert!(!below.ll_one_shot(2));
     }
 
     #[test]
