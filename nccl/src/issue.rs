@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft::bootstrap::UniqueId;
-use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp};
+use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp, PlannedGroup};
 use weft_core::abi::DataType;
 use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
@@ -231,30 +231,30 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
             }
         }
     }
-    // Every call of every communicator checked before anything launches.
-    for (comm, runs) in &per_comm {
-        for (_, calls) in runs {
-            comm.with_gpu(|gpu| {
-                gpu.check_collectives(calls).map_err(|e| {
+    // Every call of every communicator checked and planned before anything launches.
+    let mut planned: Vec<(Arc<Comm>, usize, PlannedGroup)> = Vec::new();
+    for (comm, runs) in per_comm {
+        for (raw, calls) in runs {
+            let group = comm.with_gpu(|gpu| {
+                gpu.plan_group(&calls).map_err(|e| {
                     ApiError::from(e).context(&format!(
                         "rank {}: nothing of the group was launched",
                         comm.rank
                     ))
                 })
             })?;
+            planned.push((comm.clone(), raw, group));
         }
     }
-    for (comm, runs) in per_comm {
-        for (raw, calls) in runs {
-            comm.with_gpu(|gpu| {
-                let s = stream(gpu, raw);
-                // SAFETY: NCCL's contract for the buffers (device memory of the
-                // communicator's GPU, valid until the stream reaches the call); the
-                // counts were checked when each call was made.
-                unsafe { gpu.collectives(&calls, &s) }?;
-                Ok(())
-            })?;
-        }
+    for (comm, raw, group) in planned {
+        comm.with_gpu(|gpu| {
+            let s = stream(gpu, raw);
+            // SAFETY: NCCL's contract for the buffers (device memory of the communicator's
+            // GPU, valid until the stream reaches the call); the counts were checked when
+            // each call was made.
+            unsafe { gpu.launch_group(&group, &s) }?;
+            Ok(())
+        })?;
     }
     for (comm, raw, ops) in p2p {
         comm.with_gpu(|gpu| {

@@ -492,6 +492,15 @@ pub struct GpuCollective {
     pub op: GpuRedOp,
 }
 
+/// A group of collectives checked and planned on one communicator, to launch with
+/// [`GpuComm::launch_group`] on that communicator.
+#[derive(Debug)]
+pub struct PlannedGroup {
+    /// The communicator's control block address: a group launched on another is refused.
+    owner: u64,
+    planned: Vec<Planned>,
+}
+
 /// What a collective becomes on a communicator, before anything is launched.
 #[derive(Debug, Clone, Copy)]
 enum Planned {
@@ -1564,12 +1573,48 @@ impl GpuComm {
         calls: &[GpuCollective],
         stream: &Stream,
     ) -> Result<usize, GpuError> {
-        self.check()?;
         self.check_stream(stream)?;
+        let group = self.plan_group(calls)?;
+        // SAFETY: the caller's promise for every call, passed on.
+        unsafe { self.launch_group(&group, stream) }
+    }
+
+    /// Checks and plans `calls` (what [`GpuComm::collectives`] does before launching),
+    /// launching nothing: libnccl plans every communicator's calls of a group before it
+    /// launches any, so that a refusal never leaves a group launched on some communicators
+    /// and not on others.
+    pub fn plan_group(&mut self, calls: &[GpuCollective]) -> Result<PlannedGroup, GpuError> {
+        self.check()?;
         let planned = calls
             .iter()
             .map(|c| self.plan(c))
             .collect::<Result<Vec<_>, _>>()?;
+        Ok(PlannedGroup {
+            owner: self.control.ptr(),
+            planned,
+        })
+    }
+
+    /// Launches a group [`GpuComm::plan_group`] planned on this communicator, on `stream`.
+    /// Returns the number of kernel launches made.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call of the group.
+    pub unsafe fn launch_group(
+        &mut self,
+        group: &PlannedGroup,
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        self.check()?;
+        self.check_stream(stream)?;
+        if group.owner != self.control.ptr() {
+            return Err(GpuError::InvalidArgument(format!(
+                "a group planned on another communicator given to rank {}'s",
+                self.rank
+            )));
+        }
+        let planned = &group.planned;
         let keys: Vec<Option<FuseKey>> = planned.iter().map(Planned::fuse_key).collect();
         let ranges = super::batch::launches(&keys, |k| match k {
             FuseKey::Ring { .. } => COLL_BATCH_MAX,
@@ -1581,17 +1626,6 @@ impl GpuComm {
             launches += unsafe { self.launch(&planned[range], stream) }?;
         }
         Ok(launches)
-    }
-
-    /// Checks `calls` as [`GpuComm::collectives`] would, launching nothing: libnccl checks
-    /// every communicator's calls of a group before it launches any, so that a refusal
-    /// never leaves a group launched on some communicators and not on others.
-    pub fn check_collectives(&mut self, calls: &[GpuCollective]) -> Result<(), GpuError> {
-        self.check()?;
-        for c in calls {
-            self.plan(c)?;
-        }
-        Ok(())
     }
 
     /// What `call` becomes on this communicator, checked, without launching anything.

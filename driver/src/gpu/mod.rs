@@ -33,7 +33,7 @@ pub mod redop;
 
 pub use comm::{
     AbortHandle, DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, GpuComm, GpuP2p,
-    validate_p2p_group,
+    PlannedGroup, validate_p2p_group,
 };
 pub use error::GpuError;
 pub use redop::{GpuRedOp, PreMulScalar};
