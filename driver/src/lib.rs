@@ -24,6 +24,8 @@ pub mod comm;
 /// cbindgen:ignore
 pub mod conn;
 /// cbindgen:ignore
+pub mod copy;
+/// cbindgen:ignore
 pub use weft_net::env;
 /// cbindgen:ignore
 pub mod exec;

@@ -359,7 +359,7 @@ impl FifoSendEnd {
         }
         let mut slot = self.acquire()?;
         if let Some(dst) = slot.buf().get_mut(..data.len()) {
-            dst.copy_from_slice(data);
+            crate::copy::copy_bytes(dst, data);
         }
         slot.post(data.len())
     }
@@ -596,7 +596,7 @@ impl FifoRecvEnd {
                 capacity: out.len(),
             });
         };
-        dst.copy_from_slice(data);
+        crate::copy::copy_bytes(dst, data);
         let bytes = data.len();
         slot.release()?;
         Ok(bytes)

@@ -14,6 +14,9 @@
 //! When any job fails, the executor raises the abort flag (so this rank's other channels
 //! stop), then marks every connection aborted for the peers (so their waits end within
 //! microseconds instead of at the deadline), and the communicator refuses further calls.
+//!
+//! Bulk copies go through [`crate::copy`] (256-bit loads and stores instead of glibc's `rep movsb`,
+//! which ran 3-5x slower on the AMD build machine).
 
 pub mod buffers;
 pub mod error;

@@ -36,7 +36,7 @@ fn send_msg(send: &mut FifoSendEnd, data: &[u8], protocol: Protocol) -> Result<(
                 needed: chunk.len(),
                 given: capacity,
             })?;
-        dst.copy_from_slice(chunk);
+        crate::copy::copy_bytes(dst, chunk);
         slot.post(chunk.len())?;
     }
     Ok(())
@@ -57,7 +57,7 @@ fn recv_msg(recv: &mut FifoRecvEnd, out: &mut [u8], protocol: Protocol) -> Resul
                 got: slot.len(),
             });
         }
-        chunk.copy_from_slice(slot.data());
+        crate::copy::copy_bytes(chunk, slot.data());
         slot.release()?;
     }
     Ok(())
@@ -102,7 +102,7 @@ pub fn all_reduce(
         // The output written below overwrites the input it is computed from: keep a copy.
         let mine = block(pos)?;
         // SAFETY: only this input slice is alive; `all` is the channel's own buffer.
-        all[mine].copy_from_slice(unsafe { buf.input(0..bytes)? });
+        crate::copy::copy_bytes(&mut all[mine], unsafe { buf.input(0..bytes)? });
     }
     // SAFETY: only this input slice is alive (nothing writes the output before the reduction).
     send_msg(send, unsafe { buf.input(0..bytes)? }, call.protocol)?;

@@ -34,7 +34,7 @@ pub fn send(end: &mut FifoSendEnd, buf: &RawBuffers, range: Range<usize>) -> Res
             needed: len,
             given: cap,
         })?;
-        dst.copy_from_slice(src);
+        crate::copy::copy_bytes(dst, src);
         slot.post(len)?;
     }
     Ok(())
@@ -58,7 +58,7 @@ pub fn recv(end: &mut FifoRecvEnd, buf: &RawBuffers, range: Range<usize>) -> Res
         }
         // SAFETY: only this output slice is alive, and no other thread writes this range.
         let dst = unsafe { buf.output(start..start.saturating_add(len))? };
-        dst.copy_from_slice(slot.data());
+        crate::copy::copy_bytes(dst, slot.data());
         slot.release()?;
     }
     Ok(())

@@ -299,7 +299,7 @@ impl Slice<'_> {
                 }
                 if prim == Primitive::RecvReduceCopySend {
                     // SAFETY: only this output slice is alive (see above).
-                    unsafe { buf.output(self.output.clone())? }.copy_from_slice(acc);
+                    crate::copy::copy_bytes(unsafe { buf.output(self.output.clone())? }, acc);
                 }
                 send.ll_send(acc)?;
             }
@@ -351,7 +351,7 @@ impl Slice<'_> {
                     let dst = slot.buf().get_mut(..bytes).ok_or_else(oversize)?;
                     // SAFETY: only this input slice is alive in this block.
                     let src = unsafe { buf.input(self.input.clone())? };
-                    dst.copy_from_slice(src);
+                    crate::copy::copy_bytes(dst, src);
                 }
                 slot.post(bytes)?;
                 // In place (the input is the output block), the copy is skipped as in NCCL.
@@ -361,22 +361,21 @@ impl Slice<'_> {
                 let slot = recv.acquire()?;
                 expect_len(&slot, recv_conn, bytes)?;
                 // SAFETY: only this output slice is alive.
-                unsafe { buf.output(self.output.clone())? }.copy_from_slice(slot.data());
+                crate::copy::copy_bytes(unsafe { buf.output(self.output.clone())? }, slot.data());
                 slot.release()?;
             }
             Primitive::RecvCopySend => {
                 let rslot = recv.acquire()?;
                 expect_len(&rslot, recv_conn, bytes)?;
                 let mut sslot = send.acquire()?;
-                sslot
-                    .buf()
-                    .get_mut(..bytes)
-                    .ok_or_else(oversize)?
-                    .copy_from_slice(rslot.data());
+                crate::copy::copy_bytes(
+                    sslot.buf().get_mut(..bytes).ok_or_else(oversize)?,
+                    rslot.data(),
+                );
                 // Post before the local copy: the next rank can go on meanwhile.
                 sslot.post(bytes)?;
                 // SAFETY: only this output slice is alive.
-                unsafe { buf.output(self.output.clone())? }.copy_from_slice(rslot.data());
+                crate::copy::copy_bytes(unsafe { buf.output(self.output.clone())? }, rslot.data());
                 rslot.release()?;
             }
             Primitive::RecvReduceSend | Primitive::RecvReduceCopySend => {
@@ -394,7 +393,7 @@ impl Slice<'_> {
                     }
                     if prim == Primitive::RecvReduceCopySend {
                         // SAFETY: only this output slice is alive (see above).
-                        unsafe { buf.output(self.output.clone())? }.copy_from_slice(dst);
+                        crate::copy::copy_bytes(unsafe { buf.output(self.output.clone())? }, dst);
                     }
                 }
                 sslot.post(bytes)?;

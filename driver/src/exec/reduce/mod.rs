@@ -342,7 +342,7 @@ pub fn reduce_in_place(
     in_place_bytes(dtype, op, false, 1, acc, src)
 }
 
-/// `dst = src` (a plain `memcpy`; the executor's copy steps).
+/// `dst = src` (the executor's copy steps; [`crate::copy`]).
 pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), ReduceError> {
     if dst.len() != src.len() {
         return Err(ReduceError::LengthMismatch {
@@ -350,7 +350,7 @@ pub fn copy(dst: &mut [u8], src: &[u8]) -> Result<(), ReduceError> {
             src: src.len(),
         });
     }
-    dst.copy_from_slice(src);
+    crate::copy::copy_bytes(dst, src);
     Ok(())
 }
 
