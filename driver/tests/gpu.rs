@@ -170,6 +170,28 @@ struct Case {
     premul: Option<ScalarAt>,
 }
 
+impl Case {
+    /// Input and output elements of one rank (NCCL's layout: reduce-scatter's input and
+    /// all-gather's output hold every rank's part).
+    fn elems(&self, nranks: usize) -> (usize, usize) {
+        match self.coll {
+            Collective::ReduceScatter => (self.count * nranks, self.count),
+            Collective::AllGather => (self.count, self.count * nranks),
+            _ => (self.count, self.count),
+        }
+    }
+
+    /// The seeded data of the case on `nranks` ranks.
+    fn data(&self, nranks: usize) -> TestData {
+        TestData {
+            dtype: self.dtype,
+            op: self.op,
+            seed: self.seed,
+            nranks,
+        }
+    }
+}
+
 /// Where a `PreMulSum` test passes its scalar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ScalarAt {
@@ -250,17 +272,8 @@ fn run_case(
     c: &Case,
 ) -> usize {
     let esize = c.dtype.size_of_elem();
-    let (in_elems, out_elems) = match c.coll {
-        Collective::ReduceScatter => (c.count * nranks, c.count),
-        Collective::AllGather => (c.count, c.count * nranks),
-        _ => (c.count, c.count),
-    };
-    let data = TestData {
-        dtype: c.dtype,
-        op: c.op,
-        seed: c.seed,
-        nranks,
-    };
+    let (in_elems, out_elems) = c.elems(nranks);
+    let data = c.data(nranks);
     let big = in_elems.max(out_elems) * esize;
     let mut host = vec![0xa5u8; big];
     // In place, the input sits where NCCL's layout puts it in the output buffer.
@@ -1685,17 +1698,8 @@ fn run_group(
     let mut calls = Vec::new();
     for c in cases {
         let esize = c.dtype.size_of_elem();
-        let (in_elems, out_elems) = match c.coll {
-            Collective::ReduceScatter => (c.count * nranks, c.count),
-            Collective::AllGather => (c.count, c.count * nranks),
-            _ => (c.count, c.count),
-        };
-        let data = TestData {
-            dtype: c.dtype,
-            op: c.op,
-            seed: c.seed,
-            nranks,
-        };
+        let (in_elems, out_elems) = c.elems(nranks);
+        let data = c.data(nranks);
         let mut input = vec![0u8; in_elems * esize];
         data.fill(rank, 0, &mut input);
         let send = DeviceBuffer::alloc(comm.context(), input.len()).unwrap();
@@ -1731,13 +1735,9 @@ fn run_group(
         let c = &g.case;
         let mut out = vec![0u8; g.out_elems * c.dtype.size_of_elem()];
         g.recv.copy_to_host(&mut out).unwrap();
-        let data = TestData {
-            dtype: c.dtype,
-            op: c.op,
-            seed: c.seed,
-            nranks,
-        };
-        let w = data.count_wrong(Expect::from(c.coll), rank, c.count, &out);
+        let w = c
+            .data(nranks)
+            .count_wrong(Expect::from(c.coll), rank, c.count, &out);
         if w > 0 {
             failures.push(format!("rank {rank}: {c:?} in a group: {w} wrong"));
         }
