@@ -14,9 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft::bootstrap::UniqueId;
-use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp, PlannedGroup};
+use weft::gpu::{GpuCollective, GpuP2p, PlannedGroup};
 use weft_core::abi::DataType;
-use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
 
 use crate::comm::{Comm, CommState};
@@ -30,15 +29,10 @@ pub enum Call {
     Init { comm: Arc<Comm>, id: UniqueId },
     Coll {
         comm: Arc<Comm>,
-        collective: Collective,
-        send: u64,
-        recv: u64,
-        count: usize,
-        dtype: DataType,
-        /// A built-in operator, or a `PreMulSum` resolved when the call was made (its
-        /// scalar or the scalar's address copied: destroying the operator before the
-        /// group ends does not change a queued call).
-        op: GpuRedOp,
+        /// The call's arguments; its operator a built-in one, or a `PreMulSum` resolved
+        /// when the call was made (its scalar or the scalar's address copied: destroying
+        /// the operator before the group ends does not change a queued call).
+        call: GpuCollective,
         stream: usize,
     },
     P2p {
@@ -177,8 +171,8 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
         None => modules.push((comm.clone(), vec![dtype])),
     };
     for c in &colls {
-        if let Call::Coll { comm, dtype, .. } = c {
-            add(comm, *dtype);
+        if let Call::Coll { comm, call, .. } = c {
+            add(comm, call.dtype);
         }
     }
     for (comm, _, _) in &p2p {
@@ -199,25 +193,7 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
     // them: nccl-tests -g 2 -m 8), so only each communicator's own order is kept.
     let mut per_comm: Vec<(Arc<Comm>, Vec<StreamRun>)> = Vec::new();
     for c in colls {
-        if let Call::Coll {
-            comm,
-            collective,
-            send,
-            recv,
-            count,
-            dtype,
-            op,
-            stream,
-        } = c
-        {
-            let call = GpuCollective {
-                collective,
-                send,
-                recv,
-                count,
-                dtype,
-                op,
-            };
+        if let Call::Coll { comm, call, stream } = c {
             let runs = match per_comm.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
                 Some((_, runs)) => runs,
                 None => {

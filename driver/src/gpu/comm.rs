@@ -1576,7 +1576,7 @@ impl GpuComm {
         self.check_stream(stream)?;
         let group = self.plan_group(calls)?;
         // SAFETY: the caller's promise for every call, passed on.
-        unsafe { self.launch_group(&group, stream) }
+        unsafe { self.launch_planned(&group.planned, stream) }
     }
 
     /// Checks and plans `calls` (what [`GpuComm::collectives`] does before launching),
@@ -1614,7 +1614,21 @@ impl GpuComm {
                 self.rank
             )));
         }
-        let planned = &group.planned;
+        // SAFETY: the caller's promise for every call, passed on.
+        unsafe { self.launch_planned(&group.planned, stream) }
+    }
+
+    /// Launches planned calls, consecutive ones of one kernel together
+    /// ([`super::batch::launches`]); the communicator and the stream already checked.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call.
+    unsafe fn launch_planned(
+        &self,
+        planned: &[Planned],
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
         let keys: Vec<Option<FuseKey>> = planned.iter().map(Planned::fuse_key).collect();
         let ranges = super::batch::launches(&keys, |k| match k {
             FuseKey::Ring { .. } => COLL_BATCH_MAX,

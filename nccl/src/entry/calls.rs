@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use weft::gpu::{GpuP2p, GpuRedOp};
+use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp};
 use weft_core::abi::RedOp;
 use weft_core::sched::Collective;
 
@@ -92,12 +92,14 @@ fn collective(
     };
     issue::submit(vec![Call::Coll {
         comm: c,
-        collective,
-        send,
-        recv,
-        count,
-        dtype,
-        op,
+        call: GpuCollective {
+            collective,
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+        },
         stream: stream as usize,
     }])
 }
