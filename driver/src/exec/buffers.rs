@@ -136,19 +136,70 @@ impl RawBuffers {
         Self::check(&input, self.input_len, "input")?;
         Self::check(&output, self.output_len, "output")?;
         let len = input.len().min(output.len());
-        if len == 0 || self.overlap(&input, &output) == Overlap::Same {
+        let (input, output) = (
+            input.start..input.start + len,
+            output.start..output.start + len,
+        );
+        if len == 0 {
             return Ok(());
         }
-        // SAFETY: both ranges are in bounds (checked) of memory valid for reads / writes
-        // (constructor contract); `copy` is a memmove, so overlap is fine; no slice of these
-        // ranges is alive (the caller holds none across this call).
-        unsafe {
-            std::ptr::copy(
-                self.input.wrapping_add(input.start),
-                self.output.wrapping_add(output.start),
-                len,
-            )
-        };
+        match self.overlap(&input, &output) {
+            Overlap::Same => {}
+            Overlap::Disjoint => {
+                // SAFETY: the ranges are disjoint, and the caller holds no other slice of
+                // them.
+                let src = unsafe { self.input(input)? };
+                // SAFETY: as above.
+                let dst = unsafe { self.output(output)? };
+                // Through weft's copy loop, not `ptr::copy` (glibc's `rep movsb`).
+                crate::copy::copy_bytes(dst, src);
+            }
+            Overlap::Partial => {
+                // SAFETY: both ranges are in bounds (checked) of memory valid for reads /
+                // writes (constructor contract); `copy` is a memmove, so the overlap is
+                // fine; no slice of these ranges is alive (the caller holds none).
+                unsafe {
+                    std::ptr::copy(
+                        self.input.wrapping_add(input.start),
+                        self.output.wrapping_add(output.start),
+                        len,
+                    )
+                };
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The three overlaps, both directions of a partial one, and lengths on either side of
+    /// the vector copy's threshold.
+    #[test]
+    fn copy_within_is_right_for_every_overlap() {
+        for len in [0, 1, 100, crate::copy::VECTOR_MIN + 77, 5000] {
+            for (from, to) in [(0, 6000), (6000, 0), (0, 0), (3000, 3003), (3003, 3000)] {
+                let mut buf: Vec<u8> = (0..12000u32).map(|i| (i * 31 + 7) as u8).collect();
+                let mut want = buf.clone();
+                want.copy_within(from..from + len, to);
+                // SAFETY: one buffer as both input and output, valid for the whole test.
+                let raw = unsafe {
+                    RawBuffers::new(buf.as_ptr(), buf.len(), buf.as_mut_ptr(), buf.len())
+                };
+                raw.copy_within(from..from + len, to..to + len).unwrap();
+                assert_eq!(buf, want, "len {len} from {from} to {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_within_refuses_ranges_past_the_end() {
+        let mut buf = vec![0u8; 64];
+        // SAFETY: valid for the whole test.
+        let raw = unsafe { RawBuffers::new(buf.as_ptr(), 64, buf.as_mut_ptr(), 64) };
+        assert!(raw.copy_within(0..65, 0..65).is_err());
+        assert!(raw.copy_within(0..8, 60..68).is_err());
     }
 }
