@@ -151,11 +151,16 @@ impl fmt::Display for AlgoError {
 
 /// The largest all-reduce, in bytes per rank, that the automatic choice runs one-shot on
 /// `nranks` ranks; 0 where it never does.
+///
+/// From forced-algorithm sweeps beside NCCL 2.28 (docs/benchmarks.md): on two H200 one-shot
+/// is the fastest up to 1 MiB; on four H200 (NVSwitch) up to 512 KiB, with and without CUDA
+/// graphs (512 KiB: 18.8 us, two-shot 23.2, the ring 31.3). Three ranks were not measured:
+/// each reads fewer peers than at four, so four's limit holds. More ranks: unmeasured, kept low.
 pub const fn one_shot_max_bytes(nranks: u32) -> u64 {
     match nranks {
         0 | 1 => 0,
         2 => 1 << 20,
-        3 | 4 => 256 << 10,
+        3 | 4 => 512 << 10,
         _ if nranks as usize <= PEER_MAX_RANKS => 128 << 10,
         _ => 0,
     }
@@ -163,9 +168,15 @@ pub const fn one_shot_max_bytes(nranks: u32) -> u64 {
 
 /// The largest all-reduce, in bytes per rank, that the automatic choice runs two-shot on
 /// `nranks` ranks (above [`one_shot_max_bytes`]); 0 where it never does.
+///
+/// Two H200: two-shot beats the ring up to 2 MiB; four H200: up to 4 MiB (1 MiB 26.1 us
+/// against the ring's 37.7, 4 MiB 51.5 against 58.7; at 8 MiB the ring is ahead, 75.9 against
+/// 78.9). Three ranks (unmeasured) take two's limit: the ring's disadvantage grows with its
+/// hops. More ranks: unmeasured, never.
 pub const fn two_shot_max_bytes(nranks: u32) -> u64 {
     match nranks {
-        2 => 2 << 20,
+        2 | 3 => 2 << 20,
+        4 => 4 << 20,
         _ => 0,
     }
 }
@@ -260,13 +271,12 @@ mod test {
         }
         assert_eq!(one_shot_max_bytes(1), 0);
         assert_eq!(one_shot_max_bytes(2), 1 << 20);
-        // Two-shot only where measured (two ranks), above one-shot's limit.
+        assert_eq!(one_shot_max_bytes(4), 512 << 10);
+        // Two-shot only up to four ranks, always above one-shot's limit.
         assert_eq!(two_shot_max_bytes(2), 2 << 20);
-        assert!(
-            (1..=64)
-                .filter(|&n| n != 2)
-                .all(|n| two_shot_max_bytes(n) == 0)
-        );
+        assert_eq!(two_shot_max_bytes(4), 4 << 20);
+        assert!((5..=64).all(|n| two_shot_max_bytes(n) == 0));
+        assert!((2..=4).all(|n| two_shot_max_bytes(n) > one_shot_max_bytes(n)));
         assert_eq!(
             choose(None, CollKind::AllReduce, (1 << 20) + 1, 2, ALL_CAPS),
             Ok(GpuAlgo::TwoShot)
