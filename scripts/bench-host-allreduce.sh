@@ -13,7 +13,7 @@
 #   --rounds N    interleave: N rounds, each running every program at one size before the next
 #                 size (in alternating order), so that a burst of load on a shared machine
 #                 hits both sides of a comparison; the table takes each size's median run
-#   --weft PATH   the weft binary (default target/release/weft; `cargo build --release -p weft-driver`)
+#   --weft PATH   the weft binary (default target/release/weft; `cargo build --release -p weft-cli`)
 #   --no-weft     run the baselines only (otherwise a missing weft binary is an error, exit 2)
 #   --no-mpi      skip Open MPI (nothing is installed or compiled then)
 #   --gloo        Gloo is required (an error if torch does not import); by default it runs if torch imports
@@ -73,7 +73,7 @@ LABELS=()
 # Checked first, so that a missing binary does not cost an install and the baselines' runs.
 if [ "$RUN_WEFT" = 1 ]; then
     WEFT=${WEFT:-$ROOT/target/release/weft}
-    [ -x "$WEFT" ] || die "no weft binary at $WEFT: build it with 'cargo build --release -p weft-driver', \
+    [ -x "$WEFT" ] || die "no weft binary at $WEFT: build it with 'cargo build --release -p weft-cli', \
 pass --weft PATH, or --no-weft to run the baselines only" 2
 fi
 if [ "$GLOO" != no ]; then

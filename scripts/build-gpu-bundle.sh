@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what scripts/gpu-test.sh runs on a GPU machine (which has no Rust toolchain) into
-# `.gpu/` (git-ignored): the release `weft` binary and the GPU test binaries (driver/tests/gpu.rs,
+# `.gpu/` (git-ignored): the release `weft` binary and the GPU test binaries (runtime/tests/gpu.rs,
 # cuda/tests/device.rs).
 # Then carry `.gpu` (and `third_party` for nccl-tests) with the device tool.
 set -euo pipefail
@@ -16,7 +16,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == sys.argv[1] and m.get("executable"):
         print(m["executable"])' "$2"
 }
-gpu_test=$(test_binary weft-driver gpu)
+gpu_test=$(test_binary weft-runtime gpu)
 cuda_test=$(test_binary weft-cuda device)
 [ -n "$gpu_test" ] && [ -n "$cuda_test" ] || { echo "build-gpu-bundle: a GPU test binary was not built" >&2; exit 1; }
 mkdir -p .gpu

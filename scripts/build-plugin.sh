@@ -29,7 +29,7 @@ harness="$target_dir/release/weft-plugin-harness"
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O2 -o "$harness" tests/plugin/harness.c -ldl
 echo "built $harness"
 # The socket backend under NCCL's proxy pattern, run by scripts/gpu-plugin-allreduce.sh too.
-cargo build --release -p weft-driver --example nccl_pattern_bw
+cargo build --release -p weft-runtime --example nccl_pattern_bw
 if [[ "${STRIP:-0}" == 1 ]]; then
     strip --strip-debug "$target_dir/release/examples/nccl_pattern_bw"
 fi

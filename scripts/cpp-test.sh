@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds libweft.a, compiles tests/cpp/client.cpp against the committed driver/include/weft.h
+# Builds libweft.a, compiles tests/cpp/client.cpp against the committed capi/include/weft.h
 # (and checks the header as C11), links, and runs it. Usage: scripts/cpp-test.sh [--release]
 # The same steps run under `cargo test` from tests/tests/cpp_client.rs.
 set -euo pipefail
@@ -11,12 +11,12 @@ if [ "${1:-}" = "--release" ]; then
     cargo_flags=(--release)
 fi
 cd "$root"
-cargo build -p weft-driver --lib "${cargo_flags[@]}"
+cargo build -p weft-capi --lib "${cargo_flags[@]}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 lib="$target_dir/$profile/libweft.a"
 out="$target_dir/$profile/cpp-client"
 mkdir -p "$out"
-gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I driver/include tests/cpp/header_c.c
-g++ -std=c++17 -Wall -Wextra -Werror -I driver/include tests/cpp/client.cpp "$lib" \
+gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I capi/include tests/cpp/header_c.c
+g++ -std=c++17 -Wall -Wextra -Werror -I capi/include tests/cpp/client.cpp "$lib" \
     -lpthread -ldl -lm -o "$out/client"
 "$out/client"

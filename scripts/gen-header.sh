@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates driver/include/weft.h from the C ABI (driver/src/capi) and weft-core's abi
+# Regenerates capi/include/weft.h from the C ABI (capi/src) and weft-core's abi
 # module with the pinned cbindgen. Usage: scripts/gen-header.sh [output path]
 # (check-header.sh passes a temporary path to compare against the committed header).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/driver/include/weft.h}"
+out="${1:-$root/capi/include/weft.h}"
 want="0.29.2"
 cbindgen="${CBINDGEN:-cbindgen}"
 if ! command -v "$cbindgen" >/dev/null 2>&1; then
@@ -18,4 +18,4 @@ if [ "$have" != "$want" ]; then
 fi
 mkdir -p "$(dirname "$out")"
 cd "$root"
-"$cbindgen" --quiet --config driver/cbindgen.toml --crate weft-driver --output "$out" driver
+"$cbindgen" --quiet --config capi/cbindgen.toml --crate weft-capi --output "$out" capi

@@ -35,7 +35,7 @@ tests=(
 
 echo "== building what the VMs run"
 cargo build -p weft-net --example ib_pair --example ib_faults
-cargo build -p weft-driver --bin weft
+cargo build -p weft-cli --bin weft
 cargo build -p weft-nccl-net
 cp -f "$target_dir/debug/libnccl_net_weft.so" "$target_dir/debug/libnccl-net-weft.so"
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O1 -o "$target_dir/debug/weft-plugin-harness" \

@@ -39,6 +39,7 @@ extern crate std;
 
 pub mod abi;
 pub mod algo;
+pub mod element;
 pub mod fifo;
 pub mod net;
 pub mod nvls;

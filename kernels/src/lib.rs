@@ -57,7 +57,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 
 /// The headers the main source includes, as `(include name, text)`.
 pub const HEADERS: &[(&str, &str)] = &[
-    ("weft.h", include_str!("../../driver/include/weft.h")),
+    ("weft.h", include_str!("../../capi/include/weft.h")),
     ("ring_program.cuh", include_str!("../cuda/ring_program.cuh")),
     ("ll.cuh", include_str!("../cuda/ll.cuh")),
     ("ll_lines.cuh", include_str!("../cuda/ll_lines.cuh")),

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
-use weft::bootstrap::UniqueId;
-use weft::comm::CommOptions;
-use weft::gpu::{AbortHandle, GpuComm};
 use weft_core::abi::DataType;
+use weft_runtime::bootstrap::UniqueId;
+use weft_runtime::comm::CommOptions;
+use weft_runtime::gpu::{AbortHandle, GpuComm};
 
 use crate::config::CommSettings;
 use crate::debug;

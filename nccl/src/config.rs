@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
-use weft::comm::{ChannelBounds, MAX_CHANNELS};
+use weft_runtime::comm::{ChannelBounds, MAX_CHANNELS};
 
 use crate::result::ApiError;
 

@@ -13,10 +13,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use weft::bootstrap::UniqueId;
-use weft::gpu::{GpuCollective, GpuP2p, PlannedGroup};
 use weft_core::abi::DataType;
 use weft_cuda::{CUstream, Stream};
+use weft_runtime::bootstrap::UniqueId;
+use weft_runtime::gpu::{GpuCollective, GpuP2p, PlannedGroup};
 
 use crate::comm::{Comm, CommState};
 use crate::group::GroupState;
@@ -102,7 +102,7 @@ pub fn group_end() -> Result<(), ApiError> {
 }
 
 /// A caller's stream for `comm`'s GPU.
-fn stream(gpu: &weft::gpu::GpuComm, raw: usize) -> Stream {
+fn stream(gpu: &weft_runtime::gpu::GpuComm, raw: usize) -> Stream {
     // SAFETY: NCCL's contract: the stream belongs to the communicator's device and
     // outlives the call; Stream::from_raw borrows it without destroying it.
     unsafe { Stream::from_raw(gpu.context(), raw as CUstream) }
@@ -150,7 +150,7 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
     }
     for (comm, _, ops) in &p2p {
         comm.with_gpu(|_| Ok(()))?;
-        weft::gpu::validate_p2p_group(comm.rank, comm.nranks, ops).map_err(|e| {
+        weft_runtime::gpu::validate_p2p_group(comm.rank, comm.nranks, ops).map_err(|e| {
             ApiError::from(e).context(&format!(
                 "rank {}: nothing of the group was launched",
                 comm.rank

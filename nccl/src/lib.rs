@@ -1,5 +1,5 @@
 //! weft's `libnccl.so.2`: NCCL's C API (version 2.28) over weft's GPU communicator
-//! ([`weft::gpu::GpuComm`]), so that programs built for NCCL (nccl-tests, PyTorch) run on
+//! ([`weft_runtime::gpu::GpuComm`]), so that programs built for NCCL (nccl-tests, PyTorch) run on
 //! weft unchanged. `include/nccl.h` declares what it exports; docs/nccl-api.md says what
 //! is honoured and what is refused (`ncclInvalidUsage`, with the reason in
 //! `ncclGetLastError`).

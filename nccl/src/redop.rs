@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use weft::gpu::{GpuRedOp, PreMulScalar};
 use weft_core::abi::DataType;
+use weft_runtime::gpu::{GpuRedOp, PreMulScalar};
 
 use crate::result::ApiError;
 use crate::types::NUM_OPS;

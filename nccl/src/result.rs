@@ -2,9 +2,9 @@
 
 use std::fmt;
 
-use weft::bootstrap::BootstrapError;
-use weft::gpu::GpuError;
 use weft_cuda::CudaError;
+use weft_runtime::bootstrap::BootstrapError;
+use weft_runtime::gpu::GpuError;
 
 /// `ncclResult_t` (a C enum: an `int`).
 pub type NcclResult = i32;

@@ -52,7 +52,7 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
         .file_name()
         .and_then(|n| n.to_str())
         .expect("profile directory name");
-    // Cargo already built libweft.a for this test run (weft-driver is a dependency and
+    // Cargo already built libweft.a for this test run (weft-capi is a dependency and
     // builds all its crate types); building again is a no-op that also covers running this
     // test binary on its own after a source change.
     let mut build = Command::new(env!("CARGO"));
@@ -62,7 +62,7 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
             "build",
             "--quiet",
             "-p",
-            "weft-driver",
+            "weft-capi",
             "--lib",
             "--target-dir",
         ])
@@ -80,7 +80,7 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
     let lib = profile_dir.join("libweft.a");
     assert!(lib.is_file(), "{} missing after cargo build", lib.display());
 
-    let include = root.join("driver/include");
+    let include = root.join("capi/include");
     let out_dir = profile_dir.join("cpp-client-test");
     std::fs::create_dir_all(&out_dir).expect("create output directory");
 

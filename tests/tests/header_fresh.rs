@@ -1,4 +1,4 @@
-//! The committed `driver/include/weft.h` matches what the pinned cbindgen generates from the
+//! The committed `capi/include/weft.h` matches what the pinned cbindgen generates from the
 //! current sources (scripts/check-header.sh), so a C ABI change without a regenerated header
 //! fails `cargo test` and not only CI. Skipped, with a message, where cbindgen 0.29.2 is not
 //! installed.
@@ -37,7 +37,7 @@ fn committed_header_matches_sources() {
         .expect("run scripts/check-header.sh");
     assert!(
         out.status.success(),
-        "driver/include/weft.h is stale; run scripts/gen-header.sh and commit it:\n{}\n{}",
+        "capi/include/weft.h is stale; run scripts/gen-header.sh and commit it:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -4,9 +4,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use weft::gpu::{GpuCollective, GpuP2p, GpuRedOp};
 use weft_core::abi::RedOp;
 use weft_core::sched::Collective;
+use weft_runtime::gpu::{GpuCollective, GpuP2p, GpuRedOp};
 
 use super::{CudaStream, NcclComm, index};
 use crate::boundary::run;

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use weft::bootstrap::{BootstrapOptions, UniqueId};
+use weft_runtime::bootstrap::{BootstrapOptions, UniqueId};
 
 use super::{NcclComm, NcclUniqueId, non_null};
 use crate::boundary::{last_error_ptr, run, run_value};

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use weft::bootstrap::{BootstrapOptions, UniqueId};
+use weft_runtime::bootstrap::{BootstrapOptions, UniqueId};
 
 use super::calls::call;
 use super::{NcclComm, NcclUniqueId, index, non_null};

@@ -1,0 +1,167 @@
+//! What a communicator does when something goes wrong: every rank ends with an error that
+//! names the rank at fault, well within the deadline, and never hangs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use weft_core::abi::{DataType, RedOp};
+use weft_runtime::comm::CommError;
+
+/// The deadline of every wait in these tests: failures must be reported well before it.
+const TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Loops large all-reduces; the victim SIGKILLs itself in the middle of one. The others
+/// must fail within the deadline with an error naming the victim.
+fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(TIMEOUT));
+        let count = 4 << 20;
+        let send = vec![1u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        if role.rank == victim {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                let me = std::process::id() as libc::pid_t;
+                // SAFETY: signalling our own process; SIGKILL ends it at once, mid-call.
+                unsafe { libc::kill(me, libc::SIGKILL) };
+            });
+        }
+        let start = Instant::now();
+        let mut last_ok = Instant::now();
+        loop {
+            match comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum) {
+                Ok(()) => last_ok = Instant::now(),
+                Err(e) => {
+                    let waited = last_ok.elapsed();
+                    let text = e.to_string();
+                    println!("rank {}: failed after {waited:?}: {text}", role.rank);
+                    // The victim, or (on a loaded machine, where the victim's other
+                    // neighbour can fail and close first) a rank that left early because
+                    // of it: never a hang, never an unnamed failure.
+                    assert!(
+                        text.contains(&format!("rank {victim}"))
+                            || text.contains("left the collective early"),
+                        "the error does not name rank {victim} or a cascade: {text}"
+                    );
+                    assert!(waited < TIMEOUT, "took {waited:?}, deadline {TIMEOUT:?}");
+                    // The communicator is unusable afterwards, and says why.
+                    let again = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum);
+                    assert!(matches!(again, Err(CommError::Failed(_))), "{again:?}");
+                    return;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "rank {victim} never died"
+            );
+        }
+    }
+    let exits = common::launch(
+        name,
+        nranks,
+        &[
+            ("WEFT_TEST_CHANNELS", "2".to_string()),
+            ("WEFT_TEST_TRANSPORT", transport.to_string()),
+        ],
+        Duration::from_secs(60),
+    );
+    for e in &exits {
+        if e.rank == victim {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                e.status.and_then(|s| s.signal()),
+                Some(libc::SIGKILL),
+                "the victim should have been killed: {}",
+                e.log
+            );
+        } else {
+            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+        }
+    }
+}
+
+#[test]
+fn killed_rank_over_shm() {
+    killed_rank("killed_rank_over_shm", 4, 2, "shm");
+}
+
+#[test]
+fn killed_rank_over_net() {
+    killed_rank("killed_rank_over_net", 3, 1, "net");
+}
+
+/// Ranks that disagree on the count: every rank fails (no hang) within the deadline.
+#[test]
+fn mismatched_counts_fail_everywhere() {
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(TIMEOUT));
+        let count = 100_000 + 16 * role.rank;
+        let send = vec![0u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        let start = Instant::now();
+        let r = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum);
+        let err = r.expect_err("mismatched counts must fail");
+        println!("rank {}: {err} after {:?}", role.rank, start.elapsed());
+        assert!(start.elapsed() < TIMEOUT + Duration::from_secs(2));
+        return;
+    }
+    let exits = common::launch(
+        "mismatched_counts_fail_everywhere",
+        3,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        Duration::from_secs(60),
+    );
+    common::assert_all_ok("mismatched_counts_fail_everywhere", &exits);
+}
+
+/// A rank started with another channel count is named at init.
+#[test]
+fn inconsistent_settings_are_named_at_init() {
+    if let Some(role) = common::role() {
+        let mut opts = common::options(TIMEOUT);
+        opts.nchannels = Some(if role.rank == 1 { 3 } else { 2 });
+        let err = weft_runtime::comm::Comm::init(&role.id, role.rank, role.nranks, &opts)
+            .expect_err("init must fail");
+        let text = err.to_string();
+        println!("rank {}: {text}", role.rank);
+        assert!(text.contains("channel count"), "{text}");
+        let culprit = if role.rank == 1 { 0 } else { 1 };
+        assert_eq!(err.culprit(), Some(culprit), "{text}");
+        return;
+    }
+    let exits = common::launch(
+        "inconsistent_settings_are_named_at_init",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
+    common::assert_all_ok("inconsistent_settings_are_named_at_init", &exits);
+}
+
+/// SHM forced between two "hosts" is refused at init with a clear reason.
+#[test]
+fn forced_shm_across_hosts_is_refused() {
+    let name = "forced_shm_across_hosts_is_refused";
+    if let Some(role) = common::role() {
+        let err = weft_runtime::comm::Comm::init(
+            &role.id,
+            role.rank,
+            role.nranks,
+            &common::options(TIMEOUT),
+        )
+        .expect_err("SHM cannot connect two hosts");
+        let text = err.to_string();
+        println!("rank {}: {text}", role.rank);
+        assert!(text.contains("another host"), "{text}");
+        return;
+    }
+    let exits = common::launch_each(
+        name,
+        2,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        |rank| vec![("WEFT_HOSTID".to_string(), format!("host-{rank}"))],
+        Duration::from_secs(60),
+    );
+    common::assert_all_ok(name, &exits);
+}
