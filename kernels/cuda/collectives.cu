@@ -1,7 +1,7 @@
 // weft's collective kernels: NCCL's SIMPLE and LL (ll.cuh) protocols over ring channels, one
 // block per channel, and the point-to-point kernel of send/recv groups.
 //
-// Compiled by NVRTC once per element type (-DWEFT_DTYPE=<weft_data_type>), with weft.h
+// Compiled by NVRTC once per element type (-DWEFT_DTYPE=<weft_data_type>), with weft_abi.h
 // (generated from weft_core::abi) giving the structs the host fills:
 //   weft_dev_comm  -> weft_dev_channel[n_channels] -> weft_channel_peer[nranks]
 // Each connection end (weft_conn_info) has a FIFO of `steps` slots of `step_size` bytes in
@@ -12,7 +12,7 @@
 // No wait is endless: every wait polls the communicator's abort flag and gives up after
 // weft_dev_comm.timeout_ns, recording which peer it waited on in this block's
 // weft_kernel_fault (host-mapped) and raising the abort flag so the other blocks stop too.
-#include "weft.h"
+#include "weft_abi.h"
 #include "ring_program.cuh"
 #include "ll_lines.cuh"
 #include "reduce.cuh"

@@ -50,7 +50,7 @@
 //
 // Every element type and operator of the ring kernels, with their exact semantics
 // (reduce.cuh), Avg included.
-#include "weft.h"
+#include "weft_abi.h"
 #include "ring_program.cuh"
 #include "reduce.cuh"
 #include "sync.cuh"

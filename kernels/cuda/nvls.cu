@@ -28,7 +28,7 @@
 // each block starts from weft_peer_work.steps[channel] and writes back what it used. Every
 // wait polls the abort flag, gives up after the communicator's timeout and names the rank it
 // waited on (WEFT_WAIT_NVLS_POSTED, WEFT_WAIT_NVLS_FREED).
-#include "weft.h"
+#include "weft_abi.h"
 #include "ring_program.cuh"
 #include "reduce.cuh"
 #include "sync.cuh"

@@ -1,5 +1,5 @@
 // What NVRTC lacks of <stdint.h> (it has no C library headers): the fixed-width types
-// weft.h and the kernels use. Given to NVRTC as a header; never used by a host compiler.
+// weft_abi.h and the kernels use. Given to NVRTC as a header; never used by a host compiler.
 #ifndef WEFT_NVRTC_STDINT_H
 #define WEFT_NVRTC_STDINT_H
 typedef signed char int8_t;

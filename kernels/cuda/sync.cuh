@@ -5,7 +5,7 @@
 #ifndef WEFT_SYNC_CUH
 #define WEFT_SYNC_CUH
 
-#include "weft.h"
+#include "weft_abi.h"
 #include "ring_program.cuh"
 #include "reduce.cuh"
 

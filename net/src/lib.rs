@@ -5,7 +5,7 @@
 //! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
 //! - [`mesh`]: verbs over a multi-subnet mesh: a multi-address handle, the NIC chosen by subnet.
 //! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
-//! - [`env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-driver.
+//! - [`mod@env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-runtime.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
 //! [`Net`] is NCCL's `ncclNet_v8_t` as a Rust trait: a table of devices, a listen / connect /
@@ -17,7 +17,7 @@
 //! | --- | --- |
 //! | `devices`, `getProperties` | [`Net::devices`], [`Net::properties`] |
 //! | `listen` (handle of `NCCL_NET_HANDLE_MAXSIZE` bytes) | [`Net::listen`] -> ([`NetHandle`], listen comm) |
-//! | `connect` (called again until `sendComm != NULL`) | [`Net::connect`] with a [`ConnectState`] slot, `Ok(None)` = not yet |
+//! | `connect` (called again until `sendComm != NULL`) | [`Net::connect`] with a [`Net::Connecting`] slot, `Ok(None)` = not yet |
 //! | `accept` (called again until `recvComm != NULL`) | [`Net::accept`], `Ok(None)` = not yet |
 //! | `regMr` / `deregMr` | [`Net::reg_mr`] / [`Net::dereg_mr`] |
 //! | `isend` (`request == NULL`: retry later) | [`Net::isend`], `Ok(None)` = not posted, retry |

@@ -81,6 +81,8 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
     assert!(lib.is_file(), "{} missing after cargo build", lib.display());
 
     let include = root.join("capi/include");
+    // weft.h includes weft_abi.h, generated for the kernels beside their sources.
+    let abi_include = root.join("kernels/cuda");
     let out_dir = profile_dir.join("cpp-client-test");
     std::fs::create_dir_all(&out_dir).expect("create output directory");
 
@@ -97,6 +99,8 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
             ])
             .arg("-I")
             .arg(&include)
+            .arg("-I")
+            .arg(&abi_include)
             .arg(root.join("tests/cpp/header_c.c")));
     } else {
         println!("cpp_client: {cc} not found; skipping only the C11 header check");
@@ -107,6 +111,8 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
         .args(["-std=c++17", "-Wall", "-Wextra", "-Werror"])
         .arg("-I")
         .arg(&include)
+        .arg("-I")
+        .arg(&abi_include)
         .arg(root.join("tests/cpp/client.cpp"))
         .arg(&lib)
         .args(["-lpthread", "-ldl", "-lm", "-o"])

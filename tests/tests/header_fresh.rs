@@ -1,6 +1,6 @@
-//! The committed `capi/include/weft.h` matches what the pinned cbindgen generates from the
-//! current sources (scripts/check-header.sh), so a C ABI change without a regenerated header
-//! fails `cargo test` and not only CI. Skipped, with a message, where cbindgen 0.29.2 is not
+//! The committed headers (`capi/include/weft.h`, `kernels/cuda/weft_abi.h`) match what the
+//! pinned cbindgen generates from the current sources (scripts/check-header.sh), so a C ABI
+//! change without regenerated headers fails `cargo test` and not only CI. Skipped, with a message, where cbindgen 0.29.2 is not
 //! installed.
 
 use std::path::Path;
@@ -37,7 +37,7 @@ fn committed_header_matches_sources() {
         .expect("run scripts/check-header.sh");
     assert!(
         out.status.success(),
-        "capi/include/weft.h is stale; run scripts/gen-header.sh and commit it:\n{}\n{}",
+        "a committed header is stale; run scripts/gen-header.sh and commit it:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -11,7 +11,7 @@
 //! tolerance of a few units in the last place per rank.
 //!
 //! The fp8 types (3 or 2 stored mantissa bits) are checked exactly instead, with data whose
-//! every partial result is exact in any order (see [`TestData::fp8_input`]): sums of
+//! every partial result is exact in any order (see `TestData::fp8_input`): sums of
 //! multiples of 1/4 small enough to stay exact, powers of two for products, any finite value
 //! for min and max, and for `Avg` one nonzero input per element, whose pre-multiplied value
 //! the reference computes (`weft_core::element`, NCCL's fp8 rounding).

@@ -5,7 +5,7 @@
 //! Selective signalling: the sender's data writes are unsignaled except the last one per QP
 //! per request (it carries the immediate); completions on one QP arrive in order, so that one
 //! completion says every earlier write of the request on that QP is done. The receiver's FIFO
-//! writes are signaled one in [`FIFO_SIGNAL_EVERY`], only so that their send-queue entries are
+//! writes are signaled one in `FIFO_SIGNAL_EVERY`, only so that their send-queue entries are
 //! reclaimed. Small writes go inline (copied into the work request; no DMA read of the source).
 
 use std::io::Read;

@@ -3,7 +3,7 @@
 //! channel, every `ncclCommRegister`), so registrations are shared per protection domain:
 //! a request covered by a cached region (page-aligned) takes a reference to it, and the
 //! region is deregistered when its last reference goes. Entries are keyed by the kind of
-//! memory as well ([`Memory`]): a host range and a CUDA range never share a region (their
+//! memory as well (`Memory`): a host range and a CUDA range never share a region (their
 //! addresses live in different spaces). A dma-buf region is reused for any later dma-buf
 //! range it covers, whatever fd that one came with: NCCL closes the fd right after
 //! `regMrDmaBuf` (the MR keeps the dma-buf), so fd numbers are reused, while an address inside

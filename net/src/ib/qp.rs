@@ -1,5 +1,5 @@
 //! Reliable-connected queue pairs whose state is a type: [`Qp<Reset>`] is what
-//! [`Qp::create`] gives, and only `Reset -> Init -> Rtr -> Rts` can be written, each step
+//! `Qp::create` gives, and only `Reset -> Init -> Rtr -> Rts` can be written, each step
 //! consuming the previous state; only [`Qp<Rts>`] can post. A failed step destroys the QP and
 //! says which transition failed with which attributes.
 //!

@@ -2,9 +2,9 @@
 //!
 //! Devices are the interfaces chosen by [`interface`] (NCCL_SOCKET_IFNAME rules). Each
 //! connection is one control socket plus several data sockets served by helper threads
-//! ([`data_threads`]); the control socket carries the matching protocol ([`comm`]) and small
+//! (`data_threads`); the control socket carries the matching protocol (`comm`) and small
 //! messages, large messages are split across the data sockets. Connect and accept are
-//! nonblocking state machines ([`handshake`]). Everything that waits has a deadline or an
+//! nonblocking state machines (`handshake`). Everything that waits has a deadline or an
 //! abort path, and a peer that goes away turns into an error from `test`.
 //!
 //! Environment (WEFT_ name first, then NCCL's):

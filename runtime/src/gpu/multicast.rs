@@ -207,7 +207,7 @@ impl MulticastPlan {
     }
 
     /// The plan as bytes, for comparing across ranks: eight big-endian bytes per field, in
-    /// [`PLAN_FIELDS`] order.
+    /// `PLAN_FIELDS` order.
     pub fn encode(&self) -> Vec<u8> {
         [
             self.creator as u64,

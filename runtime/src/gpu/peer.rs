@@ -191,7 +191,7 @@ impl RegionPlan {
     /// The plan as bytes, for comparing across ranks: every rank computes it from its own
     /// environment (`WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE`) and
     /// its own GPU (the NVLS channel default), and a rank whose plan differs would write
-    /// past a peer's region. Eight big-endian bytes per field, in [`PLAN_FIELDS`] order,
+    /// past a peer's region. Eight big-endian bytes per field, in `PLAN_FIELDS` order,
     /// then the heads (four bytes each).
     pub fn encode(&self) -> Vec<u8> {
         let (nchannels, chunk, nheads, heads) = match &self.nvls {

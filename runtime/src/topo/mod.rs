@@ -5,7 +5,7 @@
 //! graph XML) is weft-core's, shared with a topology read from `NCCL_TOPO_FILE`.
 //!
 //! - [`sysfs`]: reading a (possibly fake) sysfs tree: PCI paths, attributes, bus ids.
-//! - [`detect`]: the topology XML from sysfs, `/proc/cpuinfo`, the GPUs and the NICs.
+//! - [`mod@detect`]: the topology XML from sysfs, `/proc/cpuinfo`, the GPUs and the NICs.
 //! - [`gpu`]: GPUs through the CUDA driver, their NVLinks through [`nvml`].
 //! - [`nvml`]: the few NVML entry points detection needs, loaded at run time.
 //! - [`nic`]: network devices from `/sys/class/infiniband` and `/sys/class/net`.
