@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # weft's libnccl.so.2 without a GPU, as an NCCL user builds against it:
 #  1. SONAME is libnccl.so.2 (readelf -d);
-#  2. every function nccl/include/nccl.h declares is exported (nm -D), nothing else named
-#     nccl* but the device-API calls programs link (NCCL declares them in nccl_device.h);
-#     and where NVIDIA's 2.28 headers are in target/nccl-ref (scripts/install-deps), every
-#     host function of their nccl.h and nccl_device headers is exported too (PyTorch's
+#  2. it exports (nm -D) every function nccl/include/nccl.h declares and every device-API
+#     call of tests/nccl-api/device-api-exports.txt (NCCL declares those in nccl_device.h;
+#     programs link them), and nothing else but pnccl* aliases of those: no weft_* or Rust
+#     runtime symbol, no data (tests/tests/exports.rs checks the same rule from the ELF
+#     .dynsym); and where NVIDIA's 2.28 headers are in target/nccl-ref (scripts/install-deps),
+#     every host function of their nccl.h and nccl_device headers is exported too (PyTorch's
 #     libtorch_cuda.so does not load without ncclDevCommDestroy);
 #  3. tests/nccl-api/api_nogpu.c, compiled with that header and linked with -lnccl, passes
 #     (versions, error texts, unique ids, argument checks, no-GPU errors, groups, refusals).
@@ -24,24 +26,27 @@ if [ "$soname" != libnccl.so.2 ]; then
 fi
 echo "ok  SONAME libnccl.so.2"
 
-declared="$(grep -oE '^(ncclResult_t|const char|void) *\**nccl[A-Za-z]+\(' nccl/include/nccl.h |
-    sed -E 's/.*[ *](nccl[A-Za-z]+)\($/\1/' | sort -u)"
-exported="$(nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | grep -E '^nccl' | sort -u)"
-missing="$(comm -23 <(echo "$declared") <(echo "$exported"))"
+# A declaration starts a line: a return type, then the name and its "(".
+declared="$(grep -E '^[A-Za-z_][A-Za-z0-9_ ]*[ *]+nccl[A-Za-z0-9_]*\(' nccl/include/nccl.h |
+    grep -v '^typedef' | sed -E 's/^[^(]*[ *](nccl[A-Za-z0-9_]*)\(.*/\1/' | sort -u)"
+device_api="$(grep -vE '^(#|[[:space:]]*$)' tests/nccl-api/device-api-exports.txt | sort -u)"
+allowed="$(printf '%s\n%s\n' "$declared" "$device_api" | sort -u)"
+# Every defined dynamic symbol, whatever its type (functions T, data D/B/R, weak W...).
+defined="$(nm -D --defined-only "$lib" | awk 'NF >= 3 {print $3}' | sed 's/@.*//' | sort -u)"
+exported="$(nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | sed 's/@.*//' | sort -u)"
+missing="$(comm -23 <(echo "$allowed") <(echo "$exported"))"
 if [ -n "$missing" ]; then
-    echo "FAIL: declared in nccl.h but not exported by $lib:" $missing >&2
+    echo "FAIL: declared in nccl.h or tests/nccl-api/device-api-exports.txt but not exported by $lib:" $missing >&2
     exit 1
 fi
-# Exported for programs that link them, declared by NCCL's nccl_device.h only.
-device_api="ncclDevCommCreate ncclDevCommDestroy ncclLsaBarrierCreateRequirement ncclTeamWorld
-    ncclTeamLsa ncclTeamRail ncclTeamRankToWorld ncclTeamRankToLsa ncclLLA2ACalcSlots
-    ncclLLA2ACreateRequirement"
-undeclared="$(comm -13 <({ echo "$declared"; printf '%s\n' $device_api; } | sort -u) <(echo "$exported"))"
-if [ -n "$undeclared" ]; then
-    echo "FAIL: exported by $lib but not declared in nccl.h:" $undeclared >&2
+# NCCL exports each function as pncclX too (for profilers): allowed, not required.
+unexpected="$(comm -13 <({ echo "$allowed"; sed 's/^/p/' <<<"$allowed"; } | sort -u) <(echo "$defined"))"
+if [ -n "$unexpected" ]; then
+    echo "FAIL: $lib exports what is neither a function of nccl.h nor a device-API call" \
+        "(tests/nccl-api/device-api-exports.txt), nor a pnccl alias of one:" $unexpected >&2
     exit 1
 fi
-echo "ok  all $(echo "$declared" | wc -l) functions of nccl.h exported, and beside them only the device-API calls"
+echo "ok  all $(echo "$declared" | wc -l) functions of nccl.h exported, the $(echo "$device_api" | wc -l) device-API calls, and nothing else"
 ref="$(ls -d target/nccl-ref/*/nvidia/nccl/include 2>/dev/null | head -1)"
 if [ -n "$ref" ]; then
     # nccl.h's functions, and every NCCL_EXTERN_C __host__ function of the device headers,

@@ -6,8 +6,9 @@ use weft_core::abi::{
     ABI_VERSION, ChannelPeer, CollWork, ConnInfo, DataType, DevChannel, DevComm, KernelArgs, RedOp,
     RingInfo, TreeInfo,
 };
+use weft_ffi::{arg_cstr, arg_mut, arg_ref};
 
-use super::boundary::{arg_cstr, arg_mut, arg_ref, boundary};
+use super::boundary::boundary;
 use super::status::{CallError, weft_status};
 
 pub use weft_kernels::abi::*;

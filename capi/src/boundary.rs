@@ -1,116 +1,70 @@
-//! The panic boundary every `extern "C"` body runs behind, the argument-checking macros,
-//! and the thread-local last-error text.
+//! libweft's side of the panic boundary: its codes, its per-thread last error, and the
+//! `boundary!` macro every `extern "C"` body runs inside.
 //!
 //! A panic that unwinds into C is undefined behaviour, and a library loaded inside someone
-//! else's process (NCCL, PyTorch) must not take it down: every entry point catches panics
-//! and turns them into `WEFT_ERR_INTERNAL` with a message naming the function.
+//! else's process (NCCL, PyTorch) must not take it down: [`weft_ffi::status_call`] catches
+//! panics, which become `WEFT_ERR_INTERNAL` with a message naming the function. Argument
+//! checks are weft-ffi's macros (`arg_ref!`, `arg_mut!`, `arg_slice!`, `arg_slice_mut!`,
+//! `arg_cstr!`), their errors mapped to `WEFT_ERR_NULL_ARG` / `WEFT_ERR_BAD_FIELD` by
+//! [`CallError`]'s `From<ArgError>`.
 
-use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{CString, c_char};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use weft_ffi::{Surface, ThreadLastError};
 
 use super::status::{CallError, weft_status};
 
 thread_local! {
-    /// Detailed text of the last failed call on this thread ("" after a successful one).
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_ERROR_TEXT: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn store_last_error(text: CString) {
-    // During thread teardown the slot may be gone; the caller still gets the status code.
-    let _ = LAST_ERROR.try_with(|slot| {
-        if let Ok(mut slot) = slot.try_borrow_mut() {
-            *slot = text;
-        }
-    });
-}
+/// Detailed text of the last failed call on this thread ("" after a successful one).
+static LAST_ERROR: ThreadLastError = ThreadLastError::new(&LAST_ERROR_TEXT);
 
-fn set_last_error(function: &str, message: &str) {
-    // An interior NUL would cut the message short in C; show it instead.
-    let text = format!("{function}: {message}").replace('\0', "\\0");
-    store_last_error(CString::new(text).unwrap_or_default());
-}
+/// libweft as a [`Surface`]: `weft_status` codes; a failure's text ("function: message") is
+/// this thread's last error until its next status-returning call, which clears it.
+#[derive(Debug)]
+pub(crate) struct Libweft;
 
-fn clear_last_error() {
-    store_last_error(CString::default());
-}
+impl Surface for Libweft {
+    type Code = weft_status;
+    type Error = CallError;
+    const SUCCESS: weft_status = weft_status::WEFT_OK;
+    const PANICKED: weft_status = weft_status::WEFT_ERR_INTERNAL;
 
-/// The current last-error text as a C string pointer (see `weft_last_error`).
-fn last_error_ptr() -> *const c_char {
-    LAST_ERROR
-        .try_with(|slot| slot.try_borrow().map(|s| s.as_ptr()).ok())
-        .ok()
-        .flatten()
-        .unwrap_or(c"".as_ptr())
-}
-
-fn panic_text(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(non-string panic payload)")
-}
-
-/// Records a caught panic as `function`'s last error.
-fn record_panic(function: &str, payload: &(dyn Any + Send)) {
-    set_last_error(
-        function,
-        &format!(
-            "internal error: panicked: {}; this is a bug in weft, please report it",
-            panic_text(payload)
-        ),
-    );
-}
-
-/// Runs a status-returning body: `Ok` clears the last error and gives `WEFT_OK`; an error
-/// records "function: message" and gives its code; a panic gives `WEFT_ERR_INTERNAL`.
-pub(crate) fn status_call(
-    function: &'static str,
-    body: impl FnOnce() -> Result<(), CallError>,
-) -> weft_status {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => {
-            clear_last_error();
-            weft_status::WEFT_OK
-        }
-        Ok(Err(e)) => {
-            set_last_error(function, &e.message);
-            e.status
-        }
-        Err(payload) => {
-            record_panic(function, payload.as_ref());
-            weft_status::WEFT_ERR_INTERNAL
-        }
+    fn succeeded(_function: &str) {
+        LAST_ERROR.clear();
     }
-}
 
-/// Runs a body that returns a value and cannot fail: on a panic, records the last error and
-/// returns `fallback`. Does not touch the last error otherwise, so that `weft_last_error`
-/// and `weft_status_str` can be called after a failure without erasing it.
-pub(crate) fn value_call<T>(function: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(v) => v,
-        Err(payload) => {
-            record_panic(function, payload.as_ref());
-            fallback
-        }
+    fn failed(function: &str, error: CallError) -> weft_status {
+        LAST_ERROR.set(&format!("{function}: {}", error.message));
+        error.status
+    }
+
+    fn panicked(function: &str, message: &str) {
+        LAST_ERROR.set(&format!(
+            "{function}: internal error: panicked: {message}; this is a bug in weft, please \
+             report it"
+        ));
     }
 }
 
 /// Wraps the body of every `extern "C"` function.
 ///
 /// - `boundary!("weft_f", { ... Ok(()) })`: the block returns `Result<(), CallError>`
-///   (so `?` and `return Err(..)` work); the function returns `weft_status`.
+///   (so `?` and `return Err(..)` work); the function returns `weft_status`: `WEFT_OK`
+///   (clearing the last error), the error's code (its text the last error), or
+///   `WEFT_ERR_INTERNAL` on a panic.
 /// - `boundary!("weft_f", default: value, { ... })`: the block returns the function's value;
-///   `value` is returned if it panics.
+///   `value` is returned if it panics. The last error is not touched otherwise, so that
+///   `weft_last_error` and `weft_status_str` can be called after a failure without erasing it.
 macro_rules! boundary {
     ($function:literal, default: $fallback:expr, $body:block) => {
-        $crate::boundary::value_call($function, $fallback, || $body)
+        ::weft_ffi::value_call::<$crate::boundary::Libweft, _>($function, $fallback, || $body)
     };
     ($function:literal, $body:block) => {
-        $crate::boundary::status_call(
+        ::weft_ffi::status_call::<$crate::boundary::Libweft>(
             $function,
             || -> ::core::result::Result<(), $crate::CallError> { $body },
         )
@@ -118,127 +72,20 @@ macro_rules! boundary {
 }
 pub(crate) use boundary;
 
-/// `arg_ref!(ptr, "name")`: `&T` from a `*const T` argument, or returns `WEFT_ERR_NULL_ARG`
-/// naming the argument. Only inside a `boundary!` status body of an `unsafe extern "C" fn`
-/// whose `# Safety` section says a non-null pointer must be valid for reads.
-macro_rules! arg_ref {
-    ($ptr:expr, $name:literal) => {{
-        let ptr = $ptr;
-        if ptr.is_null() {
-            return Err($crate::CallError::null_arg($name));
-        }
-        // SAFETY: `ptr` is not null, and the function's contract (its `# Safety` section)
-        // makes the caller promise that a non-null pointer is aligned and points to an
-        // initialised value that nothing writes during the call.
-        unsafe { &*ptr }
-    }};
-}
-pub(crate) use arg_ref;
-
-/// `arg_mut!(ptr, "name")`: `&mut T` from a `*mut T` out-argument, or `WEFT_ERR_NULL_ARG`.
-/// Same contract as `arg_ref!`, for writes: the caller owns the pointee for the call.
-macro_rules! arg_mut {
-    ($ptr:expr, $name:literal) => {{
-        let ptr = $ptr;
-        if ptr.is_null() {
-            return Err($crate::CallError::null_arg($name));
-        }
-        // SAFETY: `ptr` is not null, and the function's contract makes the caller promise
-        // that a non-null out-pointer is aligned, valid for writes of one value, and not
-        // accessed by anything else during the call. Out-types are plain integers and
-        // arrays of them, so any prior content is a valid value.
-        unsafe { &mut *ptr }
-    }};
-}
-pub(crate) use arg_mut;
-
-/// `arg_slice!(ptr, len, "name")`: `&[T]` from a pointer and element count, or
-/// `WEFT_ERR_NULL_ARG` when the pointer is NULL (even with `len == 0`, which is then almost
-/// certainly a caller bug), or `WEFT_ERR_BAD_FIELD` when `len` elements cannot exist.
-macro_rules! arg_slice {
-    ($ptr:expr, $len:expr, $name:literal) => {{
-        let (ptr, len) = ($ptr, $len);
-        if ptr.is_null() {
-            return Err($crate::CallError::null_arg($name));
-        }
-        $crate::boundary::check_slice_len(ptr, len, $name)?;
-        // SAFETY: `ptr` is not null, `len` elements fit in `isize::MAX` bytes (checked
-        // above), and the function's contract makes the caller promise that `ptr` points to
-        // `len` initialised, aligned elements that nothing writes during the call.
-        unsafe { ::core::slice::from_raw_parts(ptr, len) }
-    }};
-}
-pub(crate) use arg_slice;
-
-/// `arg_slice_mut!(ptr, len, "name")`: `&mut [u8]` for an output buffer; as `arg_slice!`.
-macro_rules! arg_slice_mut {
-    ($ptr:expr, $len:expr, $name:literal) => {{
-        let (ptr, len) = ($ptr, $len);
-        if ptr.is_null() {
-            return Err($crate::CallError::null_arg($name));
-        }
-        $crate::boundary::check_slice_len(ptr.cast_const(), len, $name)?;
-        // SAFETY: as in `arg_slice!`, and the caller promises the `len` elements are
-        // writable and not accessed by anything else during the call. The element types
-        // used (bytes) are valid for any prior content.
-        unsafe { ::core::slice::from_raw_parts_mut(ptr, len) }
-    }};
-}
-pub(crate) use arg_slice_mut;
-
-/// `arg_cstr!(ptr, "name")`: `&str` from a NUL-terminated C string, or `WEFT_ERR_NULL_ARG`,
-/// or `WEFT_ERR_BAD_FIELD` when it is not UTF-8.
-macro_rules! arg_cstr {
-    ($ptr:expr, $name:literal) => {{
-        let ptr: *const ::std::ffi::c_char = $ptr;
-        if ptr.is_null() {
-            return Err($crate::CallError::null_arg($name));
-        }
-        // SAFETY: `ptr` is not null, and the function's contract makes the caller promise
-        // that it points to a NUL-terminated string that nothing writes during the call.
-        let c = unsafe { ::std::ffi::CStr::from_ptr(ptr) };
-        c.to_str()
-            .map_err(|_| $crate::CallError::bad_arg($name, format!("{c:?}"), "a UTF-8 string"))?
-    }};
-}
-pub(crate) use arg_cstr;
-
-/// Rejects element counts whose byte size exceeds `isize::MAX` (what `from_raw_parts`
-/// requires), and pointers not aligned for `T`.
-pub(crate) fn check_slice_len<T>(ptr: *const T, len: usize, name: &str) -> Result<(), CallError> {
-    let fits = len
-        .checked_mul(size_of::<T>())
-        .is_some_and(|bytes| isize::try_from(bytes).is_ok());
-    if !fits {
-        return Err(CallError::bad_arg(
-            name,
-            format!("{len} elements"),
-            "a length that fits in memory",
-        ));
-    }
-    if !ptr.is_aligned() {
-        return Err(CallError::bad_arg(
-            name,
-            format!("{ptr:p}"),
-            &format!("a pointer aligned to {} bytes", align_of::<T>()),
-        ));
-    }
-    Ok(())
-}
-
 /// Detailed text of the last failed `weft_*` call on the calling thread: the function,
 /// what failed and the values involved. "" if the last status-returning call succeeded
 /// (or none was made). Never NULL. The text stays valid until the next status-returning
 /// `weft_*` call on this thread; copy it to keep it.
 #[unsafe(no_mangle)]
 pub extern "C" fn weft_last_error() -> *const c_char {
-    boundary!("weft_last_error", default: c"".as_ptr(), { last_error_ptr() })
+    boundary!("weft_last_error", default: c"".as_ptr(), { LAST_ERROR.as_ptr() })
 }
 
 #[cfg(test)]
 mod test {
     use super::*;
     use std::ffi::CStr;
+    use weft_ffi::arg_ref;
 
     fn last_error() -> String {
         // SAFETY: weft_last_error never returns NULL and the text lives until the next call.
@@ -319,12 +166,36 @@ mod test {
     }
 
     #[test]
-    fn slice_lengths_beyond_memory_are_rejected() {
-        let p = std::ptr::dangling::<u64>();
-        assert!(check_slice_len(p, usize::MAX / 4, "buf").is_err());
-        assert!(check_slice_len(p, 3, "buf").is_ok());
-        let e = check_slice_len(std::ptr::without_provenance::<u64>(5), 3, "buf").unwrap_err();
+    fn argument_checks_map_to_null_arg_and_bad_field() {
+        use weft_ffi::arg::{c_str, check_slice};
+        let e = CallError::from(
+            check_slice(std::ptr::dangling::<u64>(), usize::MAX / 4, "buf").unwrap_err(),
+        );
         assert_eq!(e.status, weft_status::WEFT_ERR_BAD_FIELD);
-        assert!(e.message.contains("aligned to 8 bytes"), "{}", e.message);
+        assert_eq!(
+            e.message,
+            format!(
+                "argument `buf` = {} elements is invalid: expected a length that fits in memory",
+                usize::MAX / 4
+            )
+        );
+        assert!(check_slice(std::ptr::dangling::<u64>(), 3, "buf").is_ok());
+        let e = check_slice(std::ptr::without_provenance::<u64>(5), 3, "buf").unwrap_err();
+        let e = CallError::from(e);
+        assert_eq!(e.status, weft_status::WEFT_ERR_BAD_FIELD);
+        assert_eq!(
+            e.message,
+            "argument `buf` = 0x5 is invalid: expected a pointer aligned to 8 bytes"
+        );
+        // SAFETY: a NUL-terminated literal.
+        let e = CallError::from(unsafe { c_str(c"\xff".as_ptr(), "name") }.unwrap_err());
+        assert_eq!(e.status, weft_status::WEFT_ERR_BAD_FIELD);
+        assert_eq!(
+            e.message,
+            "argument `name` = \"\\xff\" is invalid: expected a UTF-8 string"
+        );
+        // SAFETY: NULL is refused before anything is read.
+        let e = CallError::from(unsafe { c_str(std::ptr::null(), "name") }.unwrap_err());
+        assert_eq!(e, CallError::null_arg("name"));
     }
 }

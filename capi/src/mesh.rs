@@ -10,7 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use weft_core::net::{self, LocalNic, PeerAddr, Route};
 use weft_core::wire::mesh_handle::{self, MeshEntry, MeshHandle};
 
-use super::boundary::{arg_mut, arg_ref, arg_slice, arg_slice_mut, boundary};
+use weft_ffi::{arg_mut, arg_ref, arg_slice, arg_slice_mut};
+
+use super::boundary::boundary;
 use super::status::{CallError, weft_status};
 
 /// Most entries in a mesh handle.

@@ -4,6 +4,7 @@ use std::ffi::{CStr, c_char};
 use std::fmt;
 
 use weft_core::wire::ParseError;
+use weft_ffi::ArgError;
 
 /// Result of every status-returning `weft_*` function. The numbers are part of the ABI:
 /// a code keeps its meaning forever; new codes are added at the end.
@@ -139,6 +140,19 @@ impl CallError {
             weft_status::WEFT_ERR_BAD_FIELD,
             format!("argument `{arg}` = {value} is invalid: expected {expected}"),
         )
+    }
+}
+
+/// A pointer argument's check failed: NULL is `WEFT_ERR_NULL_ARG`, the rest (a length that
+/// cannot exist, a misaligned pointer, a string that is not UTF-8) `WEFT_ERR_BAD_FIELD`;
+/// the message names the argument and the value.
+impl From<ArgError> for CallError {
+    fn from(e: ArgError) -> Self {
+        let status = match e {
+            ArgError::Null { .. } => weft_status::WEFT_ERR_NULL_ARG,
+            _ => weft_status::WEFT_ERR_BAD_FIELD,
+        };
+        CallError::new(status, e.to_string())
     }
 }
 

@@ -1,15 +1,14 @@
-//! The panic boundary every exported function runs inside, and `ncclGetLastError`'s text.
+//! libnccl's side of the panic boundary: every exported function runs inside [`run`] or
+//! [`run_value`], and `ncclGetLastError`'s text.
 //!
 //! A panic must never unwind into C (undefined behaviour; in practice an abort with no
-//! message): [`run`] catches it and returns `ncclInternalError`, the panic's message
-//! becoming the last error. Every failure is logged at `NCCL_DEBUG=WARN` with the entry
-//! point's name.
+//! message): [`weft_ffi::status_call`] catches it and [`Libnccl`] turns it into
+//! `ncclInternalError`, the panic's message becoming the last error. Every failure is
+//! logged at `NCCL_DEBUG=WARN` with the entry point's name.
 
-use std::any::Any;
-use std::cell::UnsafeCell;
 use std::ffi::c_char;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+
+use weft_ffi::{ArgError, ProcessLastError, Surface};
 
 use crate::debug;
 use crate::result::{ApiError, NCCL_INTERNAL_ERROR, NCCL_SUCCESS, NcclResult};
@@ -17,52 +16,10 @@ use crate::result::{ApiError, NCCL_INTERNAL_ERROR, NCCL_SUCCESS, NcclResult};
 /// Capacity of the last error's buffer, NUL included (NCCL's `ncclLastError[1024]`).
 const LAST_CAP: usize = 1024;
 
-/// The last failure's text, NUL-terminated. One process-wide buffer that is never freed,
-/// as NCCL's: the pointer `ncclGetLastError` returns stays valid for the life of the
-/// process (a thread other than the failing one may ask, as PyTorch's watchdog does).
-/// Its content may change under a reader when a later failure is recorded, as NCCL's does.
-struct LastError(UnsafeCell<[u8; LAST_CAP]>);
-
-// SAFETY: every write happens under `LAST_WRITE`; readers through the C pointer may see
-// a text being replaced (NCCL's contract), but the buffer always ends in a NUL byte
-// (byte LAST_CAP - 1 is never written), so a reader never runs past it.
-unsafe impl Sync for LastError {}
-
-static LAST: LastError = LastError(UnsafeCell::new([0; LAST_CAP]));
-/// Serialises writers (and Rust readers, who copy under it).
-static LAST_WRITE: Mutex<()> = Mutex::new(());
-
-/// The longest prefix of `text` that fits in `max` bytes and ends on a char boundary.
-fn truncated(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// Writes `text` (cut at `LAST_CAP - 1` bytes, NULs as spaces) and its NUL into `buf`.
-///
-/// # Safety
-///
-/// `buf` is valid for `LAST_CAP` bytes and no other writer runs.
-unsafe fn write_into(buf: *mut u8, text: &str) {
-    let text = truncated(text, LAST_CAP - 1);
-    for (i, &b) in text.as_bytes().iter().enumerate() {
-        // SAFETY: i < LAST_CAP - 1 (truncated above): inside `buf` by the caller's promise.
-        let at = unsafe { buf.add(i) };
-        // SAFETY: as above, and no other writer runs. Volatile: C readers may look at the
-        // buffer while it changes.
-        unsafe { at.write_volatile(if b == 0 { b' ' } else { b }) };
-    }
-    // SAFETY: text.len() <= LAST_CAP - 1, inside the buffer.
-    let end = unsafe { buf.add(text.len()) };
-    // SAFETY: as above.
-    unsafe { end.write_volatile(0) };
-}
+/// The last failure's text: one process-wide buffer that is never freed, as NCCL's, so the
+/// pointer `ncclGetLastError` returns stays valid for the life of the process (a thread
+/// other than the failing one may ask, as PyTorch's watchdog does).
+static LAST: ProcessLastError<LAST_CAP> = ProcessLastError::new();
 
 #[cfg(test)]
 thread_local! {
@@ -74,31 +31,54 @@ thread_local! {
 /// Records `text` as the last error.
 pub fn set_last_error(text: &str) {
     #[cfg(test)]
-    MINE.with(|m| *m.borrow_mut() = truncated(text, LAST_CAP - 1).replace('\0', " "));
-    let _held = LAST_WRITE.lock().unwrap_or_else(|p| p.into_inner());
-    // SAFETY: the static buffer holds LAST_CAP bytes; writers are serialised by the lock.
-    unsafe { write_into(LAST.0.get().cast::<u8>(), text) };
+    MINE.with(|m| *m.borrow_mut() = ProcessLastError::<LAST_CAP>::stored(text));
+    LAST.set(text);
 }
 
 /// The last error's text (a copy, for Rust callers and tests).
 pub fn last_error() -> String {
-    let _held = LAST_WRITE.lock().unwrap_or_else(|p| p.into_inner());
-    // SAFETY: no writer runs while the lock is held; the buffer is always NUL-terminated.
-    let text = unsafe { std::ffi::CStr::from_ptr(LAST.0.get().cast::<c_char>()) };
-    text.to_string_lossy().into_owned()
+    LAST.text()
 }
 
 /// The last error as C sees it: valid for the life of the process, "" before any failure.
 pub fn last_error_ptr() -> *const c_char {
-    LAST.0.get().cast::<c_char>().cast_const()
+    LAST.as_ptr()
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+/// libnccl as a [`Surface`]: `ncclResult_t` codes; a failure is logged at WARN and its text
+/// ("entry: message") becomes the process's last error.
+#[derive(Debug)]
+pub struct Libnccl;
+
+impl Surface for Libnccl {
+    type Code = NcclResult;
+    type Error = ApiError;
+    const SUCCESS: NcclResult = NCCL_SUCCESS;
+    const PANICKED: NcclResult = NCCL_INTERNAL_ERROR;
+
+    fn failed(entry: &str, error: ApiError) -> NcclResult {
+        let e = error.context(entry);
+        debug::warn(0, &e.message);
+        set_last_error(&e.message);
+        e.code
+    }
+
+    fn panicked(entry: &str, message: &str) {
+        let text = format!("{entry}: internal error: weft panicked: {message}");
+        debug::warn(0, &text);
+        set_last_error(&text);
+    }
+}
+
+/// A NULL pointer argument is an invalid argument, in NCCL's words ("version is NULL");
+/// the other checks too, in libweft's.
+impl From<ArgError> for ApiError {
+    fn from(e: ArgError) -> ApiError {
+        match e {
+            ArgError::Null { name } => ApiError::invalid_argument(format!("{name} is NULL")),
+            other => ApiError::invalid_argument(other.to_string()),
+        }
+    }
 }
 
 /// The caller's current CUDA context, put back when this is dropped: weft makes its
@@ -146,34 +126,14 @@ impl Drop for CallerContext {
 /// the error's code (its text the last error), or `ncclInternalError` on a panic. The
 /// caller's current CUDA context is the same after it as before.
 pub fn run(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
-    let _caller = catch_unwind(CallerContext::save).ok().flatten();
-    let outcome = catch_unwind(AssertUnwindSafe(body));
-    // Reporting formats and logs: keep it behind a boundary too.
-    let reported = catch_unwind(AssertUnwindSafe(|| match outcome {
-        Ok(Ok(())) => NCCL_SUCCESS,
-        Ok(Err(e)) => {
-            let e = e.context(entry);
-            debug::warn(0, &e.message);
-            set_last_error(&e.message);
-            e.code
-        }
-        Err(payload) => {
-            let text = format!(
-                "{entry}: internal error: weft panicked: {}",
-                panic_message(payload.as_ref())
-            );
-            debug::warn(0, &text);
-            set_last_error(&text);
-            NCCL_INTERNAL_ERROR
-        }
-    }));
-    reported.unwrap_or(NCCL_INTERNAL_ERROR)
+    let _caller = weft_ffi::catch(CallerContext::save).ok().flatten();
+    weft_ffi::status_call::<Libnccl>(entry, body)
 }
 
 /// For entry points that return a value rather than a code (`ncclGetErrorString`):
-/// `fallback` if `body` panics.
-pub fn run_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+/// `fallback` if `body` panics, the panic recorded as [`run`] records it.
+pub fn run_value<T>(entry: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    weft_ffi::value_call::<Libnccl, T>(entry, fallback, body)
 }
 
 /// The last error this thread recorded (tests: the process-wide text may be another
@@ -221,33 +181,22 @@ mod tests {
     }
 
     #[test]
-    fn long_texts_are_cut_on_a_char_boundary_and_nuls_replaced() {
-        let mut buf = [0xa5u8; LAST_CAP];
-        let read = |b: &[u8; LAST_CAP]| {
-            std::ffi::CStr::from_bytes_until_nul(b)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string()
-        };
-        // 1022 ASCII bytes then a 3-byte char, which would end at byte 1025.
-        let long = format!("{}\u{20ac}tail", "a".repeat(1022));
-        // SAFETY: `buf` holds LAST_CAP bytes; this thread alone writes it.
-        unsafe { write_into(buf.as_mut_ptr(), &long) };
-        let t = read(&buf);
-        assert_eq!(t.len(), 1022);
-        assert!(t.bytes().all(|b| b == b'a'));
-        // Exactly 1023 bytes fit, the NUL in the last byte.
-        // SAFETY: as above.
-        unsafe { write_into(buf.as_mut_ptr(), &"b".repeat(2000)) };
-        assert_eq!(read(&buf), "b".repeat(1023));
-        assert_eq!(buf[LAST_CAP - 1], 0);
-        // A shorter text after a long one ends at its own NUL.
-        // SAFETY: as above.
-        unsafe { write_into(buf.as_mut_ptr(), "a\0b") };
-        assert_eq!(read(&buf), "a b");
-        assert_eq!(truncated("h\u{e9}llo", 2), "h");
-        assert_eq!(truncated("h\u{e9}llo", 3), "h\u{e9}");
-        assert_eq!(truncated("ab", 5), "ab");
+    fn value_entry_points_fall_back_on_a_panic() {
+        assert_eq!(run_value("ncclValue", 1, || 2), 2);
+        assert_eq!(run_value("ncclValue", 1, || panic!("value {}", 9)), 1);
+        let t = mine();
+        assert_eq!(t, "ncclValue: internal error: weft panicked: value 9");
+    }
+
+    #[test]
+    fn null_arguments_are_invalid_arguments_named_as_nccl_does() {
+        let e = ApiError::from(
+            weft_ffi::arg::non_null(std::ptr::null::<i32>(), "version").unwrap_err(),
+        );
+        assert_eq!(e, ApiError::invalid_argument("version is NULL"));
+        let misaligned = std::ptr::without_provenance::<u64>(5);
+        let e = ApiError::from(weft_ffi::arg::check_slice(misaligned, 1, "buff").unwrap_err());
+        assert_eq!(e.code, crate::result::NCCL_INVALID_ARGUMENT);
+        assert!(e.message.contains("aligned to 8 bytes"), "{}", e.message);
     }
 }

@@ -1,13 +1,12 @@
-//! The panic boundary every C entry point runs inside, and NCCL's error codes.
+//! The plugin's side of the panic boundary: every C entry point runs inside
+//! [`boundary!`](crate::boundary!), and NCCL's error codes.
 //!
 //! A panic must never unwind into NCCL (that is undefined behaviour and, in practice, an
 //! abort of the training job with no message). [`boundary!`](crate::boundary!) runs the body
-//! under `catch_unwind`, logs errors through NCCL's logger with the entry point's name, and
-//! returns an `ncclResult_t`.
+//! inside [`weft_ffi::status_call`]; [`NetPlugin`] logs errors through NCCL's logger with the
+//! entry point's name and gives the `ncclResult_t` for them, `ncclInternalError` for a panic.
 
-use std::any::Any;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
+use weft_ffi::Surface;
 use weft_net::{NetError, NetErrorKind};
 
 use crate::abi::{
@@ -46,34 +45,33 @@ pub fn code(err: &NetError) -> NcclResult {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+/// The net plugin as a [`Surface`]: `ncclResult_t` codes by [`code`]; a failure is logged
+/// through NCCL's logger (the plugin API has no last-error text).
+#[derive(Debug)]
+pub struct NetPlugin;
+
+impl Surface for NetPlugin {
+    type Code = NcclResult;
+    type Error = NetError;
+    const SUCCESS: NcclResult = NCCL_SUCCESS;
+    const PANICKED: NcclResult = NCCL_INTERNAL_ERROR;
+
+    fn failed(entry: &str, err: NetError) -> NcclResult {
+        log::warn!("NET/weft : {entry} failed: {err}");
+        code(&err)
+    }
+
+    fn panicked(entry: &str, message: &str) {
+        log::error!(
+            "NET/weft : {entry}: internal error: panicked ({message}); the operation failed and \
+             NCCL gets ncclInternalError. Please report this with the NCCL_DEBUG=INFO log"
+        );
+    }
 }
 
 /// What [`boundary!`](crate::boundary!) expands to.
 pub fn run(entry: &str, body: impl FnOnce() -> Result<(), NetError>) -> NcclResult {
-    let outcome = catch_unwind(AssertUnwindSafe(body));
-    // Reporting formats and logs: keep that inside a boundary too.
-    catch_unwind(AssertUnwindSafe(|| match outcome {
-        Ok(Ok(())) => NCCL_SUCCESS,
-        Ok(Err(err)) => {
-            log::warn!("NET/weft : {entry} failed: {err}");
-            code(&err)
-        }
-        Err(payload) => {
-            log::error!(
-                "NET/weft : {entry}: internal error: panicked ({}); the operation failed and \
-                 NCCL gets ncclInternalError. Please report this with the NCCL_DEBUG=INFO log",
-                panic_message(payload.as_ref())
-            );
-            NCCL_INTERNAL_ERROR
-        }
-    }))
-    .unwrap_or(NCCL_INTERNAL_ERROR)
+    weft_ffi::status_call::<NetPlugin>(entry, body)
 }
 
 #[cfg(test)]
@@ -101,9 +99,6 @@ mod tests {
             }),
             NCCL_INTERNAL_ERROR
         );
-        assert_eq!(panic_message(&"literal"), "literal");
-        assert_eq!(panic_message(&String::from("owned")), "owned");
-        assert_eq!(panic_message(&5u8), "(no message)");
     }
 
     #[test]

@@ -25,7 +25,4 @@ pub mod boundary;
 pub mod entry;
 pub mod logger;
 
-// The panic boundary needs unwinding: with panic = "abort" a panic would kill the process
-// that loaded NCCL instead of returning ncclInternalError.
-#[cfg(panic = "abort")]
-compile_error!("weft-nccl-net must be built with panic = \"unwind\" (its panic boundary)");
+// The panic boundary needs unwinding: weft-ffi refuses to build with panic = "abort".

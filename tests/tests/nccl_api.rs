@@ -1,6 +1,7 @@
 //! weft's libnccl.so.2 (crate weft-nccl) as NCCL users meet it, without a GPU:
-//! - scripts/nccl-api-test.sh: SONAME, every function of nccl.h exported, and the C
-//!   program tests/nccl-api/api_nogpu.c linked with -lnccl passing;
+//! - scripts/nccl-api-test.sh: SONAME, every function of nccl.h exported and nothing else
+//!   (the rule tests/tests/exports.rs checks), and the C program tests/nccl-api/api_nogpu.c
+//!   linked with -lnccl passing;
 //! - scripts/nccl-header-check.sh: weft's nccl.h against NVIDIA's (enum values, struct
 //!   layouts, function prototypes), skipped with a message where NVIDIA's header was not
 //!   fetched (scripts/install-deps fetches it and sets WEFT_REQUIRE_NCCL_REF=1, which makes

@@ -44,7 +44,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut NcclUniqueId) -> NcclRe
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
-    run_value(c"internal error".as_ptr(), || {
+    run_value("ncclGetErrorString", c"internal error".as_ptr(), || {
         error_string(result).as_ptr().cast()
     })
 }
@@ -53,14 +53,14 @@ pub extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
 /// NCCL); "" before any.
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetLastError(_comm: NcclComm) -> *const c_char {
-    run_value(c"".as_ptr(), last_error_ptr)
+    run_value("ncclGetLastError", c"".as_ptr(), last_error_ptr)
 }
 
 /// NCCL re-reads its debug variables; weft reads `NCCL_DEBUG` once per process, so this
 /// only says so at WARN (it returns nothing to report through).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclResetDebugInit() {
-    run_value((), || {
+    run_value("ncclResetDebugInit", (), || {
         debug::warn(
             0,
             "ncclResetDebugInit: weft reads NCCL_DEBUG once per process; the setting stays",

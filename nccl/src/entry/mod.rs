@@ -28,13 +28,9 @@ pub struct NcclUniqueId {
     pub internal: [u8; 128],
 }
 
-/// Refuses a null pointer argument, naming it.
-pub fn non_null<T>(p: *const T, name: &str) -> Result<(), ApiError> {
-    if p.is_null() {
-        return Err(ApiError::invalid_argument(format!("{name} is NULL")));
-    }
-    Ok(())
-}
+/// Refuses a null pointer argument, naming it: `non_null(p, "version")?` returns
+/// `ncclInvalidArgument` with "version is NULL" (`From<ArgError> for ApiError`).
+pub use weft_ffi::arg::non_null;
 
 /// A count or rank from C as an index: negative values are invalid arguments.
 pub fn index(value: i32, name: &str) -> Result<usize, ApiError> {
