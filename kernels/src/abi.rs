@@ -120,4 +120,3 @@ const _: () = {
                 | WEFT_CONN_HOST_MEMORY
     );
 };
-
