@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use weft_core::abi::{DataType, RedOp};
 use weft_runtime::bootstrap::UniqueId;
-use weft_runtime::comm::{Comm, CommError, CommOptions, P2pOp, TransportChoice};
+use weft_runtime::comm::{CommError, CommOptions, HostComm, P2pOp, TransportChoice};
 use weft_verify::{Expect, TestData};
 
 use crate::args::{Args, parse_size};
@@ -502,7 +502,7 @@ struct Shape {
 // One value per process, moved once: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Backend {
-    Cpu(Comm),
+    Cpu(HostComm),
     Cuda(Box<CudaRank>),
 }
 
@@ -847,7 +847,7 @@ fn run_rank(
     };
     let max_bytes = max_shape.in_elems.max(max_shape.out_elems) * esize;
     let backend = match args.device {
-        PerfDevice::Cpu => Backend::Cpu(Comm::init(id, rank, nranks, opts)?),
+        PerfDevice::Cpu => Backend::Cpu(HostComm::init(id, rank, nranks, opts)?),
         PerfDevice::Cuda => {
             let device = crate::perf_cuda::device_for(rank, local_rank)?;
             Backend::Cuda(Box::new(CudaRank::init(
