@@ -12,6 +12,10 @@
 //! and the output is checked element by element against the reference computed from every
 //! rank's seed: once per size and mode before timing, or after every iteration with
 //! `--check`.
+//!
+//! The measurement is the same on every device; what runs the calls is a [`PerfBackend`]:
+//! [`HostRank`] (perf_host.rs: host memory, the CPU executor) or [`CudaRank`]
+//! (perf_cuda.rs: device memory, weft's GPU kernels).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
