@@ -10,6 +10,7 @@ mod args;
 mod kernels;
 mod perf;
 mod perf_cuda;
+mod perf_host;
 mod spawn;
 mod topo;
 

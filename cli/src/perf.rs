@@ -12,6 +12,10 @@
 //! and the output is checked element by element against the reference computed from every
 //! rank's seed: once per size and mode before timing, or after every iteration with
 //! `--check`.
+//!
+//! The measurement is the same on every device; what runs the calls is a [`PerfBackend`]:
+//! [`HostRank`] (perf_host.rs: host memory, the CPU executor) or [`CudaRank`]
+//! (perf_cuda.rs: device memory, weft's GPU kernels).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -19,20 +23,13 @@ use std::time::{Duration, Instant};
 
 use weft_core::abi::{DataType, RedOp};
 use weft_runtime::bootstrap::UniqueId;
-use weft_runtime::comm::{Comm, CommError, CommOptions, P2pOp, TransportChoice};
+use weft_runtime::comm::{CommError, CommOptions, TransportChoice};
 use weft_verify::{Expect, TestData};
 
 use crate::args::{Args, parse_size};
 use crate::perf_cuda::CudaRank;
+use crate::perf_host::HostRank;
 use crate::spawn::{ROLE_FLAG, run_local};
-use weft_core::sched::Collective;
-
-/// Untimed 4-byte all-reduces before each timing on the CPU (see `Rank::settle`): about
-/// 0.4 ms when the ranks run side by side, a few ms (some scheduler balancing periods) when
-/// they share a CPU.
-const SETTLE_CALLS: usize = 2048;
-/// ... or fewer, once one rank has spent this long settling (slow links, emulated VMs).
-const SETTLE_TIME: Duration = Duration::from_millis(20);
 
 const HELP: &str = "\
 usage: weft perf <all-reduce|reduce-scatter|all-gather|broadcast|reduce|sendrecv> [options]
@@ -481,12 +478,23 @@ fn parse_role(role: &str) -> Result<(UniqueId, usize, usize), String> {
     Ok((id, r, n))
 }
 
-/// The buffers of one rank, sized for the largest size.
-struct Buffers {
-    send: Vec<u8>,
-    recv: Vec<u8>,
+/// The buffers of one rank in host memory, sized for the largest size: the calls' own
+/// buffers on the CPU, the staging of fills and checks on the GPU.
+pub struct Buffers {
+    pub send: Vec<u8>,
+    pub recv: Vec<u8>,
     /// The message copy for in-place sendrecv (sending from the buffer being received into).
-    staged: Vec<u8>,
+    pub staged: Vec<u8>,
+}
+
+impl Buffers {
+    fn new(bytes: usize, staged: bool) -> Buffers {
+        Buffers {
+            send: vec![0u8; bytes],
+            recv: vec![0u8; bytes],
+            staged: if staged { vec![0u8; bytes] } else { Vec::new() },
+        }
+    }
 }
 
 /// One call's shape.
@@ -497,26 +505,128 @@ struct Shape {
     out_elems: usize,
 }
 
-/// Who runs the calls: the CPU executor on host memory, or the GPU kernels on device
-/// memory (with the host buffers as staging for fills and checks).
-// One value per process, moved once: the size difference does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Backend {
-    Cpu(Comm),
-    Cuda(Box<CudaRank>),
+impl Shape {
+    /// The shape of `coll` at a size of `bytes` (nccl-tests' `getCollByteCount`).
+    fn of(coll: PerfColl, bytes: u64, esize: usize, nranks: usize) -> Shape {
+        let (count, in_elems, out_elems) = coll.counts(bytes, esize, nranks);
+        Shape {
+            count,
+            in_elems,
+            out_elems,
+        }
+    }
 }
 
-struct Rank<'a> {
+/// One call as a backend runs it.
+#[derive(Debug, Clone, Copy)]
+pub struct PerfCall {
+    pub coll: PerfColl,
+    pub in_place: bool,
+    /// Elements as in NCCL's API (per rank for reduce-scatter and all-gather).
+    pub count: usize,
+    pub in_bytes: usize,
+    pub out_bytes: usize,
+    pub dtype: DataType,
+    pub op: RedOp,
+    pub root: usize,
+    pub rank: usize,
+    pub nranks: usize,
+}
+
+/// The channels a backend's communicator built, for the header.
+#[derive(Debug, Clone)]
+pub struct ChannelSummary {
+    pub nchannels: usize,
+    /// The first channel's ring.
+    pub ring: Vec<u32>,
+    /// The first channel's transport to the next rank; `None` on one rank.
+    pub transport: Option<String>,
+    pub step_bytes: usize,
+}
+
+pub type PerfResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Who runs the calls of a measurement, and where their buffers live: the CPU executor on
+/// host memory ([`HostRank`]), or the GPU kernels on device memory ([`CudaRank`], with the
+/// host [`Buffers`] as staging for fills and checks). The measurement (fills, checks,
+/// timings, the report) is the same over both.
+pub trait PerfBackend {
+    /// The device columns of nccl-tests' `# Using devices` line: the device, a tab, then
+    /// what runs the calls.
+    fn device_line(&self) -> String;
+
+    /// The channels, for the header.
+    fn channels(&self) -> ChannelSummary;
+
+    /// Further header lines, each starting with `#`.
+    fn header_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Gets ready to run calls on `dtype` before any rank runs one. Collective.
+    fn prepare(&mut self, _dtype: DataType) -> PerfResult<()> {
+        Ok(())
+    }
+
+    /// Copies a filled input and a poisoned output from the host buffers to where the
+    /// calls read them (nothing to do where the calls run on the host buffers).
+    fn upload(&mut self, _send: &[u8], _recv: &[u8]) -> PerfResult<()> {
+        Ok(())
+    }
+
+    /// Waits for the calls issued so far and copies the output into `recv` (nothing to do
+    /// where the calls run on the host buffers).
+    fn fetch(&mut self, _recv: &mut [u8]) -> PerfResult<()> {
+        Ok(())
+    }
+
+    /// Issues one call.
+    fn run_once(&mut self, call: &PerfCall, host: &mut Buffers) -> PerfResult<()>;
+
+    /// Every rank's `mine`, by rank (control plane). Collective.
+    fn exchange(&mut self, mine: &[u8]) -> PerfResult<Vec<Vec<u8>>>;
+
+    /// Waits for this rank's calls, then for every rank. Collective.
+    fn barrier(&mut self) -> PerfResult<()>;
+
+    /// Runs between the barrier and the clock, so that the timed calls start with every
+    /// rank running. Collective.
+    fn settle(&mut self) -> PerfResult<()> {
+        Ok(())
+    }
+
+    /// Starts the clock of a timed region.
+    fn start_clock(&mut self) -> PerfResult<()>;
+
+    /// Microseconds since `start_clock`, once the calls issued since have ended.
+    fn stop_clock(&mut self) -> PerfResult<f64>;
+
+    /// nccl-tests' `-G`: `calls` calls recorded once into a graph, the graph launched
+    /// `launches` times; the microseconds per launch, or `None` without graphs.
+    fn time_graph(
+        &mut self,
+        _call: &PerfCall,
+        _host: &mut Buffers,
+        _calls: usize,
+        _launches: usize,
+    ) -> PerfResult<Option<f64>> {
+        Ok(None)
+    }
+
+    /// Ends the communicator in step with the other ranks. Collective.
+    fn finalize(&mut self) -> PerfResult<()>;
+}
+
+/// One rank's measurement over its backend.
+struct Rank<'a, B> {
     args: &'a PerfArgs,
-    backend: Backend,
+    backend: B,
     rank: usize,
     nranks: usize,
     esize: usize,
 }
 
-type PerfResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-impl Rank<'_> {
+impl<B: PerfBackend> Rank<'_, B> {
     fn data(&self, seed: u64) -> TestData {
         TestData {
             dtype: self.args.dtype,
@@ -540,8 +650,27 @@ impl Rank<'_> {
         }
     }
 
+    fn shape(&self, bytes: u64) -> Shape {
+        Shape::of(self.args.coll, bytes, self.esize, self.nranks)
+    }
+
+    fn call(&self, s: Shape, in_place: bool) -> PerfCall {
+        PerfCall {
+            coll: self.args.coll,
+            in_place,
+            count: s.count,
+            in_bytes: s.in_elems * self.esize,
+            out_bytes: s.out_elems * self.esize,
+            dtype: self.args.dtype,
+            op: self.args.op,
+            root: self.args.root,
+            rank: self.rank,
+            nranks: self.nranks,
+        }
+    }
+
     /// Fills the input of one call (and, in place, puts it where NCCL's layout wants it).
-    fn fill(&self, b: &mut Buffers, s: Shape, in_place: bool, seed: u64) -> PerfResult<()> {
+    fn fill(&mut self, b: &mut Buffers, s: Shape, in_place: bool, seed: u64) -> PerfResult<()> {
         let data = self.data(seed);
         let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
         let recv_bytes = out_bytes.max(in_bytes);
@@ -557,20 +686,14 @@ impl Rank<'_> {
                 _ => data.fill(self.rank, 0, &mut b.recv[..in_bytes]),
             }
         }
-        if let Backend::Cuda(c) = &self.backend {
-            c.upload(&b.send[..in_bytes], &b.recv[..recv_bytes])?;
-        }
-        Ok(())
+        self.backend
+            .upload(&b.send[..in_bytes], &b.recv[..recv_bytes])
     }
 
-    /// Brings the output back from the GPU (nothing to do on the host).
+    /// Brings the output back where the calls run elsewhere than the host buffers.
     fn fetch(&mut self, b: &mut Buffers, s: Shape) -> PerfResult<()> {
-        if let Backend::Cuda(c) = &mut self.backend {
-            c.synchronize()?;
-            let bytes = s.in_elems.max(s.out_elems) * self.esize;
-            c.download(&mut b.recv[..bytes])?;
-        }
-        Ok(())
+        let bytes = s.in_elems.max(s.out_elems) * self.esize;
+        self.backend.fetch(&mut b.recv[..bytes])
     }
 
     /// The output of the last call, as a slice of the rank's result.
@@ -586,127 +709,13 @@ impl Rank<'_> {
     }
 
     fn run_once(&mut self, b: &mut Buffers, s: Shape, in_place: bool) -> PerfResult<()> {
-        let (dtype, op, root) = (self.args.dtype, self.args.op, self.args.root);
-        let (in_bytes, out_bytes) = (s.in_elems * self.esize, s.out_elems * self.esize);
-        let c = match &mut self.backend {
-            Backend::Cpu(c) => c,
-            Backend::Cuda(g) => {
-                let collective = match self.args.coll {
-                    PerfColl::AllReduce => Some(Collective::AllReduce),
-                    PerfColl::ReduceScatter => Some(Collective::ReduceScatter),
-                    PerfColl::AllGather => Some(Collective::AllGather),
-                    PerfColl::Broadcast => Some(Collective::Broadcast { root: root as u32 }),
-                    PerfColl::Reduce => Some(Collective::Reduce { root: root as u32 }),
-                    PerfColl::SendRecv => None,
-                };
-                // In place, the input sits in the output buffer: NCCL's layout puts an
-                // all-gather's at this rank's block and a reduce-scatter's at the start.
-                let (in_offset, out_offset) = match self.args.coll {
-                    PerfColl::AllGather if in_place => (self.rank * in_bytes, 0),
-                    PerfColl::ReduceScatter if in_place => (0, self.rank * out_bytes),
-                    _ => (0, 0),
-                };
-                let place = crate::perf_cuda::Placement {
-                    in_place,
-                    in_offset,
-                    out_offset,
-                };
-                g.enqueue(collective, place, s.count, in_bytes, dtype, op)?;
-                return Ok(());
-            }
-        };
-        let send = &b.send[..in_bytes];
-        match (self.args.coll, in_place) {
-            (PerfColl::AllReduce, false) => c.all_reduce(send, &mut b.recv[..out_bytes], dtype, op),
-            (PerfColl::AllReduce, true) => {
-                c.all_reduce_in_place(&mut b.recv[..out_bytes], dtype, op)
-            }
-            (PerfColl::ReduceScatter, false) => {
-                c.reduce_scatter(send, &mut b.recv[..out_bytes], dtype, op)
-            }
-            (PerfColl::ReduceScatter, true) => {
-                c.reduce_scatter_in_place(&mut b.recv[..in_bytes], dtype, op)
-            }
-            (PerfColl::AllGather, false) => c.all_gather(send, &mut b.recv[..out_bytes], dtype),
-            (PerfColl::AllGather, true) => c.all_gather_in_place(&mut b.recv[..out_bytes], dtype),
-            (PerfColl::Broadcast, false) => {
-                c.broadcast(send, &mut b.recv[..out_bytes], dtype, root)
-            }
-            (PerfColl::Broadcast, true) => {
-                c.broadcast_in_place(&mut b.recv[..out_bytes], dtype, root)
-            }
-            (PerfColl::Reduce, false) => c.reduce(send, &mut b.recv[..out_bytes], dtype, op, root),
-            (PerfColl::Reduce, true) => {
-                c.reduce_in_place(&mut b.recv[..out_bytes], dtype, op, root)
-            }
-            (PerfColl::SendRecv, _) => {
-                let next = (self.rank + 1) % self.nranks;
-                let prev = (self.rank + self.nranks - 1) % self.nranks;
-                let src: &[u8] = if in_place {
-                    // Sending from the buffer that receives: stage the message first (part
-                    // of the timed work, as the copy is what in-place costs here).
-                    b.staged[..in_bytes].copy_from_slice(&b.recv[..in_bytes]);
-                    &b.staged[..in_bytes]
-                } else {
-                    send
-                };
-                c.group(&mut [
-                    P2pOp::Send {
-                        peer: next,
-                        buf: src,
-                    },
-                    P2pOp::Recv {
-                        peer: prev,
-                        buf: &mut b.recv[..out_bytes],
-                    },
-                ])
-            }
-        }?;
-        Ok(())
+        let call = self.call(s, in_place);
+        self.backend.run_once(&call, b)
     }
 
-    /// Sums `value` over ranks (control plane).
-    fn exchange(&mut self, mine: &[u8]) -> PerfResult<Vec<Vec<u8>>> {
-        Ok(match &mut self.backend {
-            Backend::Cpu(c) => c.exchange(mine)?,
-            Backend::Cuda(g) => g.comm.exchange(mine)?,
-        })
-    }
-
-    fn barrier(&mut self) -> PerfResult<()> {
-        match &mut self.backend {
-            Backend::Cpu(c) => c.barrier()?,
-            Backend::Cuda(g) => {
-                g.synchronize()?;
-                g.comm.barrier()?
-            }
-        }
-        Ok(())
-    }
-
-    /// On the CPU, a few untimed 4-byte all-reduces between the barrier and the clock. The
-    /// barrier is over TCP: the ranks sleep in it, and the scheduler may wake them on one
-    /// CPU, where they take turns instead of running side by side until it separates them,
-    /// which spinning ranks make it do. (MPI's benchmark gets the same from its per-size
-    /// warm-up and its spinning MPI_Barrier.)
-    fn settle(&mut self) -> PerfResult<()> {
-        if let Backend::Cpu(c) = &mut self.backend {
-            let started = Instant::now();
-            for _ in 0..SETTLE_CALLS {
-                // Each call carries "I have settled long enough"; every rank gets the same
-                // maximum, so all stop after the same call.
-                let mut done = u32::from(started.elapsed() > SETTLE_TIME).to_ne_bytes();
-                c.all_reduce_in_place(&mut done, DataType::Uint32, RedOp::Max)?;
-                if u32::from_ne_bytes(done) != 0 {
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs `iters` calls and returns their total time in microseconds: host time around
-    /// the calls on the CPU, CUDA events around them on the GPU.
+    /// Runs `iters` calls and returns their total time in microseconds (the backend's
+    /// clock: host time on the CPU, CUDA events on the GPU), or, with `-G`, the time of
+    /// one launch of a graph of them.
     fn timed(
         &mut self,
         b: &mut Buffers,
@@ -714,40 +723,23 @@ impl Rank<'_> {
         in_place: bool,
         iters: usize,
     ) -> PerfResult<f64> {
+        let call = self.call(s, in_place);
         if self.args.graph_launches > 0 {
-            if let Backend::Cuda(g) = &self.backend {
-                // nccl-tests' -G: the calls recorded once into a CUDA graph, the graph
-                // launched N times; the time per call is the total over iters * N.
-                g.begin_graph()?;
-                let recorded = (0..iters).try_for_each(|_| self.run_once(b, s, in_place));
-                let Backend::Cuda(g) = &mut self.backend else {
-                    return Err("the backend changed during a capture".into());
-                };
-                let graph = g.end_graph();
-                recorded?;
-                let graph = graph?;
-                g.time_start()?;
-                for _ in 0..self.args.graph_launches {
-                    graph.launch(&g.stream)?;
-                }
-                return Ok(g.time_stop()? / self.args.graph_launches as f64);
+            let launches = self.args.graph_launches;
+            if let Some(us) = self.backend.time_graph(&call, b, iters, launches)? {
+                return Ok(us);
             }
         }
-        if let Backend::Cuda(g) = &self.backend {
-            g.time_start()?;
-        }
-        let t = Instant::now();
+        self.backend.start_clock()?;
         for _ in 0..iters {
-            self.run_once(b, s, in_place)?;
+            self.backend.run_once(&call, b)?;
         }
-        Ok(match &mut self.backend {
-            Backend::Cpu(_) => t.elapsed().as_secs_f64() * 1e6,
-            Backend::Cuda(g) => g.time_stop()?,
-        })
+        self.backend.stop_clock()
     }
 
+    /// Sums `value` over ranks (control plane).
     fn sum_f64(&mut self, value: f64) -> PerfResult<f64> {
-        let all = self.exchange(&value.to_be_bytes())?;
+        let all = self.backend.exchange(&value.to_be_bytes())?;
         Ok(all
             .iter()
             .map(|b| f64::from_be_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
@@ -774,8 +766,8 @@ impl Rank<'_> {
             let out = self.output(b, s, in_place);
             wrong += data.count_wrong(expect, self.rank, s.count, out) as u64;
         }
-        self.barrier()?;
-        self.settle()?;
+        self.backend.barrier()?;
+        self.backend.settle()?;
         let mut elapsed_us = 0.0;
         if self.args.check == Check::Every {
             for iter in 0..self.args.iters {
@@ -802,6 +794,119 @@ impl Rank<'_> {
             },
         ))
     }
+
+    /// Tells every rank which device this rank uses; rank 0 prints nccl-tests' header.
+    fn header(&mut self, out: &mut dyn Write) -> PerfResult<()> {
+        let me = format!(
+            "{}\t{}\t{}",
+            hostname(),
+            std::process::id(),
+            self.backend.device_line()
+        );
+        let devices = self.backend.exchange(me.as_bytes())?;
+        if self.rank == 0 {
+            let channels = self.backend.channels();
+            let notes = self.backend.header_notes();
+            write_header(out, self.args, &devices, &channels, &notes, self.nranks);
+        }
+        Ok(())
+    }
+
+    /// nccl-tests' warm-up: the largest size, then the smallest; then a barrier.
+    fn warm_up(&mut self, b: &mut Buffers) -> PerfResult<()> {
+        for s in [
+            self.shape(self.args.max_bytes),
+            self.shape(self.args.min_bytes),
+        ] {
+            self.fill(b, s, false, 1)?;
+            for _ in 0..self.args.warmup {
+                self.run_once(b, s, false)?;
+            }
+        }
+        self.backend.barrier()
+    }
+
+    /// The row of size `bytes` (the `k`th): its out-of-place and in-place columns, each
+    /// added to `totals`.
+    fn row(
+        &mut self,
+        b: &mut Buffers,
+        k: usize,
+        bytes: u64,
+        totals: &mut Totals,
+    ) -> PerfResult<String> {
+        let args = self.args;
+        let s = self.shape(bytes);
+        let printed = (s.in_elems.max(s.out_elems) * self.esize) as u64;
+        let redop = if args.coll.reduces() {
+            args.op.name()
+        } else {
+            "none"
+        };
+        let root: i64 = if args.coll.rooted() {
+            args.root as i64
+        } else {
+            -1
+        };
+        let mut row = format!(
+            "{printed:>12}  {:>12}  {:>8}  {redop:>6}  {root:>6}",
+            s.count,
+            args.dtype.name()
+        );
+        for in_place in [false, true] {
+            let seed = 0x5eed_0000u64 + (k as u64) * 2 + u64::from(in_place);
+            let (us, wrong) = self.bench(b, s, in_place, seed)?;
+            let algbw = if us > 0.0 {
+                printed as f64 / (us * 1e-6) / 1e9
+            } else {
+                0.0
+            };
+            let busbw = algbw * args.coll.bus_factor(self.nranks);
+            totals.bw_sum += busbw;
+            totals.bw_count += 1;
+            totals.wrong += wrong.max(0) as u64;
+            row.push_str(&format!(
+                "  {}  {algbw:6.2}  {busbw:6.2}  {wrong:5}",
+                time_str(us)
+            ));
+        }
+        Ok(row)
+    }
+
+    /// Every size's row, printed by rank 0 as it completes (with progress on a terminal);
+    /// returns the totals.
+    fn rows(&mut self, out: &mut dyn Write, b: &mut Buffers) -> PerfResult<Totals> {
+        let sizes = sizes(self.args);
+        let main = self.rank == 0;
+        let progress = main && std::io::stderr().is_terminal();
+        let started = Instant::now();
+        let mut totals = Totals::default();
+        for (k, &bytes) in sizes.iter().enumerate() {
+            if progress && started.elapsed() > Duration::from_secs(1) {
+                let s = self.shape(bytes);
+                let printed = (s.in_elems.max(s.out_elems) * self.esize) as u64;
+                eprint!("\r# [{}/{}] {printed} B ...", k + 1, sizes.len());
+                let _ = std::io::stderr().flush();
+            }
+            let row = self.row(b, k, bytes, &mut totals)?;
+            if main {
+                if progress && started.elapsed() > Duration::from_secs(1) {
+                    eprint!("\r\x1b[K");
+                }
+                let _ = writeln!(out, "{row}");
+                let _ = out.flush();
+            }
+        }
+        Ok(totals)
+    }
+}
+
+/// What the rows add up to: bus bandwidths for the average, wrong elements.
+#[derive(Debug, Default)]
+struct Totals {
+    bw_sum: f64,
+    bw_count: usize,
+    wrong: u64,
 }
 
 fn time_str(us: f64) -> String {
@@ -820,6 +925,147 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".to_string())
 }
 
+/// The sizes measured: from the smallest to the largest, times the factor or plus the step.
+fn sizes(args: &PerfArgs) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    let mut size = args.min_bytes;
+    while size <= args.max_bytes {
+        sizes.push(size);
+        size = if args.factor > 1 {
+            size.saturating_mul(args.factor)
+        } else {
+            size.saturating_add(args.step_bytes)
+        };
+        if size == *sizes.last().unwrap_or(&0) {
+            break;
+        }
+    }
+    sizes
+}
+
+/// nccl-tests' header: the run's parameters, every rank's device (`devices`: the lines
+/// each rank sent), the channels, `notes`, and the column titles.
+fn write_header(
+    out: &mut dyn Write,
+    args: &PerfArgs,
+    devices: &[Vec<u8>],
+    channels: &ChannelSummary,
+    notes: &[String],
+    nranks: usize,
+) {
+    let step = if args.factor > 1 {
+        format!("{}(factor)", args.factor)
+    } else {
+        format!("{}(bytes)", args.step_bytes)
+    };
+    let _ = writeln!(
+        out,
+        "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+        args.min_bytes,
+        args.max_bytes,
+        args.warmup,
+        args.iters,
+        match args.check {
+            Check::Once => 1,
+            Check::Every => args.iters,
+            Check::Off => 0,
+        },
+        args.graph_launches
+    );
+    let _ = writeln!(out, "#");
+    let _ = writeln!(out, "# Using devices");
+    for (k, entry) in devices.iter().enumerate() {
+        let text = String::from_utf8_lossy(entry);
+        let mut f = text.splitn(4, '\t');
+        let (host, pid, dev, what) = (
+            f.next().unwrap_or("?"),
+            f.next().unwrap_or("?"),
+            f.next().unwrap_or("?"),
+            f.next().unwrap_or(""),
+        );
+        let _ = writeln!(
+            out,
+            "#  Rank {k:2} Group  0 Pid {pid:>6} on {host:>10} device {dev} {what}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "#  {} channel(s), ring {:?}, transport {}, {} KiB FIFO steps",
+        channels.nchannels,
+        channels.ring,
+        if nranks > 1 {
+            channels.transport.clone().unwrap_or_default()
+        } else {
+            "none (1 rank)".to_string()
+        },
+        channels.step_bytes / 1024
+    );
+    for note in notes {
+        let _ = writeln!(out, "{note}");
+    }
+    let _ = writeln!(out, "#");
+    let _ = writeln!(
+        out,
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
+        "", "", "", "", ""
+    );
+    let _ = writeln!(
+        out,
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
+    );
+    let _ = writeln!(
+        out,
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
+    );
+    let _ = out.flush();
+}
+
+/// nccl-tests' last lines: the wrong values and the average bus bandwidth.
+fn write_summary(out: &mut dyn Write, totals: &Totals) {
+    let avg = if totals.bw_count > 0 {
+        totals.bw_sum / totals.bw_count as f64
+    } else {
+        0.0
+    };
+    let wrong = totals.wrong;
+    let _ = writeln!(
+        out,
+        "# Out of bounds values : {wrong} {}",
+        if wrong == 0 { "OK" } else { "FAILED" }
+    );
+    let _ = writeln!(out, "# Avg bus bandwidth    : {} ", fmt_g(avg));
+    let _ = writeln!(out, "#");
+    // nccl-tests ends with NCCL's last error, empty after a clean run.
+    let _ = writeln!(out);
+    let _ = out.flush();
+}
+
 /// Runs the whole measurement as `rank`; returns the wrong-element total (rank 0 prints).
 fn run_rank(
     args: &PerfArgs,
@@ -836,300 +1082,63 @@ fn run_rank(
         ))
         .into());
     }
-    let esize = args.dtype.size_of_elem();
-    let max_shape = {
-        let (count, in_elems, out_elems) = args.coll.counts(args.max_bytes, esize, nranks);
-        Shape {
-            count,
-            in_elems,
-            out_elems,
-        }
-    };
-    let max_bytes = max_shape.in_elems.max(max_shape.out_elems) * esize;
-    let backend = match args.device {
-        PerfDevice::Cpu => Backend::Cpu(Comm::init(id, rank, nranks, opts)?),
+    match args.device {
+        PerfDevice::Cpu => measure(args, HostRank::init(id, rank, nranks, opts)?, rank, nranks),
         PerfDevice::Cuda => {
             let device = crate::perf_cuda::device_for(rank, local_rank)?;
-            Backend::Cuda(Box::new(CudaRank::init(
+            let backend = CudaRank::init(
                 id,
                 rank,
                 nranks,
                 device,
                 opts,
-                max_bytes,
+                max_bytes(args, nranks),
                 args.coll == PerfColl::SendRecv,
-            )?))
+            )?;
+            measure(args, backend, rank, nranks)
         }
-    };
+    }
+}
+
+/// Bytes of the largest buffer of the largest size.
+fn max_bytes(args: &PerfArgs, nranks: usize) -> usize {
+    let esize = args.dtype.size_of_elem();
+    let s = Shape::of(args.coll, args.max_bytes, esize, nranks);
+    s.in_elems.max(s.out_elems) * esize
+}
+
+/// The measurement as `rank` over `backend`: the header, the warm-up, a row per size, the
+/// summary; returns the wrong-element total.
+fn measure<B: PerfBackend>(
+    args: &PerfArgs,
+    backend: B,
+    rank: usize,
+    nranks: usize,
+) -> PerfResult<u64> {
     let mut r = Rank {
         args,
         backend,
         rank,
         nranks,
-        esize,
+        esize: args.dtype.size_of_elem(),
     };
-    let main = rank == 0;
     // Only rank 0 prints; it holds stdout for the whole run, so the other ranks (threads of
     // this process with --threads) must not wait for it.
-    let mut out: Box<dyn Write> = if main {
+    let mut out: Box<dyn Write> = if rank == 0 {
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(std::io::sink())
     };
-    let out = &mut out;
-    let me = match &r.backend {
-        Backend::Cpu(_) => format!(
-            "{}\t{}\tcpu\t[host memory] weft CPU executor",
-            hostname(),
-            std::process::id()
-        ),
-        Backend::Cuda(g) => format!(
-            "{}\t{}\t{:>3}\t[{}] {} weft GPU kernels",
-            hostname(),
-            std::process::id(),
-            g.device,
-            g.bus_id,
-            g.name
-        ),
-    };
-    let all = r.exchange(me.as_bytes())?;
-    if main {
-        let step = if args.factor > 1 {
-            format!("{}(factor)", args.factor)
-        } else {
-            format!("{}(bytes)", args.step_bytes)
-        };
-        let _ = writeln!(
-            out,
-            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
-            args.min_bytes,
-            args.max_bytes,
-            args.warmup,
-            args.iters,
-            match args.check {
-                Check::Once => 1,
-                Check::Every => args.iters,
-                Check::Off => 0,
-            },
-            args.graph_launches
-        );
-        let _ = writeln!(out, "#");
-        let _ = writeln!(out, "# Using devices");
-        for (k, entry) in all.iter().enumerate() {
-            let text = String::from_utf8_lossy(entry);
-            let mut f = text.splitn(4, '\t');
-            let (host, pid, dev, what) = (
-                f.next().unwrap_or("?"),
-                f.next().unwrap_or("?"),
-                f.next().unwrap_or("?"),
-                f.next().unwrap_or(""),
-            );
-            let _ = writeln!(
-                out,
-                "#  Rank {k:2} Group  0 Pid {pid:>6} on {host:>10} device {dev} {what}"
-            );
-        }
-        let (nchannels, ring, transport, step_bytes) = match &r.backend {
-            Backend::Cpu(c) => (
-                c.nchannels(),
-                c.rings().first().cloned().unwrap_or_default(),
-                c.channel_transports()
-                    .first()
-                    .and_then(|k| k.map(|(send, _)| send.name().to_string())),
-                c.step_bytes(),
-            ),
-            Backend::Cuda(g) => (
-                g.comm.nchannels() as usize,
-                g.comm.rings().first().cloned().unwrap_or_default(),
-                Some(g.comm.transport_name().to_string()),
-                g.comm.step_bytes(),
-            ),
-        };
-        let _ = writeln!(
-            out,
-            "#  {nchannels} channel(s), ring {ring:?}, transport {}, {} KiB FIFO steps",
-            if nranks > 1 {
-                transport.unwrap_or_default()
-            } else {
-                "none (1 rank)".to_string()
-            },
-            step_bytes / 1024
-        );
-        if let Backend::Cuda(g) = &r.backend {
-            // Which protocols the sizes below may run (LL by default on P2P windows, on SHM
-            // windows only where a setting asked for it; docs/gpu.md).
-            let p = g.comm.protocols();
-            let _ = writeln!(
-                out,
-                "#  protocols: {} (NCCL_PROTO {}), {} KiB LL buffers, send/recv LL {}",
-                p.available(),
-                p.enable,
-                p.ll_buffer_bytes() / 1024,
-                p.p2p_threshold()
-                    .filter(|t| *t > 0)
-                    .map_or("never".to_string(), |t| format!("up to {t} B per channel"))
-            );
-        }
-        let _ = writeln!(out, "#");
-        let _ = writeln!(
-            out,
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
-            "", "", "", "", ""
-        );
-        let _ = writeln!(
-            out,
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}",
-            "size",
-            "count",
-            "type",
-            "redop",
-            "root",
-            "time",
-            "algbw",
-            "busbw",
-            "#wrong",
-            "time",
-            "algbw",
-            "busbw",
-            "#wrong"
-        );
-        let _ = writeln!(
-            out,
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
-            "(B)",
-            "(elements)",
-            "",
-            "",
-            "",
-            "(us)",
-            "(GB/s)",
-            "(GB/s)",
-            "",
-            "(us)",
-            "(GB/s)",
-            "(GB/s)",
-            ""
-        );
-        let _ = out.flush();
+    r.header(&mut out)?;
+    let mut b = Buffers::new(max_bytes(args, nranks), args.coll == PerfColl::SendRecv);
+    r.backend.prepare(args.dtype)?;
+    r.warm_up(&mut b)?;
+    let totals = r.rows(&mut out, &mut b)?;
+    if rank == 0 {
+        write_summary(&mut out, &totals);
     }
-
-    let mut sizes = Vec::new();
-    let mut size = args.min_bytes;
-    while size <= args.max_bytes {
-        sizes.push(size);
-        size = if args.factor > 1 {
-            size.saturating_mul(args.factor)
-        } else {
-            size.saturating_add(args.step_bytes)
-        };
-        if size == *sizes.last().unwrap_or(&0) {
-            break;
-        }
-    }
-    let shape = |bytes: u64| {
-        let (count, in_elems, out_elems) = args.coll.counts(bytes, esize, nranks);
-        Shape {
-            count,
-            in_elems,
-            out_elems,
-        }
-    };
-    let mut b = Buffers {
-        send: vec![0u8; max_bytes],
-        recv: vec![0u8; max_bytes],
-        staged: if args.coll == PerfColl::SendRecv {
-            vec![0u8; max_bytes]
-        } else {
-            Vec::new()
-        },
-    };
-    if let Backend::Cuda(g) = &mut r.backend {
-        // Every rank's kernels loaded before any rank launches one (a module load waits
-        // for the device; see GpuComm::prepare).
-        g.comm.prepare(&[args.dtype, DataType::Uint8])?;
-        g.comm.barrier()?;
-    }
-    // nccl-tests' warm-up: the largest size, then the smallest.
-    for s in [max_shape, shape(args.min_bytes)] {
-        r.fill(&mut b, s, false, 1)?;
-        for _ in 0..args.warmup {
-            r.run_once(&mut b, s, false)?;
-        }
-    }
-    r.barrier()?;
-
-    let progress = main && std::io::stderr().is_terminal();
-    let started = Instant::now();
-    let (mut bw_sum, mut bw_count, mut wrong_total) = (0.0f64, 0usize, 0u64);
-    let redop = if args.coll.reduces() {
-        args.op.name()
-    } else {
-        "none"
-    };
-    let root: i64 = if args.coll.rooted() {
-        args.root as i64
-    } else {
-        -1
-    };
-    for (k, &bytes) in sizes.iter().enumerate() {
-        let s = shape(bytes);
-        let printed = (s.in_elems.max(s.out_elems) * r.esize) as u64;
-        if progress && started.elapsed() > Duration::from_secs(1) {
-            eprint!("\r# [{}/{}] {printed} B ...", k + 1, sizes.len());
-            let _ = std::io::stderr().flush();
-        }
-        let mut row = format!(
-            "{printed:>12}  {:>12}  {:>8}  {redop:>6}  {root:>6}",
-            s.count,
-            args.dtype.name()
-        );
-        for in_place in [false, true] {
-            let seed = 0x5eed_0000u64 + (k as u64) * 2 + u64::from(in_place);
-            let (us, wrong) = r.bench(&mut b, s, in_place, seed)?;
-            let algbw = if us > 0.0 {
-                printed as f64 / (us * 1e-6) / 1e9
-            } else {
-                0.0
-            };
-            let busbw = algbw * args.coll.bus_factor(nranks);
-            bw_sum += busbw;
-            bw_count += 1;
-            wrong_total += wrong.max(0) as u64;
-            row.push_str(&format!(
-                "  {}  {algbw:6.2}  {busbw:6.2}  {wrong:5}",
-                time_str(us)
-            ));
-        }
-        if main {
-            if progress && started.elapsed() > Duration::from_secs(1) {
-                eprint!("\r\x1b[K");
-            }
-            let _ = writeln!(out, "{row}");
-            let _ = out.flush();
-        }
-    }
-    if main {
-        let avg = if bw_count > 0 {
-            bw_sum / bw_count as f64
-        } else {
-            0.0
-        };
-        let _ = writeln!(
-            out,
-            "# Out of bounds values : {wrong_total} {}",
-            if wrong_total == 0 { "OK" } else { "FAILED" }
-        );
-        let _ = writeln!(out, "# Avg bus bandwidth    : {} ", fmt_g(avg));
-        let _ = writeln!(out, "#");
-        // nccl-tests ends with NCCL's last error, empty after a clean run.
-        let _ = writeln!(out);
-        let _ = out.flush();
-    }
-    match &mut r.backend {
-        Backend::Cpu(c) => c.finalize()?,
-        Backend::Cuda(g) => g.comm.finalize()?,
-    }
-    Ok(wrong_total)
+    r.backend.finalize()?;
+    Ok(totals.wrong)
 }
 
 /// C's `%g`: 6 significant digits, no trailing zeros; scientific (`1.5e-05`) below 1e-4

@@ -8,38 +8,57 @@
 
 use std::sync::Arc;
 
-use weft_core::abi::{DataType, RedOp};
+use weft_core::abi::DataType;
 use weft_core::sched::Collective;
 use weft_cuda::{Context, DeviceBuffer, Event, Stream};
 use weft_runtime::bootstrap::UniqueId;
 use weft_runtime::comm::CommOptions;
 use weft_runtime::gpu::{GpuComm, GpuError, GpuP2p};
 
+use crate::perf::{Buffers, ChannelSummary, PerfBackend, PerfCall, PerfColl, PerfResult};
+
 /// Where a call's input and output are: out of place, the input is the send buffer; in
 /// place, both are in the receive buffer (NCCL's layout: an all-gather's input is this
 /// rank's block of the output, a reduce-scatter's output this rank's block of the input).
 #[derive(Debug, Clone, Copy)]
-pub struct Placement {
-    pub in_place: bool,
+struct Placement {
+    in_place: bool,
     /// Bytes into the receive buffer where an in-place input starts.
-    pub in_offset: usize,
+    in_offset: usize,
     /// Bytes into the receive buffer where the output starts.
-    pub out_offset: usize,
+    out_offset: usize,
+}
+
+impl Placement {
+    fn of(call: &PerfCall) -> Placement {
+        // In place, the input sits in the output buffer: NCCL's layout puts an all-gather's
+        // at this rank's block and a reduce-scatter's at the start.
+        let (in_offset, out_offset) = match call.coll {
+            PerfColl::AllGather if call.in_place => (call.rank * call.in_bytes, 0),
+            PerfColl::ReduceScatter if call.in_place => (0, call.rank * call.out_bytes),
+            _ => (0, 0),
+        };
+        Placement {
+            in_place: call.in_place,
+            in_offset,
+            out_offset,
+        }
+    }
 }
 
 /// One rank's GPU state: communicator, stream, buffers, timing events.
 pub struct CudaRank {
-    pub comm: GpuComm,
-    pub stream: Stream,
-    pub send: DeviceBuffer,
-    pub recv: DeviceBuffer,
+    comm: GpuComm,
+    stream: Stream,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
     /// A copy of the message for in-place send/recv (sending from the buffer being received into).
-    pub staged: DeviceBuffer,
+    staged: DeviceBuffer,
     start: Event,
     stop: Event,
-    pub device: usize,
-    pub name: String,
-    pub bus_id: String,
+    device: usize,
+    name: String,
+    bus_id: String,
 }
 
 impl std::fmt::Debug for CudaRank {
@@ -98,29 +117,32 @@ impl CudaRank {
     }
 
     /// Copies the host's input and (poisoned) output into the device buffers.
-    pub fn upload(&self, send: &[u8], recv: &[u8]) -> Result<(), GpuError> {
+    fn copy_to_device(&self, send: &[u8], recv: &[u8]) -> Result<(), GpuError> {
         self.send.copy_from_host(send)?;
         self.recv.copy_from_host(recv)?;
         Ok(())
     }
 
     /// Copies the device's output back.
-    pub fn download(&self, recv: &mut [u8]) -> Result<(), GpuError> {
+    fn copy_from_device(&self, recv: &mut [u8]) -> Result<(), GpuError> {
         self.recv.copy_to_host(recv)?;
         Ok(())
     }
 
-    /// Enqueues one call (`collective`, or a send to the next rank and a receive from the
-    /// previous one when `None`).
-    pub fn enqueue(
-        &mut self,
-        collective: Option<Collective>,
-        place: Placement,
-        count: usize,
-        in_bytes: usize,
-        dtype: DataType,
-        op: RedOp,
-    ) -> Result<(), GpuError> {
+    /// Enqueues one call: its collective, or, for sendrecv, a send to the next rank and a
+    /// receive from the previous one.
+    fn enqueue(&mut self, call: &PerfCall) -> Result<(), GpuError> {
+        let root = call.root as u32;
+        let collective = match call.coll {
+            PerfColl::AllReduce => Some(Collective::AllReduce),
+            PerfColl::ReduceScatter => Some(Collective::ReduceScatter),
+            PerfColl::AllGather => Some(Collective::AllGather),
+            PerfColl::Broadcast => Some(Collective::Broadcast { root }),
+            PerfColl::Reduce => Some(Collective::Reduce { root }),
+            PerfColl::SendRecv => None,
+        };
+        let place = Placement::of(call);
+        let (count, in_bytes, dtype, op) = (call.count, call.in_bytes, call.dtype, call.op);
         let recv = self.recv.ptr() + place.out_offset as u64;
         let send = if place.in_place {
             self.recv.ptr() + place.in_offset as u64
@@ -166,29 +188,127 @@ impl CudaRank {
         }
     }
 
-    pub fn synchronize(&mut self) -> Result<(), GpuError> {
+    fn synchronize(&mut self) -> Result<(), GpuError> {
         self.comm.synchronize(&self.stream)
     }
 
     /// Starts recording the stream into a CUDA graph (nothing runs until it is launched).
-    pub fn begin_graph(&self) -> Result<(), GpuError> {
+    fn begin_graph(&self) -> Result<(), GpuError> {
         Ok(weft_cuda::Graph::begin_capture(&self.stream)?)
     }
 
     /// Ends the recording and returns the graph.
-    pub fn end_graph(&self) -> Result<weft_cuda::Graph, GpuError> {
+    fn end_graph(&self) -> Result<weft_cuda::Graph, GpuError> {
         Ok(weft_cuda::Graph::end_capture(&self.stream)?)
     }
 
     /// Starts a timed region on the stream.
-    pub fn time_start(&self) -> Result<(), GpuError> {
+    fn time_start(&self) -> Result<(), GpuError> {
         Ok(self.start.record(&self.stream)?)
     }
 
     /// Ends the timed region, waits for it, and returns its length in microseconds.
-    pub fn time_stop(&mut self) -> Result<f64, GpuError> {
+    fn time_stop(&mut self) -> Result<f64, GpuError> {
         self.stop.record(&self.stream)?;
         self.synchronize()?;
         Ok(f64::from(Event::elapsed_ms(&self.start, &self.stop)?) * 1e3)
+    }
+}
+
+impl PerfBackend for CudaRank {
+    fn device_line(&self) -> String {
+        format!(
+            "{:>3}\t[{}] {} weft GPU kernels",
+            self.device, self.bus_id, self.name
+        )
+    }
+
+    fn channels(&self) -> ChannelSummary {
+        ChannelSummary {
+            nchannels: self.comm.nchannels() as usize,
+            ring: self.comm.rings().first().cloned().unwrap_or_default(),
+            transport: Some(self.comm.transport_name().to_string()),
+            step_bytes: self.comm.step_bytes(),
+        }
+    }
+
+    /// Which protocols the sizes below may run (LL by default on P2P windows, on SHM
+    /// windows only where a setting asked for it; docs/gpu.md).
+    fn header_notes(&self) -> Vec<String> {
+        let p = self.comm.protocols();
+        vec![format!(
+            "#  protocols: {} (NCCL_PROTO {}), {} KiB LL buffers, send/recv LL {}",
+            p.available(),
+            p.enable,
+            p.ll_buffer_bytes() / 1024,
+            p.p2p_threshold()
+                .filter(|t| *t > 0)
+                .map_or("never".to_string(), |t| format!("up to {t} B per channel"))
+        )]
+    }
+
+    /// Every rank's kernels loaded before any rank launches one (a module load waits for
+    /// the device; see GpuComm::prepare).
+    fn prepare(&mut self, dtype: DataType) -> PerfResult<()> {
+        self.comm.prepare(&[dtype, DataType::Uint8])?;
+        self.comm.barrier()?;
+        Ok(())
+    }
+
+    fn upload(&mut self, send: &[u8], recv: &[u8]) -> PerfResult<()> {
+        Ok(self.copy_to_device(send, recv)?)
+    }
+
+    fn fetch(&mut self, recv: &mut [u8]) -> PerfResult<()> {
+        self.synchronize()?;
+        Ok(self.copy_from_device(recv)?)
+    }
+
+    /// Enqueues the call on the device buffers (the host buffers only stage fills and
+    /// checks).
+    fn run_once(&mut self, call: &PerfCall, _host: &mut Buffers) -> PerfResult<()> {
+        Ok(self.enqueue(call)?)
+    }
+
+    fn exchange(&mut self, mine: &[u8]) -> PerfResult<Vec<Vec<u8>>> {
+        Ok(self.comm.exchange(mine)?)
+    }
+
+    fn barrier(&mut self) -> PerfResult<()> {
+        self.synchronize()?;
+        Ok(self.comm.barrier()?)
+    }
+
+    fn start_clock(&mut self) -> PerfResult<()> {
+        Ok(self.time_start()?)
+    }
+
+    fn stop_clock(&mut self) -> PerfResult<f64> {
+        Ok(self.time_stop()?)
+    }
+
+    /// nccl-tests' -G: the calls recorded once into a CUDA graph, the graph launched
+    /// `launches` times; the time per call is the total over `calls * launches`.
+    fn time_graph(
+        &mut self,
+        call: &PerfCall,
+        host: &mut Buffers,
+        calls: usize,
+        launches: usize,
+    ) -> PerfResult<Option<f64>> {
+        self.begin_graph()?;
+        let recorded = (0..calls).try_for_each(|_| self.run_once(call, host));
+        let graph = self.end_graph();
+        recorded?;
+        let graph = graph?;
+        self.time_start()?;
+        for _ in 0..launches {
+            graph.launch(&self.stream)?;
+        }
+        Ok(Some(self.time_stop()? / launches as f64))
+    }
+
+    fn finalize(&mut self) -> PerfResult<()> {
+        Ok(self.comm.finalize()?)
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use weft_core::abi::{DataType, RedOp};
-use weft_runtime::comm::{Comm, P2pOp};
+use weft_runtime::comm::{HostComm, P2pOp};
 use weft_verify::{Expect, TestData};
 
 const TYPES: [DataType; 12] = [
@@ -59,7 +59,7 @@ impl Coll {
 
 /// Runs one call on this rank and checks every element of its result.
 fn check(
-    comm: &mut Comm,
+    comm: &mut HostComm,
     coll: Coll,
     dtype: DataType,
     op: RedOp,
@@ -175,7 +175,7 @@ fn check(
 }
 
 /// Every collective x type x operator (x in/out of place) at a few odd counts.
-fn full_matrix(comm: &mut Comm, counts: &[usize]) {
+fn full_matrix(comm: &mut HostComm, counts: &[usize]) {
     let mut seed = 1000;
     for coll in Coll::all(comm.nranks()) {
         for dtype in TYPES {
@@ -195,7 +195,7 @@ fn full_matrix(comm: &mut Comm, counts: &[usize]) {
 }
 
 /// Every collective on a few type/operator pairs, small to large counts.
-fn sweep(comm: &mut Comm, counts: &[usize]) {
+fn sweep(comm: &mut HostComm, counts: &[usize]) {
     let pairs = [
         (DataType::Float32, RedOp::Sum),
         (DataType::Int8, RedOp::Max),
@@ -217,7 +217,7 @@ fn sweep(comm: &mut Comm, counts: &[usize]) {
     }
 }
 
-fn run(name: &str, nranks: usize, channels: u32, transport: &str, body: fn(&mut Comm)) {
+fn run(name: &str, nranks: usize, channels: u32, transport: &str, body: fn(&mut HostComm)) {
     run_with(name, nranks, channels, transport, &[], body);
 }
 
@@ -228,7 +228,7 @@ fn run_with_step(
     channels: u32,
     transport: &str,
     step: Option<usize>,
-    body: fn(&mut Comm),
+    body: fn(&mut HostComm),
 ) {
     let step = step.map(|s| s.to_string());
     let extra: Vec<(&str, String)> = step
@@ -245,7 +245,7 @@ fn run_with(
     channels: u32,
     transport: &str,
     extra: &[(&str, String)],
-    body: fn(&mut Comm),
+    body: fn(&mut HostComm),
 ) {
     if let Some(role) = common::role() {
         let mut comm = role.comm(&common::options(Duration::from_secs(30)));

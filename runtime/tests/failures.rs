@@ -121,7 +121,7 @@ fn inconsistent_settings_are_named_at_init() {
     if let Some(role) = common::role() {
         let mut opts = common::options(TIMEOUT);
         opts.nchannels = Some(if role.rank == 1 { 3 } else { 2 });
-        let err = weft_runtime::comm::Comm::init(&role.id, role.rank, role.nranks, &opts)
+        let err = weft_runtime::comm::HostComm::init(&role.id, role.rank, role.nranks, &opts)
             .expect_err("init must fail");
         let text = err.to_string();
         println!("rank {}: {text}", role.rank);
@@ -144,7 +144,7 @@ fn inconsistent_settings_are_named_at_init() {
 fn forced_shm_across_hosts_is_refused() {
     let name = "forced_shm_across_hosts_is_refused";
     if let Some(role) = common::role() {
-        let err = weft_runtime::comm::Comm::init(
+        let err = weft_runtime::comm::HostComm::init(
             &role.id,
             role.rank,
             role.nranks,

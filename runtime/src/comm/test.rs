@@ -11,7 +11,7 @@ use super::*;
 use crate::bootstrap::BootstrapRoot;
 use weft_verify::{Expect, TestData};
 
-fn comms(nranks: usize, nchannels: u32) -> Vec<Comm> {
+fn comms(nranks: usize, nchannels: u32) -> Vec<HostComm> {
     let mut opts = CommOptions::loopback(Duration::from_secs(20));
     opts.nchannels = Some(nchannels);
     opts.transport = TransportChoice::Net;
@@ -20,7 +20,7 @@ fn comms(nranks: usize, nchannels: u32) -> Vec<Comm> {
         let handles: Vec<_> = (0..nranks)
             .map(|r| {
                 let (id, opts) = (id, opts.clone());
-                s.spawn(move || Comm::init(&id, r, nranks, &opts).unwrap())
+                s.spawn(move || HostComm::init(&id, r, nranks, &opts).unwrap())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -263,7 +263,7 @@ fn nccl_proto_ll_over_net_is_refused_at_init() {
         let handles: Vec<_> = (0..2)
             .map(|r| {
                 let opts = opts.clone();
-                s.spawn(move || Comm::init(&id, r, 2, &opts).unwrap_err().to_string())
+                s.spawn(move || HostComm::init(&id, r, 2, &opts).unwrap_err().to_string())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -295,13 +295,13 @@ fn searched_rings_from_a_topology_file_carry_an_all_reduce() {
     opts.transport = TransportChoice::Net;
     opts.topo_file = Some(topo.into());
     let (id, root) = BootstrapRoot::start(&opts.bootstrap).unwrap();
-    let mut comms: Vec<Comm> = thread::scope(|s| {
+    let mut comms: Vec<HostComm> = thread::scope(|s| {
         let handles: Vec<_> = (0..nranks)
             .map(|r| {
                 let mut opts = opts.clone();
                 opts.device = Some(r as i32);
                 opts.bus_id = Some(busids[r]);
-                s.spawn(move || Comm::init(&id, r, nranks, &opts).unwrap())
+                s.spawn(move || HostComm::init(&id, r, nranks, &opts).unwrap())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -329,7 +329,7 @@ fn searched_rings_from_a_topology_file_carry_an_all_reduce() {
 
 /// One rank's float all-reduce of `count` seeded elements, every element checked; returns
 /// the rank's input.
-fn checked_all_reduce(comm: &mut Comm, data: &TestData, rank: usize, count: usize) -> Vec<u8> {
+fn checked_all_reduce(comm: &mut HostComm, data: &TestData, rank: usize, count: usize) -> Vec<u8> {
     let mut input = vec![0u8; count * 4];
     data.fill(rank, 0, &mut input);
     let mut out = vec![0u8; count * 4];
@@ -350,4 +350,84 @@ fn ranks_spin_only_with_a_cpu_for_each_busy_thread() {
     assert!(dedicated(wait_policy_for(1, true, 2)));
     assert!(!dedicated(wait_policy_for(2, true, 3)));
     assert!(dedicated(wait_policy_for(2, true, 4)));
+}
+
+/// Every collective checks its buffers against NCCL's layout before anything moves, and
+/// says which buffer is wrong and what the call needs; a refused call leaves the
+/// communicator usable, and the in-place layouts then carry the data (two ranks, float32).
+#[test]
+fn buffers_are_checked_against_each_collectives_layout() {
+    let mut comms = comms(2, 1);
+    let f32 = DataType::Float32;
+    let sum = RedOp::Sum;
+    let c = &mut comms[0];
+    let err = |r: Result<(), CommError>| r.unwrap_err().to_string();
+    let (b4, b6, b8, b12) = (vec![0u8; 4], vec![0u8; 6], vec![0u8; 8], vec![0u8; 12]);
+    let (mut o0, mut o4, mut o7, mut o12) = (Vec::new(), vec![0u8; 4], vec![0u8; 7], vec![0u8; 12]);
+    let needs = |what: &str, len: usize, want: usize| {
+        format!("{what} buffer holds {len} bytes, the call needs {want}")
+    };
+    // Out of place: the count from the buffer every rank passes whole, the other checked.
+    assert!(
+        err(c.all_reduce(&b6, &mut o4, f32, sum))
+            .contains("send buffer of 6 bytes is not a whole number of float (4-byte) elements")
+    );
+    assert!(err(c.all_reduce(&b8, &mut o4, f32, sum)).contains(&needs("receive", 4, 8)));
+    assert!(err(c.reduce_scatter(&b12, &mut o4, f32, sum)).contains(&needs("send", 12, 8)));
+    assert!(err(c.all_gather(&b4, &mut o12, f32)).contains(&needs("receive", 12, 8)));
+    // Broadcast's input and reduce's output: required on the root, checked elsewhere
+    // when given.
+    assert!(err(c.broadcast(&[], &mut o4, f32, 0)).contains(&needs("send", 0, 4)));
+    assert!(err(c.broadcast(&b8, &mut o4, f32, 1)).contains(&needs("send", 8, 4)));
+    assert!(err(c.reduce(&b8, &mut o0, f32, sum, 0)).contains(&needs("receive", 0, 8)));
+    assert!(err(c.reduce(&b8, &mut o4, f32, sum, 1)).contains(&needs("receive", 4, 8)));
+    assert!(err(c.broadcast(&b4, &mut o4, f32, 2)).contains("root 2 out of range for 2 ranks"));
+    assert!(err(c.reduce_in_place(&mut o4, f32, sum, 5)).contains("root 5 out of range"));
+    // In place: whole elements, and whole blocks where one rank's block is the input or
+    // the output.
+    assert!(
+        err(c.all_reduce_in_place(&mut o7, f32, sum)).contains(
+            "in-place buffer of 7 bytes is not a whole number of float (4-byte) elements"
+        )
+    );
+    assert!(
+        err(c.reduce_scatter_in_place(&mut o12, f32, sum))
+            .contains("in-place reduce-scatter buffer of 3 elements is not 2 equal blocks")
+    );
+    assert!(
+        err(c.all_gather_in_place(&mut o12, f32))
+            .contains("in-place all-gather buffer of 3 elements is not 2 equal blocks")
+    );
+
+    let count = 1001;
+    thread::scope(|s| {
+        for (rank, comm) in comms.iter_mut().enumerate() {
+            s.spawn(move || {
+                let data = |op| TestData {
+                    dtype: f32,
+                    op,
+                    seed: 11,
+                    nranks: 2,
+                };
+                let bytes = count * 4;
+                // All-gather in place: this rank's input in its block of the output.
+                let gather = data(RedOp::Sum);
+                let mut buf = vec![0xa5u8; 2 * bytes];
+                gather.fill(rank, 0, &mut buf[rank * bytes..(rank + 1) * bytes]);
+                comm.all_gather_in_place(&mut buf, f32).unwrap();
+                assert_eq!(gather.count_wrong(Expect::AllGather, rank, count, &buf), 0);
+                // Reduce-scatter in place: the result in this rank's block of the input.
+                let scatter = data(RedOp::Max);
+                let mut buf = vec![0u8; 2 * bytes];
+                scatter.fill(rank, 0, &mut buf);
+                comm.reduce_scatter_in_place(&mut buf, f32, RedOp::Max)
+                    .unwrap();
+                let out = &buf[rank * bytes..(rank + 1) * bytes];
+                assert_eq!(
+                    scatter.count_wrong(Expect::ReduceScatter, rank, count, out),
+                    0
+                );
+            });
+        }
+    });
 }

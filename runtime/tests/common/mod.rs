@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use weft_runtime::bootstrap::{BootstrapOptions, BootstrapRoot, UniqueId};
-use weft_runtime::comm::{Comm, CommOptions, TransportChoice};
+use weft_runtime::comm::{CommOptions, HostComm, TransportChoice};
 
 /// This process's role when it is a rank of a multi-process test.
 #[derive(Debug, Clone)]
@@ -59,8 +59,8 @@ pub fn options(timeout: Duration) -> CommOptions {
 }
 
 impl Role {
-    pub fn comm(&self, opts: &CommOptions) -> Comm {
-        Comm::init(&self.id, self.rank, self.nranks, opts)
+    pub fn comm(&self, opts: &CommOptions) -> HostComm {
+        HostComm::init(&self.id, self.rank, self.nranks, opts)
             .unwrap_or_else(|e| panic!("rank {}: init: {e}", self.rank))
     }
 }

@@ -1,0 +1,170 @@
+//! The host communicator: one rank's channels and point-to-point connections over host
+//! memory, run by the CPU executor, and what happens when a call fails.
+//!
+//! Init is in `setup`, the collectives in `collectives`, send/receive groups in `p2p`;
+//! this file holds the type, what it tells about itself, its lifecycle (barrier,
+//! exchange, finalize) and its failure: any error in a call aborts the communicator (every
+//! connection is marked aborted, so the peers fail within microseconds too) and later calls
+//! return [`CommError::Failed`]. When a peer process of this host has died, the error
+//! names it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::connect::{TransportKind, Transports};
+use super::error::CommError;
+use super::peers::Peer;
+use crate::bootstrap::Bootstrap;
+use crate::conn::{AbortFlag, FifoRecvEnd, FifoSendEnd, process_alive};
+use crate::exec::{ExecError, Executor, lock};
+
+/// One rank's communicator over host memory.
+#[derive(Debug)]
+pub struct HostComm {
+    pub(super) rank: usize,
+    pub(super) nranks: usize,
+    // Dropped first: the connection ends, so that the transports below see them closed.
+    pub(super) executor: Executor,
+    pub(super) p2p: P2pConns,
+    pub(super) transports: Transports,
+    pub(super) peers: Vec<Peer>,
+    pub(super) rings: Vec<Vec<u32>>,
+    /// Transport of each channel's (send, recv) connection; `None` on a single rank.
+    pub(super) channel_kinds: Vec<Option<(TransportKind, TransportKind)>>,
+    pub(super) step_bytes: usize,
+    pub(super) abort: AbortFlag,
+    pub(super) failed: Option<String>,
+    pub(super) bootstrap: Bootstrap,
+}
+
+/// The point-to-point connections built so far, by peer: built on first use, in a
+/// handshake with that peer (`HostComm::group`).
+#[derive(Debug, Default)]
+pub(super) struct P2pConns {
+    pub(super) send: HashMap<u32, Arc<Mutex<FifoSendEnd>>>,
+    pub(super) recv: HashMap<u32, Arc<Mutex<FifoRecvEnd>>>,
+}
+
+impl P2pConns {
+    /// Marks every connection aborted, so that a peer blocked in a send or receive with
+    /// this rank fails at once.
+    fn abort(&self) {
+        for end in self.send.values() {
+            lock(end).abort();
+        }
+        for end in self.recv.values() {
+            lock(end).abort();
+        }
+    }
+
+    /// Closes every connection.
+    fn close(&mut self) {
+        self.send.clear();
+        self.recv.clear();
+    }
+}
+
+impl HostComm {
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub fn nchannels(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// The ring of each channel.
+    pub fn rings(&self) -> &[Vec<u32>] {
+        &self.rings
+    }
+
+    /// The transport of each channel's connections: (to the next rank, from the previous);
+    /// `None` on a communicator of one rank, which has no connections.
+    pub fn channel_transports(&self) -> &[Option<(TransportKind, TransportKind)>] {
+        &self.channel_kinds
+    }
+
+    /// Bytes per FIFO step (the largest message one post carries).
+    pub fn step_bytes(&self) -> usize {
+        self.step_bytes
+    }
+
+    /// The pid of each rank.
+    pub fn peer_pids(&self) -> Vec<u32> {
+        self.peers.iter().map(|p| p.settings.pid).collect()
+    }
+
+    /// A flag that aborts this communicator from any thread: every wait ends at its next
+    /// check and the call in progress fails.
+    pub fn abort_flag(&self) -> AbortFlag {
+        self.abort.clone()
+    }
+
+    /// Waits until every rank has called it (over the bootstrap network).
+    pub fn barrier(&mut self) -> Result<(), CommError> {
+        self.usable()?;
+        Ok(self.bootstrap.barrier()?)
+    }
+
+    /// Every rank's `mine`, by rank, over the bootstrap network (control data such as
+    /// timings or host names; not for bulk data). Collective: every rank must call it.
+    pub fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
+        self.usable()?;
+        Ok(self.bootstrap.all_gather(mine)?)
+    }
+
+    /// Ends the communicator in step with the others (NCCL's `ncclCommFinalize`): closes
+    /// every connection, then waits until every rank has closed its own, so that no
+    /// transport sees a peer vanish while it still expects data. Collective; the
+    /// communicator accepts no operation afterwards. Dropping without it is fine too: the
+    /// peers then see connections closed at whatever point each was.
+    pub fn finalize(&mut self) -> Result<(), CommError> {
+        self.usable()?;
+        self.executor.close_connections();
+        self.p2p.close();
+        self.failed = Some("the communicator was finalized".to_string());
+        Ok(self.bootstrap.barrier()?)
+    }
+
+    /// The first failure, if any: a failed communicator takes no more calls.
+    pub(super) fn usable(&self) -> Result<(), CommError> {
+        match &self.failed {
+            Some(first) => Err(CommError::Failed(first.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a failure: names a dead peer of this host when there is one.
+    pub(super) fn failure(&mut self, err: ExecError) -> CommError {
+        let me = self.peers.get(self.rank).copied();
+        let dead = self.peers.iter().enumerate().find(|(r, p)| {
+            *r != self.rank && me.is_some_and(|m| m.same_host(p)) && !process_alive(p.settings.pid)
+        });
+        let err = match dead {
+            Some((rank, p)) => CommError::PeerDied {
+                rank,
+                pid: p.settings.pid,
+                cause: err,
+            },
+            None => CommError::Exec(err),
+        };
+        self.failed.get_or_insert_with(|| err.to_string());
+        self.abort.abort();
+        // The executor marked the ring connections aborted; the point-to-point ones too,
+        // so that a peer blocked in a send or receive with us fails at once as well.
+        self.p2p.abort();
+        err
+    }
+}
+
+impl Drop for HostComm {
+    fn drop(&mut self) {
+        if self.failed.is_some() {
+            self.executor.abort_connections();
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! The GPU communicator: one rank on one GPU, its P2P connections, and its collectives
+//! enqueued on the caller's stream.
+//!
+//! Init (`setup`): bootstrap, all-gather each rank's GPU (host, process, PCI bus id),
+//! check that every pair of GPUs can reach each other's memory (P2P over NVLink or PCIe),
+//! build the channels' rings, allocate this rank's window ([`crate::gpu::layout`]), share
+//! it (the pointer within one process, a CUDA IPC handle across processes), and write the
+//! device-side description of every channel and connection (`weft_dev_comm`,
+//! `weft_dev_channel`, `weft_channel_peer`, the rings) once. A collective is then one
+//! kernel launch on the caller's stream, graph-capturable: its only argument is the call
+//! itself.
+//!
+//! Nothing waits forever: kernels give up on a peer after the communicator's timeout or
+//! when the abort flag (host-mapped memory) is raised, and record which peer and which wait
+//! in host-mapped memory, which [`GpuComm::check`] turns into an error naming the peer.
+//!
+//! [`GpuComm`] is a short struct of parts, each owning what its job needs:
+//!
+//! - `setup`: init, step by step; `peers`: the record each rank all-gathers and what a
+//!   rank concludes from everyone's; `channels`: the channels' rings, alike on every rank.
+//! - `windows`: this rank's window and its peers', and where each connection end lies.
+//! - `region`: the peer-pointer algorithms' memory ([`crate::gpu::peer`]), shared the
+//!   same way, except for NVLS in its multicast form (`WEFT_NVLS=1` only): VMM memory bound
+//!   to a multicast object whose file descriptor one rank sends to the others
+//!   ([`crate::gpu::multicast`]).
+//! - `control`: the device-side description the kernels read.
+//! - `plan`: what a call becomes (protocol, algorithm, the kernel's work), checked before
+//!   anything of its group launches.
+//! - `launch`: enqueueing planned calls, consecutive ones of one kernel together.
+//! - `p2p`: send/receive groups.
+//! - `faults`: the abort flag, the kernels' deadline, and a kernel's fault as an error.
+
+mod channels;
+mod control;
+mod faults;
+mod launch;
+mod p2p;
+mod peers;
+mod plan;
+mod region;
+mod setup;
+mod windows;
+
+use std::sync::Arc;
+
+use weft_core::abi::{DataType, Protocol};
+use weft_core::fifo::ll::{LlGeometry, LlLine};
+use weft_core::sched::Collective;
+use weft_cuda::{Context, Stream};
+
+use super::error::GpuError;
+use super::protocol::GpuProtocols;
+use super::redop::GpuRedOp;
+pub use super::redop::avg_scale_bits;
+use crate::bootstrap::Bootstrap;
+pub use channels::DEFAULT_CHANNELS;
+pub use faults::AbortHandle;
+use faults::Faults;
+use launch::{Launcher, check_stream};
+use p2p::P2pLaunch;
+pub use p2p::{GpuP2p, P2P_CHANNELS, p2p_channels_for, validate_p2p_group};
+use plan::Planner;
+pub use plan::{DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, PlannedGroup};
+pub use setup::{DEFAULT_STEP_BYTES, MAX_STEP_BYTES};
+use windows::Windows;
+
+/// One rank of a GPU communicator.
+#[derive(Debug)]
+pub struct GpuComm {
+    rank: usize,
+    nranks: usize,
+    ctx: Arc<Context>,
+    // Dropped in this order: the kernels and the control block, the fault page, the
+    // windows (every buffer holds its own reference to the context, so the order does not
+    // matter for the context), the bootstrap, then the peer region.
+    /// The kernels and the control block every launch passes them.
+    launcher: Launcher,
+    /// The abort flag, the kernels' fault records, the first failure.
+    faults: Faults,
+    /// This rank's window, its peers', and the connections' layout in them.
+    windows: Windows,
+    bootstrap: Bootstrap,
+    /// What calls become: protocols, algorithm, the peer region.
+    planner: Planner,
+}
+
+/// Whether the first of `names` that is set holds something other than "" or "0".
+fn env_flag(names: &[&str]) -> bool {
+    crate::env::first_value(&crate::env::process, names)
+        .is_some_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
+impl GpuComm {
+    /// Tests only: restarts every connection at FIFO step `step`, as if that many steps had
+    /// gone through each (and the one-/two-shot epochs of every lane at `step`): heads and
+    /// tails at `step`, the kernels' step counters at `step`,
+    /// every LL line flagged as written at `step - 1` (`LlGeometry::initial_flag`, zero data),
+    /// direct-write counts at 0. A GPU test can then cross the LL flag's 32-bit wrap and its
+    /// cleaning steps without running 2^31 steps first. Collective: every rank calls it with
+    /// the same step and nothing in flight; P2P windows only (device memory).
+    #[doc(hidden)]
+    pub fn restart_steps_for_test(&mut self, step: u64) -> Result<(), GpuError> {
+        self.ctx.synchronize()?;
+        self.bootstrap.barrier()?;
+        let Some(buf) = self.windows.own_device_buffer() else {
+            return Err(GpuError::InvalidArgument(
+                "restart_steps_for_test: SHM windows are not supported".into(),
+            ));
+        };
+        let line = LlLine::pack(0, LlGeometry::nccl(2).map_or(0, |g| g.initial_flag(step)));
+        let image = self
+            .windows
+            .layout()
+            .restart_image(self.rank as u32, step, line);
+        buf.copy_from_host(&image)?;
+        // The one-/two-shot epochs of every channel (lane) restart at `step` too, so that the
+        // LL one-shot crosses its cleaning rounds and its 32-bit flag wrap. Stale pairs carry
+        // older flags, and every call has ended. Not NVLS: its counters hold steps too.
+        if let Some(region) = self.planner.region.as_ref().filter(|r| r.has_lane_epochs()) {
+            region.restart_epochs(&self.ctx, self.rank, step)?;
+        }
+        let control = control::write_control(
+            &self.ctx,
+            &self.windows,
+            &self.faults,
+            self.rank,
+            self.nranks,
+            step,
+        )?;
+        self.launcher.set_control(control);
+        self.bootstrap.barrier()?;
+        Ok(())
+    }
+
+    /// Tests only: this rank's one-/two-shot epoch of every lane (channel), as its kernels
+    /// left them (`peer::STEPS_AT`), after the context's work ends; empty without a
+    /// one-/two-shot peer region.
+    #[doc(hidden)]
+    pub fn lane_epochs_for_test(&self) -> Result<Vec<u64>, GpuError> {
+        let Some(region) = self.planner.region.as_ref().filter(|r| r.has_lane_epochs()) else {
+            return Ok(Vec::new());
+        };
+        // Whatever the caller left in flight ends first.
+        self.ctx.synchronize()?;
+        region.lane_epochs(&self.ctx, self.rank)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// "P2P" (device memory over NVLink or PCIe), "P2P/read" (the same in read mode) or
+    /// "SHM" (host memory), as NCCL's `NCCL_DEBUG=INFO` names its transports.
+    pub fn transport_name(&self) -> &'static str {
+        self.windows.transport_name()
+    }
+
+    /// Whether P2P connections run in read mode (SIMPLE FIFOs in the senders' memory).
+    pub fn p2p_read(&self) -> bool {
+        self.windows.layout().read()
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub fn nchannels(&self) -> u32 {
+        self.windows.layout().nchannels()
+    }
+
+    /// The ring of each channel.
+    pub fn rings(&self) -> Vec<Vec<u32>> {
+        let layout = self.windows.layout();
+        (0..layout.nchannels())
+            .map(|c| layout.ring(c).to_vec())
+            .collect()
+    }
+
+    /// Bytes of one FIFO step.
+    pub fn step_bytes(&self) -> usize {
+        self.windows.layout().step_bytes()
+    }
+
+    /// The device's primary context (the one every buffer of this rank belongs to).
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Whether this rank's GPU reduces `dtype`: every type but fp8, which needs compute
+    /// capability 8.9 or newer. Every type moves (all-gather, broadcast, send/receive)
+    /// everywhere.
+    pub fn can_reduce(&self, dtype: DataType) -> bool {
+        self.launcher.kernels().supports(dtype)
+    }
+
+    /// Compiles and loads the kernels of `dtypes` now rather than at their first call (and
+    /// those of the peer-pointer algorithm `WEFT_ALGO` set, if any).
+    /// Loading a module waits for the device to be idle, so a rank that loads one while a
+    /// peer's kernel on the same GPU waits for it would stall both until the timeout: ranks
+    /// that share a GPU (tests) call this for every type they use, then a barrier.
+    /// An fp8 type prepares the uint8 kernels its copies run, and its own where this GPU
+    /// reduces fp8 (compute capability 8.9 and newer; elsewhere its reductions fail when
+    /// called, saying why).
+    pub fn prepare(&self, dtypes: &[DataType]) -> Result<(), GpuError> {
+        // A communicator with a peer region (WEFT_ALGO, or the automatic one-shot) runs its
+        // modules too.
+        let peer = self.planner.region.as_ref().map(|p| p.source());
+        self.launcher.kernels().prepare(dtypes, peer)
+    }
+
+    /// Every rank's `mine`, by rank, over the bootstrap network (control data only).
+    pub fn exchange(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, GpuError> {
+        Ok(self.bootstrap.all_gather(mine)?)
+    }
+
+    /// Waits until every rank has called it (host side only: say nothing of the streams).
+    pub fn barrier(&mut self) -> Result<(), GpuError> {
+        Ok(self.bootstrap.barrier()?)
+    }
+
+    /// A handle on the abort flag that needs no `&mut self`: a caller that keeps the
+    /// communicator behind a lock held across blocking calls (`synchronize`, `finalize`)
+    /// raises the flag through it without waiting for the lock, and the blocked call ends.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.faults.handle()
+    }
+
+    /// Makes every kernel of this communicator return at its next look at the flag, and
+    /// every later call fail (NCCL's `ncclCommAbort`, without the teardown).
+    pub fn abort(&mut self, why: &str) {
+        self.faults.abort(why);
+    }
+
+    /// The communicator's asynchronous error (NCCL's `ncclCommGetAsyncError`): what a
+    /// kernel recorded when it gave up, or the reason of an abort.
+    pub fn check(&mut self) -> Result<(), GpuError> {
+        self.faults.check()
+    }
+
+    /// The protocol a call of `collective` on `count` elements of `dtype` runs (LL or
+    /// SIMPLE; see [`super::protocol`]), the same on every rank; an error when the protocol
+    /// settings leave none the kernels can run.
+    pub fn protocol_for(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<Protocol, GpuError> {
+        self.planner
+            .protocol_for(collective, count, dtype, self.windows.layout().nchannels())
+    }
+
+    /// The protocol settings every call chooses from (the same on every rank).
+    pub fn protocols(&self) -> GpuProtocols {
+        self.planner.protocols
+    }
+
+    /// The protocol a send or receive of `bytes` runs (both ends compute the same).
+    pub fn p2p_protocol_for(&self, bytes: usize) -> Protocol {
+        let channels = p2p_channels_for(bytes, self.windows.layout().p2p_channels());
+        self.planner.protocols.p2p(bytes, channels)
+    }
+
+    /// Enqueues `collective` on `stream`: `count` elements as in NCCL's API (per rank for
+    /// reduce-scatter and all-gather), from device memory `send` to device memory `recv`
+    /// (equal for in place; in-place all-gather and reduce-scatter use NCCL's layout).
+    ///
+    /// # Safety
+    ///
+    /// `send` and `recv` must be device memory of this rank's GPU (or accessible from it),
+    /// valid for the collective's input and output lengths until the stream reaches this
+    /// call's end. Between ranks of one process (direct writes), the previous rank's GPU
+    /// stores into `recv` too: it must be memory that peer access covers (`cuMemAlloc`);
+    /// for pool (`cudaMallocAsync`) or VMM memory without access granted to the peer GPUs,
+    /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); every rank must enqueue the same collectives in the same order; and the
+    /// calls of one communicator must not run concurrently: enqueue them on one stream, or
+    /// order their streams with events (they share the connections' FIFOs and counters).
+    /// `op` is a [`weft_core::abi::RedOp`] or a [`GpuRedOp`] (NCCL's `PreMulSum`); with a
+    /// [`super::PreMulScalar::Device`] scalar, that address must also stay valid until the
+    /// stream reaches this call's end.
+    // NCCL's calls take these same arguments (ncclAllReduce has seven and the comm).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective(
+        &mut self,
+        collective: Collective,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: impl Into<GpuRedOp>,
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        let call = GpuCollective {
+            collective,
+            send,
+            recv,
+            count,
+            dtype,
+            op: op.into(),
+        };
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.collectives(&[call], stream) }.map(|_| ())
+    }
+
+    /// Enqueues `calls` on `stream` in order, as a group of NCCL's (`ncclGroupStart`, the
+    /// calls, `ncclGroupEnd`): consecutive calls that run the same kernel function (one
+    /// type, operator and protocol on the ring; one type, operator, algorithm and channel
+    /// count on one-/two-shot) share a launch, up to `COLL_BATCH_MAX` ring or
+    /// `PEER_BATCH_MAX` peer calls ([`super::batch`]). Every call is checked before any is
+    /// launched. Returns the number of kernel launches made.
+    ///
+    /// Each channel runs a launch's calls in order, but channels do not wait for each other
+    /// between calls: as with NCCL (which also reorders a group's calls), no call of a
+    /// group may read or write what another call of the same group writes.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call.
+    pub unsafe fn collectives(
+        &mut self,
+        calls: &[GpuCollective],
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        check_stream(&self.ctx, self.rank, stream)?;
+        let group = self.plan_group(calls)?;
+        // SAFETY: the caller's promise for every call, passed on.
+        unsafe {
+            self.launcher
+                .launch_planned(&group.planned, self.nchannels(), stream)
+        }
+    }
+
+    /// Checks and plans `calls` (what [`GpuComm::collectives`] does before launching),
+    /// launching nothing: libnccl plans every communicator's calls of a group before it
+    /// launches any, so that a refusal never leaves a group launched on some communicators
+    /// and not on others.
+    pub fn plan_group(&mut self, calls: &[GpuCollective]) -> Result<PlannedGroup, GpuError> {
+        self.faults.check()?;
+        let planned = calls
+            .iter()
+            .map(|c| self.planner.plan(c, &self.windows, &self.launcher))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PlannedGroup {
+            owner: self.launcher.control_ptr(),
+            planned,
+        })
+    }
+
+    /// Launches a group [`GpuComm::plan_group`] planned on this communicator, on `stream`.
+    /// Returns the number of kernel launches made.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call of the group.
+    pub unsafe fn launch_group(
+        &mut self,
+        group: &PlannedGroup,
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        self.faults.check()?;
+        check_stream(&self.ctx, self.rank, stream)?;
+        if group.owner != self.launcher.control_ptr() {
+            return Err(GpuError::InvalidArgument(format!(
+                "a group planned on another communicator given to rank {}'s",
+                self.rank
+            )));
+        }
+        // SAFETY: the caller's promise for every call, passed on.
+        unsafe {
+            self.launcher
+                .launch_planned(&group.planned, self.nchannels(), stream)
+        }
+    }
+
+    /// Enqueues a group of sends and receives on `stream`, run at once (NCCL's
+    /// `ncclGroupStart` / `ncclSend` / `ncclRecv` / `ncclGroupEnd`). A peer takes at most
+    /// one send and one receive per group; the matching call on the peer must have the
+    /// same byte count.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`]: each buffer is device memory valid for its bytes until
+    /// the stream reaches this call's end.
+    pub unsafe fn group(&mut self, ops: &[GpuP2p], stream: &Stream) -> Result<(), GpuError> {
+        self.faults.check()?;
+        check_stream(&self.ctx, self.rank, stream)?;
+        validate_p2p_group(self.rank, self.nranks, ops)?;
+        // Everything is checked before anything is enqueued.
+        let launch = P2pLaunch::plan(
+            self.rank,
+            ops,
+            self.windows.layout().p2p_channels(),
+            &self.planner.protocols,
+        )?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launcher.launch_p2p(launch, stream) }
+    }
+
+    /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue
+    /// may take as long as it needs (every wait of weft's kernels has its own deadline, so
+    /// the stream ends); once the abort flag is up (a kernel gave up, or `abort`), the
+    /// stream gets a few seconds to drain, then this returns an error instead of waiting on
+    /// whatever else holds the stream.
+    pub fn synchronize(&mut self, stream: &Stream) -> Result<(), GpuError> {
+        self.faults.wait_for(stream)
+    }
+
+    /// Ends the communicator in step with the others: waits for this rank's work, then for
+    /// every rank, so that no window is freed while a peer's kernel still writes into it.
+    pub fn finalize(&mut self) -> Result<(), GpuError> {
+        self.ctx.synchronize()?;
+        self.bootstrap.barrier()?;
+        Ok(())
+    }
+}
+
+impl Drop for GpuComm {
+    fn drop(&mut self) {
+        // Kernels still running would write into freed memory: let them end (their waits
+        // end at the timeout at the latest).
+        if let Err(e) = self.ctx.synchronize() {
+            log::warn!(
+                "weft: rank {}: synchronizing before teardown failed: {e}",
+                self.rank
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use weft_core::abi::RedOp;
+
+    #[test]
+    fn avg_scales_match_the_cpu_executor() {
+        assert_eq!(
+            avg_scale_bits(DataType::Float32, RedOp::Avg, 4),
+            u64::from(0.25f32.to_bits())
+        );
+        assert_eq!(
+            avg_scale_bits(DataType::Float64, RedOp::Avg, 3),
+            (1.0f64 / 3.0).to_bits()
+        );
+        assert_eq!(avg_scale_bits(DataType::Float16, RedOp::Avg, 2), 0x3800);
+        assert_eq!(avg_scale_bits(DataType::Bfloat16, RedOp::Avg, 2), 0x3f00);
+        // 1/2 is 0x30 in E4M3 (exponent 6 of bias 7) and 0x38 in E5M2 (binary16's 0x3800);
+        // float(1/3) rounds to 0.34375 (0x2b) and 0.3125 (0x35).
+        assert_eq!(avg_scale_bits(DataType::Float8E4M3, RedOp::Avg, 2), 0x30);
+        assert_eq!(avg_scale_bits(DataType::Float8E5M2, RedOp::Avg, 2), 0x38);
+        assert_eq!(avg_scale_bits(DataType::Float8E4M3, RedOp::Avg, 3), 0x2b);
+        assert_eq!(avg_scale_bits(DataType::Float8E5M2, RedOp::Avg, 3), 0x35);
+        assert_eq!(avg_scale_bits(DataType::Int32, RedOp::Avg, 2), 0);
+        assert_eq!(avg_scale_bits(DataType::Float32, RedOp::Sum, 2), 0);
+    }
+}

@@ -1,0 +1,219 @@
+//! The ranks' GPUs: the record each rank all-gathers at init (host, process, GPU and the
+//! settings every rank must share), and what a rank concludes from everyone's: whether
+//! it reaches every other GPU's memory (P2P), and whether NCCL would run P2P in read mode.
+
+use weft_cuda::Device;
+
+use crate::gpu::GpuError;
+
+/// "WGPU": the record each rank all-gathers at init.
+const PEER_MAGIC: u32 = 0x5747_5056;
+/// The record of builds before `min_slices` joined it (2026-11-27): told apart so that
+/// mixing builds is named as such.
+const PEER_MAGIC_V1: u32 = 0x5747_5055;
+
+/// What each rank tells the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct GpuPeer {
+    pub(super) host_hash: u64,
+    pub(super) pid: u32,
+    pub(super) device: u32,
+    pub(super) bus_id: String,
+    pub(super) nchannels: u32,
+    pub(super) step_bytes: u64,
+    pub(super) min_slices: u32,
+}
+
+impl GpuPeer {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&PEER_MAGIC.to_be_bytes());
+        out.extend_from_slice(&self.host_hash.to_be_bytes());
+        out.extend_from_slice(&self.pid.to_be_bytes());
+        out.extend_from_slice(&self.device.to_be_bytes());
+        out.extend_from_slice(&self.nchannels.to_be_bytes());
+        out.extend_from_slice(&self.step_bytes.to_be_bytes());
+        out.extend_from_slice(&self.min_slices.to_be_bytes());
+        out.extend_from_slice(self.bus_id.as_bytes());
+        out
+    }
+
+    pub(super) fn decode(rank: usize, b: &[u8]) -> Result<Self, GpuError> {
+        let bad = || GpuError::InvalidArgument(format!("rank {rank} sent a malformed GPU record"));
+        let u32_at = |at: usize| -> Result<u32, GpuError> {
+            Ok(u32::from_be_bytes(
+                b.get(at..at + 4)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            ))
+        };
+        let u64_at = |at: usize| -> Result<u64, GpuError> {
+            Ok(u64::from_be_bytes(
+                b.get(at..at + 8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            ))
+        };
+        if u32_at(0)? == PEER_MAGIC_V1 {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {rank} runs an older weft build (its GPU record has no slice count): \
+                 run the same build on every rank"
+            )));
+        }
+        if u32_at(0)? != PEER_MAGIC {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {rank} is not a GPU rank (it joined with another weft communicator kind)"
+            )));
+        }
+        Ok(GpuPeer {
+            host_hash: u64_at(4)?,
+            pid: u32_at(12)?,
+            device: u32_at(16)?,
+            nchannels: u32_at(20)?,
+            step_bytes: u64_at(24)?,
+            min_slices: u32_at(32)?,
+            bus_id: String::from_utf8_lossy(b.get(36..).unwrap_or_default()).into_owned(),
+        })
+    }
+}
+
+/// Checks that all ranks are on one host, no two on one GPU, with the same explicit
+/// settings; returns whether this rank can reach every other's GPU memory directly (P2P:
+/// not disabled, peer access possible, the peer's GPU visible here). `WEFT_TEST_SHARE_GPU=1`
+/// lets ranks share a GPU: only for testing the protocol on machines with one GPU (the
+/// ranks' kernels must then fit on the GPU together).
+pub(super) fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
+    let mine = &peers[me];
+    let mut reach = true;
+    if super::env_flag(&["WEFT_P2P_DISABLE", "NCCL_P2P_DISABLE"]) && peers.len() > 1 {
+        log::info!("weft: P2P disabled (NCCL_P2P_DISABLE): device data goes through SHM");
+        reach = false;
+    }
+    for (q, p) in peers.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        if p.host_hash != mine.host_hash {
+            return Err(GpuError::Unreachable {
+                peer: q,
+                detail: "it is on another host, and weft's GPU path connects the GPUs of one \
+                         host only (NET for device memory is not implemented yet)"
+                    .to_string(),
+            });
+        }
+        if p.bus_id == mine.bus_id && !super::env_flag(&["WEFT_TEST_SHARE_GPU"]) {
+            return Err(GpuError::InvalidArgument(format!(
+                "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
+                p.bus_id
+            )));
+        }
+        if p.step_bytes != mine.step_bytes
+            || p.nchannels != mine.nchannels
+            || p.min_slices != mine.min_slices
+        {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {q} runs with {} channels, {}-byte FIFO steps and at least {} slices per \
+                 step, this rank with {}, {} and {} (0 channels: the default): start every rank \
+                 with the same WEFT_NCHANNELS, NCCL_BUFFSIZE and WEFT_MIN_SLICES",
+                p.nchannels,
+                p.step_bytes,
+                p.min_slices,
+                mine.nchannels,
+                mine.step_bytes,
+                mine.min_slices
+            )));
+        }
+        if p.bus_id == mine.bus_id {
+            // Ranks sharing a GPU (tests on one-GPU machines): same memory, no P2P needed.
+            continue;
+        }
+        let here = Device::get(mine.device as usize)?;
+        match local_device_of(&p.bus_id)? {
+            Some(d) if here.can_access_peer(&d)? => {}
+            Some(_) => {
+                log::info!(
+                    "weft: GPU {} cannot access GPU {} (rank {q}) directly: device data goes through SHM",
+                    mine.bus_id,
+                    p.bus_id
+                );
+                reach = false;
+            }
+            None => {
+                log::info!(
+                    "weft: rank {q}'s GPU {} is not visible here (CUDA_VISIBLE_DEVICES?): device data goes through SHM",
+                    p.bus_id
+                );
+                reach = false;
+            }
+        }
+    }
+    Ok(reach)
+}
+
+/// NCCL's default for P2P read mode (`ncclTopoCheckP2p`): GPUs of compute capability 8.0
+/// (Ampere) joined by NVLink, here every pair `rank` has with a GPU this process can see
+/// (CUDA's native-atomics P2P attribute standing for NVLink). A peer's GPU this process
+/// cannot see (`CUDA_VISIBLE_DEVICES` isolating each process) or a failed query answers no:
+/// every rank must still reach the vote that follows, and write mode is always correct.
+pub(super) fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> bool {
+    let ampere = |d: &Device| d.compute_capability().is_ok_and(|cc| cc == (8, 0));
+    if !ampere(dev) {
+        return false;
+    }
+    peers.iter().enumerate().all(|(q, p)| {
+        q == rank
+            || match local_device_of(&p.bus_id) {
+                Ok(Some(d)) => ampere(&d) && dev.nvlink_to(&d).unwrap_or(false),
+                Ok(None) => false,
+                Err(e) => {
+                    log::info!("weft: P2P read mode off: looking up rank {q}'s GPU failed: {e}");
+                    false
+                }
+            }
+    })
+}
+
+/// The device of this process with PCI bus id `bus_id`.
+fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
+    for i in 0..weft_cuda::device_count()? {
+        let d = Device::get(i)?;
+        if d.pci_bus_id()?.eq_ignore_ascii_case(bus_id) {
+            return Ok(Some(d));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn peer_record_round_trips() {
+        let p = GpuPeer {
+            host_hash: 0x1234_5678_9abc_def0,
+            pid: 4242,
+            device: 1,
+            bus_id: "0000:19:00.0".to_string(),
+            nchannels: 0,
+            step_bytes: 512 << 10,
+            min_slices: 3,
+        };
+        assert_eq!(GpuPeer::decode(3, &p.encode()).unwrap(), p);
+        let mut bad = p.encode();
+        bad[0] ^= 1;
+        assert!(
+            GpuPeer::decode(3, &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("rank 3")
+        );
+        assert!(GpuPeer::decode(2, &p.encode()[..20]).is_err());
+        let mut old = p.encode();
+        old[..4].copy_from_slice(&PEER_MAGIC_V1.to_be_bytes());
+        let err = GpuPeer::decode(1, &old).unwrap_err().to_string();
+        assert!(err.contains("rank 1 runs an older weft build"), "{err}");
+    }
+}
