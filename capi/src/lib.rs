@@ -4,7 +4,7 @@
 //! and from `weft_core::abi`, and committed; `scripts/check-header.sh` fails when it is
 //! stale. Conventions, as in rustls-ffi:
 //!
-//! - Every `extern "C"` body runs inside [`boundary!`](boundary): a panic becomes
+//! - Every `extern "C"` body runs inside weft-ffi's boundary (`boundary!`): a panic becomes
 //!   `WEFT_ERR_INTERNAL`, never an unwind into C.
 //! - Fallible functions return a [`weft_status`] and write results through out-pointers;
 //!   pointer arguments are checked for NULL (`WEFT_ERR_NULL_ARG` names the argument).

@@ -154,11 +154,11 @@ pub unsafe fn slice<'a, T>(
     Ok(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) })
 }
 
-/// `&mut [T]` for an output buffer; as [`slice`].
+/// `&mut [T]` for an output buffer; as [`slice()`].
 ///
 /// # Safety
 ///
-/// As [`slice`], and the `len` elements are writable, hold valid values (the element types
+/// As [`slice()`], and the `len` elements are writable, hold valid values (the element types
 /// used are bytes, valid for any content) and nothing else accesses them while the
 /// returned slice lives.
 pub unsafe fn slice_mut<'a, T>(
@@ -191,7 +191,7 @@ pub unsafe fn c_str<'a>(ptr: *const c_char, name: &'static str) -> Result<&'a st
 
 /// `arg_ref!(ptr, "name")`: `&T` from a `*const T` argument, or returns the surface's error
 /// for [`ArgError::Null`] (through `From<ArgError>`) from the enclosing body. Only inside
-/// the body of an `unsafe extern "C" fn` whose `# Safety` section asks what [`deref`] does.
+/// the body of an `unsafe extern "C" fn` whose `# Safety` section asks what [`deref`](crate::arg::deref) does.
 #[macro_export]
 macro_rules! arg_ref {
     ($ptr:expr, $name:literal) => {{
@@ -229,7 +229,7 @@ macro_rules! arg_mut {
 }
 
 /// `arg_slice!(ptr, len, "name")`: `&[T]` from a pointer and an element count; as
-/// [`arg_ref!`], with [`slice`]'s checks and contract.
+/// [`arg_ref!`], with [`slice()`](crate::arg::slice)'s checks and contract.
 #[macro_export]
 macro_rules! arg_slice {
     ($ptr:expr, $len:expr, $name:literal) => {{

@@ -17,11 +17,11 @@
 //! [`WaitPolicy`] deadline, each with a [`ConnError`] that names the connection.
 //!
 //! ```
-//! use weft::conn::{ConnId, Direction, FifoLayout, Waiter, local_pair};
+//! use weft_runtime::conn::{ConnId, Direction, FifoLayout, Waiter, local_pair};
 //!
 //! let conn = ConnId { transport: "local", rank: 0, peer: 1, channel: 0, dir: Direction::Send };
 //! let (mut send, mut recv) = local_pair(FifoLayout::default(), conn, Waiter::default())?;
-//! let producer = std::thread::spawn(move || -> Result<(), weft::conn::ConnError> {
+//! let producer = std::thread::spawn(move || -> Result<(), weft_runtime::conn::ConnError> {
 //!     for i in 0..100u32 {
 //!         let mut slot = send.acquire()?; // waits for credit
 //!         slot.buf()[..4].copy_from_slice(&i.to_le_bytes());

@@ -190,7 +190,7 @@ macro_rules! with_element {
 /// For every op but `Avg`, `copy_input` is a copy and `finish` does nothing.
 ///
 /// ```
-/// use weft::exec::reduce::{Dtype, Op, Reduction};
+/// use weft_runtime::exec::reduce::{Dtype, Op, Reduction};
 ///
 /// // Three ranks average one f32 element each, in ring order 0 -> 1 -> 2.
 /// let inputs = [3.0f32, 6.0, 12.0].map(f32::to_ne_bytes);
@@ -211,7 +211,7 @@ macro_rules! with_element {
 /// avg.reduce_input(&mut sum, &(-7i32).to_ne_bytes(), &2i32.to_ne_bytes())?;
 /// avg.finish(&mut sum)?;
 /// assert_eq!(i32::from_ne_bytes(sum), -2);
-/// # Ok::<(), weft::exec::reduce::ReduceError>(())
+/// # Ok::<(), weft_runtime::exec::reduce::ReduceError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reduction {
