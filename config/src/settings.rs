@@ -309,10 +309,11 @@ impl Default for Settings {
 
 impl Settings {
     /// The process environment. A value a variable refuses is an error naming the variable,
-    /// the value and what is allowed (every such value, not only the first).
+    /// the value and what is allowed (every such value, not only the first); the first read
+    /// of the process environment logs the values ignored.
     pub fn from_env() -> Result<Settings, ConfigError> {
         let s = Settings::from_lookup_or_defaults(&lookup::process);
-        s.warn_once();
+        s.warn_once(false);
         s.check()?;
         Ok(s)
     }
@@ -340,10 +341,12 @@ impl Settings {
         }
     }
 
-    fn warn_once(&self) {
+    /// Logs the values refused, at the first read of the process environment: the ignored
+    /// ones, and with `rejected_too` those a strict reader would have returned as errors.
+    fn warn_once(&self, rejected_too: bool) {
         static WARNED: Once = Once::new();
         WARNED.call_once(|| {
-            for b in &self.bad {
+            for b in self.bad.iter().filter(|b| b.ignored || rejected_too) {
                 log::warn!("{b}");
             }
         });
@@ -361,7 +364,7 @@ impl Settings {
     /// logs the values it refused at WARN (whoever reads it strictly reports them as errors).
     pub fn from_env_or_defaults() -> Settings {
         let s = Settings::from_lookup_or_defaults(&lookup::process);
-        s.warn_once();
+        s.warn_once(true);
         s
     }
 
