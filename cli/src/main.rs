@@ -125,8 +125,8 @@ fn unique_id() -> ExitCode {
 fn init_logging() {
     // Read quietly: a bad value is reported by whoever reads the settings after this
     // logger is in place.
-    let debug = weft_config::Settings::from_lookup_or_defaults(&weft_config::lookup::process);
-    let level = match debug.debug.level {
+    let settings = weft_config::Settings::from_lookup_or_defaults(&weft_config::lookup::process);
+    let level = match settings.debug.level {
         Some(DebugLevel::Info) => log::LevelFilter::Info,
         Some(DebugLevel::Trace) => log::LevelFilter::Trace,
         Some(DebugLevel::Debug) => log::LevelFilter::Debug,

@@ -2,6 +2,8 @@
 //! memory and on GPUs. A library only (rlib): the C surfaces (weft-capi's libweft,
 //! weft-nccl's libnccl.so.2) and the `weft` command (weft-cli) are crates above it.
 //!
+//! - [`config`]: the settings every part below takes, read from the environment once
+//!   (the weft-config crate, re-exported).
 //! - [`bootstrap`]: unique id, root rendezvous, the ring of TCP sockets, all-gather, barrier.
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`conn`]: host FIFO connections (step/credit protocol over shared memory), ends and waits.
