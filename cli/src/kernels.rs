@@ -71,7 +71,8 @@ fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
         }
     }
-    let Some(cache) = weft_cuda::nvrtc::cache_dir() else {
+    let tuning = weft_cuda::nvrtc::process_settings();
+    let Some(cache) = weft_cuda::nvrtc::cache_dir_of(tuning) else {
         return Err(
             "no kernel cache: WEFT_KERNEL_CACHE=0, or none of WEFT_CACHE_DIR, XDG_CACHE_HOME, \
              HOME is set"
@@ -105,7 +106,7 @@ fn run(args: &[String]) -> Result<(), String> {
             .iter()
             .filter(|(_, _, d)| weft_kernels::compiles_for(*d, arch))
             .count();
-        let compiled = precompile(&pairs, arch).map_err(|e| e.to_string())?;
+        let compiled = precompile(&pairs, arch, tuning).map_err(|e| e.to_string())?;
         println!(
             "sm_{}{}: {runnable} modules, {compiled} compiled now, {} already cached, {:.1} s ({})",
             arch.0,

@@ -5,8 +5,10 @@
 //! - `weft unique-id`: prints a fresh unique id and serves its rendezvous, for `--id`.
 //! - `weft topo [options]`: the machine's topology, paths and channels (`topo`).
 //! - `weft kernels [options]`: compiles the CUDA kernels into the on-disk cache ahead of time.
+//! - `weft config [--changed]`: every environment variable weft reads, its value and default.
 
 mod args;
+mod config;
 mod kernels;
 mod perf;
 mod perf_cuda;
@@ -15,6 +17,8 @@ mod spawn;
 mod topo;
 
 use std::process::ExitCode;
+
+use weft_config::DebugLevel;
 
 const USAGE: &str = "\
 usage: weft <command> [options]
@@ -27,6 +31,9 @@ commands:
         (weft topo --help for options)
   kernels [--arch 9.0] [--dtype float]
         compile weft's CUDA kernels into the kernel cache ahead of time (no GPU needed)
+  config [--changed]
+        every environment variable weft reads, its value here and its default; --changed:
+        only those set to other than their default, as NCCL_DEBUG=INFO lists them
   unique-id
         print a unique id for `weft perf --id` and serve its rendezvous until every rank
         has checked in
@@ -45,6 +52,7 @@ fn main() -> ExitCode {
         "unique-id" => unique_id(),
         "topo" => topo(rest),
         "kernels" => kernels::main(rest),
+        "config" => config(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS
@@ -76,8 +84,23 @@ fn topo(args: &[String]) -> ExitCode {
     }
 }
 
+fn config(args: &[String]) -> ExitCode {
+    match config::run(args, &weft_config::lookup::process) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn unique_id() -> ExitCode {
-    let opts = weft_runtime::bootstrap::BootstrapOptions::from_env();
+    let opts = weft_runtime::bootstrap::BootstrapOptions::from_settings(
+        &weft_config::Settings::from_env_or_defaults(),
+    );
     match weft_runtime::bootstrap::BootstrapRoot::start(&opts) {
         Ok((id, root)) => {
             println!("{}", id.to_hex());
@@ -99,19 +122,19 @@ fn unique_id() -> ExitCode {
     }
 }
 
-/// `WEFT_DEBUG` (or `NCCL_DEBUG`) = `WARN` (default), `INFO` or `TRACE`, to stderr.
+/// `WEFT_DEBUG` (or `NCCL_DEBUG`) = `WARN` (default), `INFO`, `DEBUG` or `TRACE`, to stderr.
 fn init_logging() {
-    let level = ["WEFT_DEBUG", "NCCL_DEBUG"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok())
-        .map(|v| match v.trim().to_ascii_uppercase().as_str() {
-            "INFO" => log::LevelFilter::Info,
-            "TRACE" => log::LevelFilter::Trace,
-            "DEBUG" => log::LevelFilter::Debug,
-            "VERSION" | "WARN" => log::LevelFilter::Warn,
-            _ => log::LevelFilter::Warn,
-        })
-        .unwrap_or(log::LevelFilter::Warn);
+    // Read quietly: a bad value is reported by whoever reads the settings after this
+    // logger is in place.
+    let settings = weft_config::Settings::from_lookup_or_defaults(&weft_config::lookup::process);
+    let level = match settings.debug.level {
+        Some(DebugLevel::Info) => log::LevelFilter::Info,
+        Some(DebugLevel::Trace) => log::LevelFilter::Trace,
+        Some(DebugLevel::Debug) => log::LevelFilter::Debug,
+        Some(DebugLevel::Version | DebugLevel::Warn | DebugLevel::Abort) | None => {
+            log::LevelFilter::Warn
+        }
+    };
     static LOGGER: StderrLog = StderrLog;
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(level);

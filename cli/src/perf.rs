@@ -21,6 +21,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use weft_config::Settings;
 use weft_core::abi::{DataType, RedOp};
 use weft_runtime::bootstrap::UniqueId;
 use weft_runtime::comm::{CommError, CommOptions, TransportChoice};
@@ -333,13 +334,14 @@ pub fn main(argv: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut opts = match CommOptions::from_env() {
-        Ok(o) => o,
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("weft perf: {e}");
             return ExitCode::from(2);
         }
     };
+    let mut opts = CommOptions::from_settings(&settings);
     if let Some(c) = args.channels {
         opts.nchannels = Some(c);
     }
@@ -354,10 +356,7 @@ pub fn main(argv: &[String]) -> ExitCode {
     let joined = if let Some(role) = &args.role {
         parse_role(role).map(|(id, r, n)| {
             // Local runs stay on loopback unless told otherwise.
-            if opts.socket_ifname.is_none()
-                && std::env::var_os("NCCL_SOCKET_IFNAME").is_none()
-                && std::env::var_os("WEFT_SOCKET_IFNAME").is_none()
-            {
+            if opts.socket_ifname.is_none() && settings.net.socket.ifname.is_none() {
                 opts.socket_ifname = Some("=lo".to_string());
             }
             (id, r, n)
@@ -389,7 +388,7 @@ pub fn main(argv: &[String]) -> ExitCode {
         if args.threads {
             return run_threads(&args, ranks, &opts);
         }
-        return run_local(ranks, argv, opts.timeout);
+        return run_local(ranks, argv, opts.bootstrap.clone(), opts.timeout);
     };
     let (id, rank, nranks) = match joined {
         Ok(v) => v,

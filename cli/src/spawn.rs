@@ -14,9 +14,14 @@ use weft_runtime::bootstrap::{BootstrapOptions, BootstrapRoot};
 /// The hidden option that makes a process one rank of a local run.
 pub const ROLE_FLAG: &str = "--rank-of";
 
-/// Starts `nranks` rank processes with `args` (the `perf` arguments) and waits for them.
-pub fn run_local(nranks: usize, args: &[String], timeout: Duration) -> ExitCode {
-    let mut opts = BootstrapOptions::from_env();
+/// Starts `nranks` rank processes with `args` (the `perf` arguments) and waits for them;
+/// the rendezvous as `opts` say, with deadline `timeout`.
+pub fn run_local(
+    nranks: usize,
+    args: &[String],
+    mut opts: BootstrapOptions,
+    timeout: Duration,
+) -> ExitCode {
     if opts.interface.is_none() && opts.root_ip.is_none() {
         opts.root_ip = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }

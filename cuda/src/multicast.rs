@@ -44,19 +44,21 @@ pub struct OptIn {
 
 impl OptIn {
     /// Whether the environment allows multicast: `WEFT_NVLS=1` set, `NCCL_NVLS_ENABLE=0`
-    /// not. The error says which and what to set.
+    /// not. The error says which and what to set. Read from the process environment itself
+    /// (through weft-config's table), never from settings a caller built: no test can
+    /// opt in by handing over a settings struct.
     pub fn from_env() -> Result<OptIn> {
-        let weft = std::env::var(OPT_IN_VAR).ok();
-        let nccl = std::env::var(NCCL_VAR).ok();
-        decide(weft.as_deref(), nccl.as_deref())?;
+        let gpu = weft_config::Settings::from_lookup_or_defaults(&weft_config::lookup::process).gpu;
+        decide(gpu.nvls.as_deref(), gpu.nvls_enable)?;
         Ok(OptIn { _private: () })
     }
 }
 
-/// The opt-in rule on the two variables' values (`None`: unset). Pure, for tests and for
-/// callers that want to say in advance whether the NVLS path may start.
-pub fn decide(weft_nvls: Option<&str>, nccl_nvls_enable: Option<&str>) -> Result<()> {
-    if nccl_nvls_enable.map(str::trim) == Some("0") {
+/// The opt-in rule on `WEFT_NVLS`'s value (`None`: unset) and whether `NCCL_NVLS_ENABLE`
+/// allows NVLS (weft-config: it is not 0). Pure, for tests and for callers that want to say
+/// in advance whether the NVLS path may start.
+pub fn decide(weft_nvls: Option<&str>, nvls_enable: bool) -> Result<()> {
+    if !nvls_enable {
         return Err(CudaError::Refused(format!(
             "NVLink multicast (NVLS) is off: {NCCL_VAR}=0 is set, and weft honours it whatever \
              {OPT_IN_VAR} says; unset {NCCL_VAR} to allow it, or use the NVLS unicast form \
@@ -431,32 +433,31 @@ mod test {
     #[test]
     fn multicast_needs_weft_nvls_1() {
         for weft in [None, Some("0"), Some(""), Some("yes"), Some("true")] {
-            let e = decide(weft, None).unwrap_err().to_string();
+            let e = decide(weft, true).unwrap_err().to_string();
             assert!(e.contains("set WEFT_NVLS=1"), "{weft:?}: {e}");
             assert!(e.contains("unicast form"), "{weft:?}: {e}");
-            assert!(matches!(decide(weft, None), Err(CudaError::Refused(_))));
+            assert!(matches!(decide(weft, true), Err(CudaError::Refused(_))));
         }
         assert!(
-            decide(None, None)
+            decide(None, true)
                 .unwrap_err()
                 .to_string()
                 .contains("WEFT_NVLS is unset")
         );
         assert!(
-            decide(Some("yes"), None)
+            decide(Some("yes"), true)
                 .unwrap_err()
                 .to_string()
                 .contains("WEFT_NVLS is 'yes'")
         );
-        assert!(decide(Some("1"), None).is_ok());
-        assert!(decide(Some(" 1 "), Some("1")).is_ok());
-        assert!(decide(Some("1"), Some("2")).is_ok());
+        assert!(decide(Some("1"), true).is_ok());
+        assert!(decide(Some(" 1 "), true).is_ok());
     }
 
     #[test]
     fn nccl_nvls_enable_0_wins_over_the_opt_in() {
         for weft in [None, Some("1"), Some("0")] {
-            let e = decide(weft, Some("0")).unwrap_err().to_string();
+            let e = decide(weft, false).unwrap_err().to_string();
             assert!(e.contains("NCCL_NVLS_ENABLE=0 is set"), "{weft:?}: {e}");
             assert!(e.contains("unset NCCL_NVLS_ENABLE"), "{weft:?}: {e}");
         }
@@ -469,6 +470,7 @@ mod test {
         // rather than pass: nothing here calls cuMulticastCreate either way.
         let opted_in = std::env::var(OPT_IN_VAR).is_ok_and(|v| v.trim() == "1")
             && std::env::var(NCCL_VAR).map_or(true, |v| v.trim() != "0");
+        // Read by hand, apart from the gate, so that a mistake in the gate's reading shows.
         match OptIn::from_env() {
             Ok(_) => assert!(opted_in, "OptIn granted without WEFT_NVLS=1"),
             Err(e) => {

@@ -7,6 +7,10 @@
 //! atomic (a temporary file renamed). `WEFT_KERNEL_CACHE=0` turns the cache off. A cache
 //! that cannot be read or written is a warning, never an error.
 //!
+//! The `WEFT_` variables are weft-config's kernel settings, read from the process
+//! environment once, at the first use ([`process_settings`]): NVRTC and the cache serve the
+//! whole process, whichever communicator compiles.
+//!
 //! Machine code ([`CompileOptions::cubin`]) is what the driver loads as it is: PTX is
 //! compiled again by the driver at every module load in a fresh process (its JIT cache
 //! aside), which for weft's kernels costs seconds per module. The cached CUBIN also lets a
@@ -16,10 +20,18 @@ use std::ffi::{CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use weft_config::KernelSettings;
 use weft_sys::Nvrtc;
 use weft_sys::nvrtc::{LIBNVRTC_CANDIDATES, nvrtcProgram, nvrtcResult};
 
 use crate::error::{CudaError, Result};
+
+/// The process environment's kernel settings, read at the first call (their bad values are
+/// ignored with a warning: none of them can fail a compile).
+pub fn process_settings() -> &'static KernelSettings {
+    static SETTINGS: OnceLock<KernelSettings> = OnceLock::new();
+    SETTINGS.get_or_init(|| weft_config::Settings::from_env_or_defaults().kernels)
+}
 
 /// NVRTC, loaded once (`$WEFT_NVRTC` first); a failure is remembered.
 pub fn nvrtc() -> Result<&'static Nvrtc> {
@@ -27,10 +39,8 @@ pub fn nvrtc() -> Result<&'static Nvrtc> {
     SHARED
         .get_or_init(|| {
             let mut candidates: Vec<String> = Vec::new();
-            if let Ok(p) = std::env::var("WEFT_NVRTC") {
-                if !p.trim().is_empty() {
-                    candidates.push(p);
-                }
+            if let Some(p) = &process_settings().nvrtc {
+                candidates.push(p.to_string_lossy().into_owned());
             }
             candidates.extend(LIBNVRTC_CANDIDATES.iter().map(|s| s.to_string()));
             Nvrtc::load_from(&candidates)
@@ -136,20 +146,35 @@ pub fn compile(
     compile_with_cache(name, source, headers, opts, cache_dir().as_deref())
 }
 
-/// The cache [`compile`] uses: [`default_cache_dir`], unless `WEFT_KERNEL_CACHE=0`.
+/// The cache [`compile`] uses: [`cache_dir_of`] the process's settings.
 pub fn cache_dir() -> Option<PathBuf> {
-    let enabled = std::env::var("WEFT_KERNEL_CACHE").map_or(true, |v| v.trim() != "0");
-    if enabled { default_cache_dir() } else { None }
+    cache_dir_of(process_settings())
 }
 
-/// The cache directory from the environment, if any can be named.
+/// The cache `settings` name: [`default_cache_dir_of`] them, unless `WEFT_KERNEL_CACHE=0`.
+pub fn cache_dir_of(settings: &KernelSettings) -> Option<PathBuf> {
+    if settings.cache {
+        default_cache_dir_of(settings)
+    } else {
+        None
+    }
+}
+
+/// The cache directory of the process's settings, if any can be named.
 pub fn default_cache_dir() -> Option<PathBuf> {
+    default_cache_dir_of(process_settings())
+}
+
+/// `WEFT_CACHE_DIR`, else under the user's cache directory (XDG's variables), if any.
+pub fn default_cache_dir_of(settings: &KernelSettings) -> Option<PathBuf> {
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    var("WEFT_CACHE_DIR")
+    settings
+        .cache_dir
+        .clone()
         .or_else(|| var("XDG_CACHE_HOME").map(|p| p.join("weft").join("kernels")))
         .or_else(|| var("HOME").map(|p| p.join(".cache").join("weft").join("kernels")))
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
+use weft_config::{Group, Settings};
 use weft_core::abi::DataType;
 use weft_runtime::bootstrap::UniqueId;
 use weft_runtime::comm::CommOptions;
@@ -181,6 +182,17 @@ impl Comm {
     }
 }
 
+/// The variables set to other than their defaults, at INFO, as NCCL lists them
+/// (`NCCL_SOCKET_IFNAME set by environment to eth0`); once per process.
+fn changed_once(device: usize, env: &Settings) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for line in weft_config::listing::changed(env).lines() {
+            debug::info(device, line);
+        }
+    });
+}
+
 /// `GpuComm::init` with options from the environment, logging what NCCL logs at INFO.
 pub fn init_gpu(
     id: &UniqueId,
@@ -193,9 +205,22 @@ pub fn init_gpu(
     for note in &settings.notes {
         debug::info(device, &format!("config: {note}"));
     }
-    let mut opts = CommOptions::from_env().map_err(|e| {
+    // The network backends' variables are the net plugin's business: a bad one must not
+    // fail a communicator that connects its GPUs without them.
+    let env = Settings::from_env_or_defaults();
+    let own = [
+        Group::Bootstrap,
+        Group::Topology,
+        Group::Transport,
+        Group::Gpu,
+        Group::Kernels,
+        Group::Debug,
+    ];
+    env.check_groups(&own).map_err(|e| {
         ApiError::invalid_argument(format!("reading weft's environment variables: {e}"))
     })?;
+    changed_once(device, &env);
+    let mut opts = CommOptions::from_settings(&env);
     opts.channel_bounds = settings.channel_bounds;
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
     let name = settings.name.as_deref().unwrap_or("");

@@ -2,11 +2,13 @@
 //! scripts and people reading a job's log find weft's lines where they find NCCL's.
 //!
 //! `NCCL_DEBUG=WARN` prints failures, `INFO` also what weft chose (version, transport,
-//! channels); `WEFT_DEBUG` is read when `NCCL_DEBUG` is unset. Lines go to stdout, as
-//! NCCL's do.
+//! channels, the variables set to other than their defaults); `WEFT_DEBUG`, when set, wins
+//! over it (weft-config's rule for every pair of names). Lines go to stdout, as NCCL's do.
 
 use std::io::Write;
 use std::sync::OnceLock;
+
+use weft_config::{DebugLevel, Settings};
 
 /// How much to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -16,23 +18,23 @@ pub enum Level {
     Info,
 }
 
-/// Parses an `NCCL_DEBUG` value (NCCL's names, any case; TRACE and ABORT count as INFO
-/// and WARN, VERSION prints the version line only, as INFO does first).
-pub fn parse_level(value: Option<&str>) -> Level {
-    match value.map(|v| v.trim().to_ascii_uppercase()).as_deref() {
-        Some("INFO") | Some("TRACE") => Level::Info,
-        Some("WARN") | Some("ABORT") => Level::Warn,
-        _ => Level::None,
+/// What libnccl prints at an `NCCL_DEBUG` level (weft-config parses NCCL's names, any
+/// case): TRACE (and weft's DEBUG) as INFO, ABORT as WARN, VERSION only the version line,
+/// as INFO does first.
+pub fn print_level(level: Option<DebugLevel>) -> Level {
+    match level {
+        Some(DebugLevel::Info | DebugLevel::Debug | DebugLevel::Trace) => Level::Info,
+        Some(DebugLevel::Warn | DebugLevel::Abort) => Level::Warn,
+        Some(DebugLevel::Version) | None => Level::None,
     }
 }
 
+/// Read once, at the first line: the level holds for the whole process, as NCCL's does.
 fn level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let value = std::env::var("NCCL_DEBUG")
-            .or_else(|_| std::env::var("WEFT_DEBUG"))
-            .ok();
-        parse_level(value.as_deref())
+        let debug = Settings::from_lookup_or_defaults(&weft_config::lookup::process).debug;
+        print_level(debug.level)
     })
 }
 
@@ -93,12 +95,19 @@ mod tests {
 
     #[test]
     fn levels_follow_nccl_names() {
+        let parse_level = |v: Option<&'static str>| {
+            let lookup = move |k: &str| (k == "NCCL_DEBUG").then_some(v).flatten();
+            let s = Settings::from_lookup(&|k| lookup(k).map(str::to_string)).unwrap();
+            print_level(s.debug.level)
+        };
         assert_eq!(parse_level(Some("INFO")), Level::Info);
         assert_eq!(parse_level(Some(" info ")), Level::Info);
         assert_eq!(parse_level(Some("TRACE")), Level::Info);
         assert_eq!(parse_level(Some("WARN")), Level::Warn);
+        assert_eq!(parse_level(Some("ABORT")), Level::Warn);
         assert_eq!(parse_level(Some("VERSION")), Level::None);
         assert_eq!(parse_level(Some("")), Level::None);
+        assert_eq!(parse_level(Some("LOUD")), Level::None);
         assert_eq!(parse_level(None), Level::None);
     }
 

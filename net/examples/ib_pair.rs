@@ -462,7 +462,7 @@ fn main() {
                 );
                 let read_back = |c: &_, len| net.last_flush_read(c, len);
                 let flush = FlushCheck {
-                    forced: std::env::var("WEFT_IB_FORCE_FLUSH").as_deref() == Ok("1"),
+                    forced: config.gdr.force_flush,
                     read_back: &read_back,
                 };
                 if role == "send" {

@@ -125,3 +125,10 @@ impl fmt::Display for NetError {
 }
 
 impl std::error::Error for NetError {}
+
+impl From<weft_config::ConfigError> for NetError {
+    /// A bad environment variable: the message names it, its value and what it takes.
+    fn from(e: weft_config::ConfigError) -> Self {
+        NetError::new(NetErrorKind::InvalidArgument, e.to_string())
+    }
+}

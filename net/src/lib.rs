@@ -1,11 +1,11 @@
 //! weft-net: the `Net` trait and its backends, apart from the rest of weft so that the NCCL
-//! net plugin links the network code alone (it depends on weft-core and weft-sys only).
+//! net plugin links the network code alone (it depends on weft-core, weft-config and weft-sys
+//! only). Each backend is configured by a struct built from weft-config's settings.
 //!
 //! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
 //! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
 //! - [`mesh`]: verbs over a multi-subnet mesh: a multi-address handle, the NIC chosen by subnet.
 //! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
-//! - [`mod@env`]: reading `WEFT_*` / `NCCL_*` settings, shared with weft-runtime.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
 //! [`Net`] is NCCL's `ncclNet_v8_t` as a Rust trait: a table of devices, a listen / connect /
@@ -35,13 +35,20 @@
 //! or its comm is closed.
 
 pub mod any;
-pub mod env;
 pub mod error;
 pub mod ib;
 pub mod mesh;
 pub mod socket;
 
 pub use error::{NetError, NetErrorKind};
+
+/// The process environment's network settings (weft-config), for the backends' `from_env`:
+/// a bad value of theirs is an error naming it; the other variables are not theirs to judge.
+pub fn settings_from_env() -> Result<weft_config::NetSettings, NetError> {
+    let settings = weft_config::Settings::from_env_or_defaults();
+    settings.check_groups(&[weft_config::Group::Net])?;
+    Ok(settings.net)
+}
 
 /// The most bytes a listen handle may take (NCCL's `NCCL_NET_HANDLE_MAXSIZE`).
 pub const NET_HANDLE_MAXSIZE: usize = 128;

@@ -8,71 +8,29 @@
 //! Unset, the best available is used, as NCCL does with its own: verbs when libibverbs loads
 //! and an RDMA port is active, else sockets (the reason verbs was passed over is logged).
 
-use weft_net::ib::IbNet;
+use weft_config::NetSettings;
+use weft_net::NetError;
+use weft_net::ib::{IbConfig, IbNet};
 use weft_net::mesh::MeshNet;
 use weft_net::socket::{SocketConfig, SocketNet};
-use weft_net::{NetError, NetErrorKind};
 
 use crate::adapter::{Adapter, PluginNet};
 
-/// A backend the plugin can drive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// Verbs when usable, else sockets.
-    Auto,
-    /// Verbs (`IbNet`).
-    Ib,
-    /// A multi-subnet mesh over verbs or sockets (`MeshNet`).
-    Mesh,
-    /// TCP sockets (`SocketNet`).
-    Socket,
-}
+/// A backend the plugin can drive: weft-config's, which reads `WEFT_NET_BACKEND`.
+pub use weft_config::NetBackend as BackendKind;
 
-impl BackendKind {
-    /// Every kind this build has, with its `WEFT_NET_BACKEND` spelling.
-    pub const ALL: [(BackendKind, &'static str); 4] = [
-        (BackendKind::Auto, "auto"),
-        (BackendKind::Ib, "ib"),
-        (BackendKind::Mesh, "mesh"),
-        (BackendKind::Socket, "socket"),
-    ];
-
-    /// Reads `WEFT_NET_BACKEND` through `lookup`; unset or empty means the best available.
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, NetError> {
-        let Some(value) = lookup("WEFT_NET_BACKEND").filter(|v| !v.trim().is_empty()) else {
-            return Ok(BackendKind::Auto);
-        };
-        let wanted = value.trim().to_ascii_lowercase();
-        BackendKind::ALL
-            .iter()
-            .find(|(_, name)| *name == wanted)
-            .map(|(kind, _)| *kind)
-            .ok_or_else(|| {
-                let known: Vec<&str> = BackendKind::ALL.iter().map(|(_, n)| *n).collect();
-                NetError::new(
-                    NetErrorKind::InvalidArgument,
-                    format!(
-                        "WEFT_NET_BACKEND={value}: this build of weft's plugin has the backends: {}",
-                        known.join(", ")
-                    ),
-                )
-                .hint("unset WEFT_NET_BACKEND to use the best available")
-            })
-    }
-}
-
-/// Opens the backend `kind`, configured from the environment.
-pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
+/// Opens the backend `kind`, configured by `settings`.
+pub fn open(kind: BackendKind, settings: &NetSettings) -> Result<Box<dyn PluginNet>, NetError> {
     match kind {
-        BackendKind::Auto => match open(BackendKind::Ib) {
+        BackendKind::Auto => match open(BackendKind::Ib, settings) {
             Ok(net) => Ok(net),
             Err(e) => {
                 log::info!("NET/weft: verbs not used ({e}); using sockets");
-                open(BackendKind::Socket)
+                open(BackendKind::Socket, settings)
             }
         },
         BackendKind::Ib => {
-            let net = IbNet::from_env()?;
+            let net = IbNet::new(IbConfig::from_settings(settings))?;
             let c = net.config();
             let describe = format!(
                 "{} QP(s) per connection (NCCL_IB_QPS_PER_CONNECTION), GID {:?}, timeout {} \
@@ -87,12 +45,12 @@ pub fn open(kind: BackendKind) -> Result<Box<dyn PluginNet>, NetError> {
             Ok(Box::new(Adapter::new(net, describe)?))
         }
         BackendKind::Mesh => {
-            let net = MeshNet::from_env()?;
+            let net = MeshNet::from_settings(settings)?;
             let describe = net.describe();
             Ok(Box::new(Adapter::new(net, describe)?))
         }
         BackendKind::Socket => {
-            let config = SocketConfig::from_env()?;
+            let config = SocketConfig::from_settings(&settings.socket)?;
             let describe = format!(
                 "{} threads x {} sockets per connection (NCCL_SOCKET_NTHREADS x \
                  NCCL_NSOCKS_PERTHREAD), helper spin {} us (WEFT_SOCKET_SPIN_US), sender-eager \
@@ -114,25 +72,20 @@ mod tests {
 
     #[test]
     fn backend_from_environment() {
-        let unset = |_: &str| None;
-        assert_eq!(BackendKind::from_lookup(&unset).unwrap(), BackendKind::Auto);
-        let set = |v: &'static str| move |n: &str| (n == "WEFT_NET_BACKEND").then(|| v.to_string());
-        assert_eq!(
-            BackendKind::from_lookup(&set(" Socket ")).unwrap(),
-            BackendKind::Socket
-        );
-        assert_eq!(
-            BackendKind::from_lookup(&set("")).unwrap(),
-            BackendKind::Auto
-        );
-        assert_eq!(
-            BackendKind::from_lookup(&set("IB")).unwrap(),
-            BackendKind::Ib
-        );
-        let e = BackendKind::from_lookup(&set("carrier-pigeon")).unwrap_err();
-        assert_eq!(e.kind(), NetErrorKind::InvalidArgument);
+        let kind = |v: Option<&'static str>| {
+            let lookup = move |n: &str| (n == "WEFT_NET_BACKEND").then_some(v).flatten();
+            weft_config::Settings::from_lookup(&|n| lookup(n).map(str::to_string))
+                .map(|s| s.net.backend)
+                .map_err(NetError::from)
+        };
+        assert_eq!(kind(None).unwrap(), BackendKind::Auto);
+        assert_eq!(kind(Some(" Socket ")).unwrap(), BackendKind::Socket);
+        assert_eq!(kind(Some("")).unwrap(), BackendKind::Auto);
+        assert_eq!(kind(Some("IB")).unwrap(), BackendKind::Ib);
+        let e = kind(Some("carrier-pigeon")).unwrap_err();
+        assert_eq!(e.kind(), weft_net::NetErrorKind::InvalidArgument);
         let msg = e.to_string();
-        assert!(msg.contains("WEFT_NET_BACKEND=carrier-pigeon"), "{msg}");
-        assert!(msg.contains("auto, ib, mesh, socket"), "{msg}");
+        assert!(msg.contains("WEFT_NET_BACKEND=\"carrier-pigeon\""), "{msg}");
+        assert!(msg.contains("auto, ib, mesh or socket"), "{msg}");
     }
 }

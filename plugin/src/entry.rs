@@ -22,8 +22,9 @@ use crate::abi::{
     NcclResult, NetDeviceHandle, ProfilerCallback, VDeviceProps, v8, v9, v10, v11,
 };
 use crate::adapter::{self, DeviceInfo, Kind, Obj, PluginNet, RawRecv};
-use crate::backend::{self, BackendKind};
+use crate::backend;
 use crate::boundary;
+use weft_config::{Group, Settings};
 
 const _: () = assert!(NET_HANDLE_MAXSIZE == NCCL_NET_HANDLE_MAXSIZE);
 
@@ -74,13 +75,18 @@ fn keep_loaded() {
 /// The first `init` opens the backend; later ones (NCCL 2.27+ calls `init` per communicator)
 /// reuse it.
 fn start(logger: DebugLogger, abi: u32) -> Result<&'static dyn PluginNet, NetError> {
-    crate::logger::install(logger);
+    // The level even when some variable is bad: that error must reach NCCL's log.
+    let level = Settings::from_lookup_or_defaults(&weft_config::lookup::process).debug;
+    crate::logger::install(logger, &level);
     keep_loaded();
     if let Some(net) = NET.get() {
         return Ok(net.as_ref());
     }
-    let kind = BackendKind::from_lookup(&|name| std::env::var(name).ok())?;
-    let opened = backend::open(kind)?;
+    // Read once, at the first init: the backend lives as long as the process. Only the
+    // network's variables can fail it: the rest are NCCL's or weft's communicator's business.
+    let settings = Settings::from_env_or_defaults();
+    settings.check_groups(&[Group::Net])?;
+    let opened = backend::open(settings.net.backend, &settings.net)?;
     // Two first inits racing both open a backend; the loser's is dropped (it holds no
     // connections yet).
     let first = NET.set(opened).is_ok();

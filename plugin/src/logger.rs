@@ -7,6 +7,8 @@
 use std::ffi::{CString, c_int, c_ulong};
 use std::sync::{Mutex, PoisonError};
 
+use weft_config::{DebugLevel, DebugSettings};
+
 use crate::abi::{DebugLogger, log_level, log_subsys};
 
 static SINK: Mutex<DebugLogger> = Mutex::new(None);
@@ -63,28 +65,23 @@ impl log::Log for NcclLogger {
 
 /// The most verbose level worth formatting, from `WEFT_DEBUG` or else `NCCL_DEBUG`
 /// (NCCL's logger filters again; this only saves formatting what it would drop).
-pub fn level_from(lookup: &dyn Fn(&str) -> Option<String>) -> log::LevelFilter {
-    let value = lookup("WEFT_DEBUG").or_else(|| lookup("NCCL_DEBUG"));
-    match value
-        .as_deref()
-        .map(str::trim)
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        Some("TRACE") => log::LevelFilter::Trace,
-        Some("INFO") => log::LevelFilter::Info,
-        Some("ABORT") => log::LevelFilter::Error,
-        _ => log::LevelFilter::Warn,
+pub fn level_from(debug: &DebugSettings) -> log::LevelFilter {
+    match debug.level {
+        Some(DebugLevel::Trace) => log::LevelFilter::Trace,
+        Some(DebugLevel::Debug) => log::LevelFilter::Debug,
+        Some(DebugLevel::Info) => log::LevelFilter::Info,
+        Some(DebugLevel::Abort) => log::LevelFilter::Error,
+        Some(DebugLevel::Version | DebugLevel::Warn) | None => log::LevelFilter::Warn,
     }
 }
 
-/// Routes `log` records to `sink` (NCCL's logger; NULL silences them). Called at every
-/// `init`; the newest sink wins. If the process already installed another `log` logger,
-/// weft's records go there instead.
-pub fn install(sink: DebugLogger) {
+/// Routes `log` records to `sink` (NCCL's logger; NULL silences them), at most as verbose
+/// as `debug` says. Called at every `init`; the newest sink wins. If the process already
+/// installed another `log` logger, weft's records go there instead.
+pub fn install(sink: DebugLogger, debug: &DebugSettings) {
     *SINK.lock().unwrap_or_else(PoisonError::into_inner) = sink;
     if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(level_from(&|name| std::env::var(name).ok()));
+        log::set_max_level(level_from(debug));
     }
 }
 
@@ -95,12 +92,13 @@ mod tests {
     #[test]
     fn levels_from_the_environment() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
+            let lookup = move |name: &str| {
                 pairs
                     .iter()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| v.to_string())
-            }
+            };
+            weft_config::Settings::from_lookup(&lookup).unwrap().debug
         };
         assert_eq!(level_from(&env(&[])), log::LevelFilter::Warn);
         assert_eq!(

@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weft_runtime::config::Settings;
 use weft_runtime::conn::{AbortFlag, FifoLayout, FifoRecvEnd, FifoSendEnd};
 use weft_runtime::net::Net;
 use weft_runtime::net::socket::{SocketConfig, SocketNet};
@@ -43,14 +44,15 @@ fn iters(size: usize, mib: usize) -> usize {
 }
 
 fn transport(step_kib: usize) -> NetTransport<SocketNet> {
-    let mut config = SocketConfig::from_env().expect("socket settings");
+    let settings = Settings::from_env().expect("environment");
+    let mut config = SocketConfig::from_settings(&settings.net.socket).expect("socket settings");
     if config.ifname.is_none() {
         config.ifname = Some("=lo".into());
     }
     let net = Arc::new(SocketNet::new(config).expect("loopback interface"));
     let options = NetOptions {
         layout: FifoLayout::new(8, step_kib * 1024).expect("step size"),
-        ..NetOptions::from_env(AbortFlag::new()).expect("environment")
+        ..NetOptions::from_settings(AbortFlag::new(), &settings.transport).expect("environment")
     };
     NetTransport::new(net, options).expect("proxy thread")
 }

@@ -2,6 +2,8 @@
 //! memory and on GPUs. A library only (rlib): the C surfaces (weft-capi's libweft,
 //! weft-nccl's libnccl.so.2) and the `weft` command (weft-cli) are crates above it.
 //!
+//! - [`config`]: the settings every part below takes, read from the environment once
+//!   (the weft-config crate, re-exported).
 //! - [`bootstrap`]: unique id, root rendezvous, the ring of TCP sockets, all-gather, barrier.
 //! - [`launcher`]: rank and world size from torchrun, Open MPI, PMI or Slurm variables.
 //! - [`conn`]: host FIFO connections (step/credit protocol over shared memory), ends and waits.
@@ -20,9 +22,14 @@
 
 pub mod bootstrap;
 pub mod comm;
+mod comm_options;
 pub mod conn;
 pub mod copy;
-pub use weft_net::env;
+/// The settings every part of the runtime takes (weft-config).
+pub use weft_config as config;
+/// weft-config's lookups, for the code that still reads variables by name (the GPU and
+/// host communicators' init, until they take [`config::Settings`]).
+pub use weft_config::lookup as env;
 pub mod exec;
 pub mod gpu;
 pub mod launcher;

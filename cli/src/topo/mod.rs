@@ -14,14 +14,14 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use weft_config::Settings;
 use weft_core::topo::model::NodeData;
 use weft_core::topo::model::NodeKind;
-use weft_runtime::bootstrap::identity::host_hash;
-use weft_runtime::env;
+use weft_runtime::bootstrap::identity::host_hash_of;
 use weft_runtime::topo::detect::{DetectOptions, Note, host_arch};
 use weft_runtime::topo::gpu::GpuProbe;
 use weft_runtime::topo::nic::{NicInputs, NicKind, NicProbe, local_addrs};
-use weft_runtime::topo::source::{TopoError, local_topology, path_options_from_env, write_file};
+use weft_runtime::topo::source::{TopoError, local_topology, path_options, write_file};
 use weft_runtime::topo::sysfs::{SysRoot, cpumask_to_list};
 use weft_runtime::topo::view::TopoView;
 
@@ -139,17 +139,15 @@ fn parse_args(args: &[String]) -> Result<Args, TopoCliError> {
     Ok(out)
 }
 
-/// `weft topo` with `args` (what follows `topo` on the command line), reading the
-/// process environment.
+/// `weft topo` with `args` (what follows `topo` on the command line), with the process
+/// environment's settings (a bad value of theirs is ignored with a warning: the topology
+/// variables are NCCL's, which NCCL ignores too).
 pub fn run_topo(args: &[String]) -> Result<TopoOutput, TopoCliError> {
-    run_topo_with_env(args, &env::process)
+    run_topo_with(args, &Settings::from_env_or_defaults())
 }
 
-/// [`run_topo`] with an explicit environment lookup (tests).
-pub fn run_topo_with_env(
-    args: &[String],
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<TopoOutput, TopoCliError> {
+/// [`run_topo`] with `settings` (tests).
+pub fn run_topo_with(args: &[String], settings: &Settings) -> Result<TopoOutput, TopoCliError> {
     let args = parse_args(args)?;
     if args.help {
         return Ok(TopoOutput {
@@ -158,41 +156,41 @@ pub fn run_topo_with_env(
             written: Vec::new(),
         });
     }
-    let nonempty = |k: &str| env(k).filter(|v| !v.trim().is_empty());
     let sysfs = args.sysfs.clone();
-    let local = local_topology(args.file.as_deref(), env, &mut |notes| match &sysfs {
-        Some(dir) => {
-            notes.push(Note::info(format!(
-                "detecting from {}: GPUs are not probed",
-                dir.display()
-            )));
-            DetectOptions {
-                root: SysRoot::under(dir),
-                gpus: Vec::<GpuProbe>::new(),
-                nics: NicInputs {
-                    addrs: local_addrs(),
-                    ifname_filter: env::first_value(
-                        env,
-                        &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
-                    ),
-                    net_plugin: nonempty("NCCL_NET"),
-                    have_gpus: false,
-                },
-                host_hash: host_hash(),
-                arch: host_arch().to_string(),
+    let local = local_topology(
+        args.file.as_deref(),
+        &settings.topology,
+        &mut |notes| match &sysfs {
+            Some(dir) => {
+                notes.push(Note::info(format!(
+                    "detecting from {}: GPUs are not probed",
+                    dir.display()
+                )));
+                DetectOptions {
+                    root: SysRoot::under(dir),
+                    gpus: Vec::<GpuProbe>::new(),
+                    nics: NicInputs {
+                        addrs: local_addrs(),
+                        ifname_filter: settings.net.socket.ifname.clone(),
+                        net_plugin: settings.net.nccl_net.clone(),
+                        have_gpus: false,
+                    },
+                    host_hash: host_hash_of(settings.bootstrap.hostid.as_deref()),
+                    arch: host_arch().to_string(),
+                }
             }
-        }
-        None => DetectOptions::host(env, notes),
-    })?;
+            None => DetectOptions::host(settings, notes),
+        },
+    )?;
     let source = local.source.to_string();
     let notes = local.notes;
     let nics = local.nics;
     let topo = local.topology;
     // NCCL_NVLS_ENABLE=0 turns the NVLS search off, as in NCCL (the GPU machines here run
     // with it: their dumps have an empty NVLS graph).
-    let nvls = nonempty("NCCL_NVLS_ENABLE").is_none_or(|v| v.trim() != "0");
+    let nvls = settings.gpu.nvls_enable;
     let mut notes = notes;
-    let path_opts = path_options_from_env(env, &mut notes);
+    let path_opts = path_options(settings, &mut notes);
     let view = TopoView::new(topo, args.hosts, nvls, &path_opts);
     let mut text = String::new();
     let _ = writeln!(text, "# weft topo: {source}");
@@ -208,8 +206,7 @@ pub fn run_topo_with_env(
     }
     let dump_graph = args
         .dump_graph
-        .or_else(|| nonempty("WEFT_GRAPH_DUMP_FILE").map(PathBuf::from))
-        .or_else(|| nonempty("NCCL_GRAPH_DUMP_FILE").map(PathBuf::from));
+        .or_else(|| settings.topology.graph_dump_file.clone());
     if let Some(p) = dump_graph {
         write_file(&p, "graph XML", &view.graph_xml())?;
         written.push(p);

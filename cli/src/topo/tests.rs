@@ -20,6 +20,15 @@ mod unit {
         None
     }
 
+    /// `weft topo` with the settings of the variables `env` gives, read as `run_topo` reads
+    /// the process's.
+    fn run_topo_with_env(
+        args: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<TopoOutput, TopoCliError> {
+        run_topo_with(args, &weft_config::Settings::from_lookup_or_defaults(env))
+    }
+
     fn nvls_off(k: &str) -> Option<String> {
         (k == "NCCL_NVLS_ENABLE").then(|| "0".to_string())
     }
@@ -232,7 +241,7 @@ mod unit {
         assert_eq!(matrix_cell(&bad.text, "GPU0", "GPU1"), "PIX");
         assert_eq!(
             bad.notes[0].text,
-            "NCCL_P2P_LEVEL=FAST ignored: expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5"
+            "NCCL_P2P_LEVEL=\"FAST\" ignored: expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5"
         );
         let hgx = run(
             &["--file", fixture("hgx-h100-4gpu.xml").to_str().unwrap()],

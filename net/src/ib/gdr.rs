@@ -7,14 +7,16 @@
 //!   it (rdma-core 34+, kernel 5.12+); probed by a registration of fd -1, which a kernel with
 //!   support refuses with `EBADF` and one without with `EOPNOTSUPP` / `EPROTONOSUPPORT`.
 //!
-//! Then the switches: `NCCL_NET_GDR_LEVEL=0` / `LOC` (NCCL: GPUDirect on no path) reports
-//! host memory only, `NCCL_DMABUF_ENABLE=0` no dma-buf, `NCCL_GDR_FLUSH_DISABLE=1` no flush.
+//! Then the switches (weft-config's): `NCCL_NET_GDR_LEVEL=0` / `LOC` (NCCL: GPUDirect on no
+//! path) reports host memory only (a level NCCL would not take is ignored with a warning), `NCCL_DMABUF_ENABLE=0` no dma-buf, `NCCL_GDR_FLUSH_DISABLE=1` no flush.
 //! `NCCL_NET_GDR_READ` (GPUDirect for sends) is NCCL's topology decision, not the
 //! backend's, and is not read here. `WEFT_IB_FORCE_FLUSH=1` is for tests only: it flushes
 //! receives into host memory too, so that the flush path runs where there is no GPU.
 //!
 //! Everything here is pure (sysfs and errno come in as arguments) so that it is tested
 //! without a device.
+
+use weft_core::topo::model::PathType;
 
 use crate::PtrSupport;
 
@@ -66,53 +68,17 @@ pub struct GdrSettings {
 }
 
 impl GdrSettings {
-    /// Reads the switches through `env` (`WEFT_*` spellings first); a value that is not a
-    /// number or level is an error naming the variable.
-    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, crate::NetError> {
-        let flag = |names: &[&str]| -> Result<Option<bool>, crate::NetError> {
-            Ok(crate::socket::env_number(env, names, 0, i64::MAX as u64)?.map(|v| v != 0))
-        };
-        let level = crate::env::first_set(env, &["WEFT_NET_GDR_LEVEL", "NCCL_NET_GDR_LEVEL"]);
-        let gdr_off = match level {
-            None => false,
-            Some((name, v)) => match gdr_level_is_loc(&v) {
-                Some(off) => off,
-                None => {
-                    // NCCL ignores a level it cannot parse; so does weft, but says so.
-                    log::warn!(
-                        "NET/IB: {name}={v} is not a level (LOC, NVL, NVB, C2C, PIX, PXB, P2C, \
-                         PXN, PHB, SYS or a number): ignored"
-                    );
-                    false
-                }
-            },
-        };
-        Ok(GdrSettings {
-            gdr_off,
-            dmabuf_off: flag(&["WEFT_DMABUF_ENABLE", "NCCL_DMABUF_ENABLE"])? == Some(false),
-            flush_off: flag(&["WEFT_GDR_FLUSH_DISABLE", "NCCL_GDR_FLUSH_DISABLE"])?
-                .unwrap_or(false),
-            force_flush: flag(&["WEFT_IB_FORCE_FLUSH"])?.unwrap_or(false),
-        })
+    /// The switches of weft-config's GPUDirect settings (and the tests' forced flush).
+    pub fn from_settings(settings: &weft_config::NetSettings) -> Self {
+        GdrSettings {
+            // Every other level is a distance NCCL's topology compares; for the backend
+            // they all mean "on".
+            gdr_off: settings.gdr.level == Some(PathType::Loc),
+            dmabuf_off: !settings.gdr.dmabuf,
+            flush_off: settings.gdr.flush_disable,
+            force_flush: settings.ib.force_flush,
+        }
     }
-}
-
-/// Whether an `NCCL_NET_GDR_LEVEL` value is `LOC` (GPUDirect on no path), as NCCL parses
-/// it (`ncclGetLevel`): one of its path names, or an old-style number of which only 0 is
-/// `LOC`. `None` for a value NCCL would ignore. The other levels are distances that NCCL's
-/// topology compares; for the backend they all mean "on".
-fn gdr_level_is_loc(v: &str) -> Option<bool> {
-    const NAMES: &[&str] = &[
-        "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
-    ];
-    if let Some(i) = NAMES.iter().position(|n| *n == v) {
-        return Some(i == 0);
-    }
-    if v.starts_with(|c: char| c.is_ascii_digit()) {
-        let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
-        return Some(digits.parse::<u64>() == Ok(0));
-    }
-    None
 }
 
 /// What one device can do with GPU memory, decided once per device.
@@ -172,13 +138,14 @@ mod tests {
     use super::*;
     use crate::PtrKind;
 
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+    /// The switches with `pairs` set.
+    fn switches(pairs: &[(&str, &str)]) -> Result<GdrSettings, weft_config::ConfigError> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        weft_config::Settings::from_lookup(&lookup).map(|s| GdrSettings::from_settings(&s.net))
     }
 
     #[test]
@@ -201,14 +168,14 @@ mod tests {
 
     #[test]
     fn switches_come_from_nccl_names() {
-        let s = GdrSettings::from_lookup(&env(&[])).unwrap();
+        let s = switches(&[]).unwrap();
         assert_eq!(s, GdrSettings::default());
-        let s = GdrSettings::from_lookup(&env(&[
+        let s = switches(&[
             ("NCCL_NET_GDR_LEVEL", "LOC"),
             ("NCCL_DMABUF_ENABLE", "0"),
             ("NCCL_GDR_FLUSH_DISABLE", "1"),
             ("WEFT_IB_FORCE_FLUSH", "1"),
-        ]))
+        ])
         .unwrap();
         assert_eq!(
             s,
@@ -228,13 +195,14 @@ mod tests {
             ("2", false),
             ("near", false),
         ] {
-            let pairs = [("NCCL_NET_GDR_LEVEL".to_string(), level.to_string())];
-            let lookup = move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            let s = GdrSettings::from_lookup(&lookup).unwrap();
+            let s = switches(&[("NCCL_NET_GDR_LEVEL", level)]).unwrap();
             assert_eq!(s.gdr_off, off, "NCCL_NET_GDR_LEVEL={level}");
         }
-        let e = GdrSettings::from_lookup(&env(&[("NCCL_GDR_FLUSH_DISABLE", "yes")])).unwrap_err();
-        assert!(e.to_string().contains("NCCL_GDR_FLUSH_DISABLE=yes"), "{e}");
+        let e = switches(&[("NCCL_GDR_FLUSH_DISABLE", "yes")]).unwrap_err();
+        assert!(
+            e.to_string().contains("NCCL_GDR_FLUSH_DISABLE=\"yes\""),
+            "{e}"
+        );
     }
 
     #[test]

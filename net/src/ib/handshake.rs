@@ -206,27 +206,24 @@ impl std::fmt::Debug for IbListenComm {
 }
 
 /// Where the handshake listens: the port's own IP address (RoCE), so that the handshake
-/// takes the same link as the data; else the first socket interface.
-fn listen_address(port: &Port) -> Result<SocketAddr, NetError> {
+/// takes the same link as the data; else the first socket interface `ifname` allows.
+fn listen_address(port: &Port, ifname: Option<&str>) -> Result<SocketAddr, NetError> {
     if let Some(ip) = super::select::gid_address(&port.gid) {
         return Ok(SocketAddr::new(ip, 0));
     }
     let available = crate::socket::interface::system_interfaces(None)?;
-    let spec = crate::env::first_value(
-        &crate::env::process,
-        &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
-    );
-    crate::socket::interface::choose_interfaces(&available, spec.as_deref())
+    let spec = ifname;
+    crate::socket::interface::choose_interfaces(&available, spec)
         .first()
         .map(|i| i.addr)
-        .ok_or_else(|| crate::socket::interface::no_interface_error(&available, spec.as_deref()))
+        .ok_or_else(|| crate::socket::interface::no_interface_error(&available, spec))
 }
 
 pub(crate) fn listen(
     port: &Arc<Port>,
     config: &IbConfig,
 ) -> Result<(NetHandle, IbListenComm), NetError> {
-    let addr = listen_address(port)?;
+    let addr = listen_address(port, config.handshake_ifname.as_deref())?;
     let comm = listen_at(vec![port.clone()], addr, random_u64(), config)?;
     let mut bytes = NetHandle::default();
     comm.handle.emit(&mut bytes.0);

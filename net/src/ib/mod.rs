@@ -13,23 +13,12 @@
 //! - [`comm`]: what both ends share (link, CQ polling, completion errors); [`send`] and
 //!   [`recv`]: the two ends of the data path.
 //!
-//! | variable | meaning | default |
-//! | --- | --- | --- |
-//! | `NCCL_IB_HCA` | devices and ports to use (`mlx5_0:1,mlx5_1`, `^mlx5_2`, `=rxe0`) | all |
-//! | `NCCL_IB_GID_INDEX` | the GID index on every port | the RoCE v2 GID of an address of `NCCL_IB_ADDR_FAMILY` |
-//! | `NCCL_IB_ADDR_FAMILY` | `AF_INET` / `AF_INET6` | `AF_INET` |
-//! | `NCCL_IB_QPS_PER_CONNECTION` | QPs each message is split over (1..=8) | 1 |
-//! | `NCCL_IB_TIMEOUT` | ACK timeout exponent (4.096 us x 2^n) | 20 |
-//! | `NCCL_IB_RETRY_CNT` | transport retries (0..=7) | 7 |
-//! | `NCCL_IB_TC`, `NCCL_IB_SL` | traffic class, service level | 0 |
-//! | `WEFT_IB_INLINE` | the most bytes written inline (0 = never) | 128 |
-//! | `WEFT_IB_CONNECT_TIMEOUT` | seconds a connect may take | 120 |
-//! | `NCCL_NET_GDR_LEVEL` | `0` / `LOC`: no GPUDirect (host memory only) | GPUDirect where the device has it |
-//! | `NCCL_DMABUF_ENABLE` | `0`: no dma-buf registration | 1 |
-//! | `NCCL_GDR_FLUSH_DISABLE` | `1`: no flush of GPU receives | 0 |
-//! | `WEFT_IB_FORCE_FLUSH` | tests only: `1` flushes host-memory receives too | 0 |
-//!
-//! The `WEFT_IB_*` spelling of every `NCCL_IB_*` name is read first.
+//! Configured by [`IbConfig`], built from weft-config's verbs and GPUDirect settings
+//! (`NCCL_IB_HCA`, `NCCL_IB_GID_INDEX`, `NCCL_IB_ADDR_FAMILY`, `NCCL_IB_QPS_PER_CONNECTION`,
+//! `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`, `WEFT_IB_INLINE`,
+//! `WEFT_IB_CONNECT_TIMEOUT`, `NCCL_NET_GDR_LEVEL`, `NCCL_DMABUF_ENABLE`,
+//! `NCCL_GDR_FLUSH_DISABLE`, and for tests `WEFT_IB_FORCE_FLUSH`; each `NCCL_IB_*` also as
+//! `WEFT_IB_*`, read first). docs/environment.md has their defaults and values.
 
 pub mod comm;
 pub mod device;
@@ -54,10 +43,10 @@ pub use handshake::{IbConnecting, IbListenComm};
 use self::device::Port;
 use self::mr_cache::Memory;
 use self::select::{GidWanted, HcaFilter};
-use crate::socket::env_number;
 use crate::{
     CommRef, Completion, Net, NetError, NetErrorKind, NetHandle, NetProperties, PtrKind, RecvBuffer,
 };
+use weft_config::{AddressFamily, NetSettings};
 
 /// The verbs backend's settings (see the module table).
 #[derive(Debug, Clone, PartialEq)]
@@ -84,61 +73,41 @@ pub struct IbConfig {
     pub connect_timeout: Duration,
     /// The GPUDirect switches (`ib::gdr`).
     pub gdr: gdr::GdrSettings,
-}
-
-fn names(suffix: &str) -> [String; 2] {
-    [format!("WEFT_IB_{suffix}"), format!("NCCL_IB_{suffix}")]
+    /// Interfaces (`NCCL_SOCKET_IFNAME` syntax) for the handshake of a port without an IP
+    /// address.
+    pub handshake_ifname: Option<String>,
 }
 
 impl IbConfig {
-    /// Reads the process environment.
+    /// The process environment's settings (weft-config); a malformed value is an error
+    /// naming it.
     pub fn from_env() -> Result<IbConfig, NetError> {
-        IbConfig::from_lookup(&crate::env::process)
+        Ok(IbConfig::from_settings(&crate::settings_from_env()?))
     }
 
-    /// Reads the settings through `env`; a malformed value is an error naming it.
-    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<IbConfig, NetError> {
-        let num = |suffix: &str, min: u64, max: u64| -> Result<Option<u64>, NetError> {
-            let n = names(suffix);
-            env_number(env, &[n[0].as_str(), n[1].as_str()], min, max)
+    /// The verbs part of `settings`, with the socket interfaces for handshakes.
+    pub fn from_settings(settings: &NetSettings) -> IbConfig {
+        let ib = &settings.ib;
+        let gid_index = ib.gid_index.map(u32::from);
+        let gid = match (gid_index, ib.addr_family) {
+            (Some(i), _) => GidWanted::Index(i),
+            (None, AddressFamily::V4) => GidWanted::V4,
+            (None, AddressFamily::V6) => GidWanted::V6,
         };
-        let hca = names("HCA");
-        let hca = crate::env::first_value(env, &[hca[0].as_str(), hca[1].as_str()])
-            .map(|s| HcaFilter::parse(&s))
-            .unwrap_or_default();
-        let gid_index = num("GID_INDEX", 0, 255)?.map(|v| v as u32);
-        let family = names("ADDR_FAMILY");
-        let gid = match gid_index {
-            Some(i) => GidWanted::Index(i),
-            None => match crate::env::first_set(env, &[family[0].as_str(), family[1].as_str()]) {
-                None => GidWanted::V4,
-                Some((name, v)) => match crate::socket::interface::Family::parse(&v) {
-                    Some(crate::socket::interface::Family::V4) => GidWanted::V4,
-                    Some(crate::socket::interface::Family::V6) => GidWanted::V6,
-                    None => {
-                        return Err(NetError::new(
-                            NetErrorKind::InvalidArgument,
-                            format!("{name}={v}: expected AF_INET or AF_INET6"),
-                        ));
-                    }
-                },
-            },
-        };
-        let timeout_s = env_number(env, &["WEFT_IB_CONNECT_TIMEOUT"], 1, 86_400)?.unwrap_or(120);
-        Ok(IbConfig {
-            hca,
+        IbConfig {
+            hca: ib.hca.as_deref().map(HcaFilter::parse).unwrap_or_default(),
             gid_index,
             gid,
-            qps_per_connection: num("QPS_PER_CONNECTION", 1, wire::MAX_QPS as u64)?.unwrap_or(1)
-                as usize,
-            timeout: num("TIMEOUT", 1, 31)?.unwrap_or(20) as u8,
-            retry_cnt: num("RETRY_CNT", 0, 7)?.unwrap_or(7) as u8,
-            traffic_class: num("TC", 0, 255)?.unwrap_or(0) as u8,
-            service_level: num("SL", 0, 15)?.unwrap_or(0) as u8,
-            max_inline: env_number(env, &["WEFT_IB_INLINE"], 0, 1024)?.unwrap_or(128) as u32,
-            connect_timeout: Duration::from_secs(timeout_s),
-            gdr: gdr::GdrSettings::from_lookup(env)?,
-        })
+            qps_per_connection: usize::from(ib.qps_per_connection),
+            timeout: ib.timeout,
+            retry_cnt: ib.retry_cnt,
+            traffic_class: ib.traffic_class,
+            service_level: ib.service_level,
+            max_inline: ib.max_inline,
+            connect_timeout: ib.connect_timeout,
+            gdr: gdr::GdrSettings::from_settings(settings),
+            handshake_ifname: settings.socket.ifname.clone(),
+        }
     }
 }
 
@@ -515,44 +484,51 @@ fn gdr_off_reason(port: &Port, config: &IbConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_config::Settings;
 
     #[test]
     fn settings_come_from_nccl_and_weft_names() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
+            let lookup = move |k: &str| {
                 pairs
                     .iter()
                     .find(|(n, _)| *n == k)
                     .map(|(_, v)| v.to_string())
-            }
+            };
+            Settings::from_lookup(&lookup).map(|s| IbConfig::from_settings(&s.net))
         };
-        let c = IbConfig::from_lookup(&env(&[])).unwrap();
+        let c = env(&[]).unwrap();
         assert_eq!(
             (c.gid, c.qps_per_connection, c.timeout, c.retry_cnt),
             (GidWanted::V4, 1, 20, 7)
         );
-        let c = IbConfig::from_lookup(&env(&[
+        let c = env(&[
             ("NCCL_IB_GID_INDEX", "3"),
             ("NCCL_IB_QPS_PER_CONNECTION", "4"),
             ("WEFT_IB_TIMEOUT", "14"),
             ("NCCL_IB_TIMEOUT", "22"),
             ("NCCL_IB_HCA", "=rxe0"),
-        ]))
+            ("NCCL_SOCKET_IFNAME", "eth"),
+        ])
         .unwrap();
         assert_eq!(
             (c.gid, c.gid_index, c.qps_per_connection, c.timeout),
             (GidWanted::Index(3), Some(3), 4, 14)
         );
         assert!(c.hca.allows("rxe0", 1) && !c.hca.allows("rxe1", 1));
-        let c = IbConfig::from_lookup(&env(&[("NCCL_IB_ADDR_FAMILY", "AF_INET6")])).unwrap();
+        assert_eq!(c.handshake_ifname.as_deref(), Some("eth"));
+        let c = env(&[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]).unwrap();
         assert_eq!(c.gid, GidWanted::V6);
-        let e = IbConfig::from_lookup(&env(&[("NCCL_IB_QPS_PER_CONNECTION", "9")])).unwrap_err();
+        let e = env(&[("NCCL_IB_QPS_PER_CONNECTION", "9")]).unwrap_err();
         assert!(
             e.to_string()
-                .contains("NCCL_IB_QPS_PER_CONNECTION=9: expected a number from 1 to 8"),
+                .contains("NCCL_IB_QPS_PER_CONNECTION=\"9\": expected a number from 1 to 8"),
             "{e}"
         );
-        let e = IbConfig::from_lookup(&env(&[("NCCL_IB_ADDR_FAMILY", "AF_UNIX")])).unwrap_err();
-        assert!(e.to_string().contains("NCCL_IB_ADDR_FAMILY=AF_UNIX"), "{e}");
+        let e = env(&[("NCCL_IB_ADDR_FAMILY", "AF_UNIX")]).unwrap_err();
+        assert!(
+            e.to_string().contains("NCCL_IB_ADDR_FAMILY=\"AF_UNIX\""),
+            "{e}"
+        );
     }
 }

@@ -16,17 +16,13 @@
 //!   rail hello that groups the rails; a deadline on every step), and a connector that does
 //!   not repeat the listen's nonce is refused, naming it.
 //!
-//! | variable | meaning | default |
-//! | --- | --- | --- |
-//! | `WEFT_MESH_IFNAME` | which netdevs join (NCCL_SOCKET_IFNAME syntax), RDMA or not | RDMA netdevs, and NCCL's default choice of the others |
-//! | `WEFT_MESH_TRANSPORT` | `auto`: verbs where both ends of a pair have an RDMA port, else sockets; `ib`: verbs only; `socket`: sockets only (no verbs device opened) | `auto` |
-//! | `WEFT_MESH_RAILS` | the most rails per connection (1: no striping) | 8 |
-//! | `NCCL_MESH_GID_INDEX` | GID index on every port | each port's RoCE v2 GID of its address |
-//! | `NCCL_MESH_DEBUG` | `1`: log each route chosen (at WARN, so it shows by default) | off |
-//!
-//! The verbs settings (`NCCL_IB_*`, see [`crate::ib`]) apply to verbs rails, the socket
-//! settings (`NCCL_SOCKET_NTHREADS`, `NCCL_NSOCKS_PERTHREAD`, `NCCL_SOCKET_FAMILY`, see
-//! [`crate::socket`]) to socket rails.
+//! Configured by [`MeshConfig`], from weft-config's mesh settings: `WEFT_MESH_IFNAME` (which
+//! netdevs join, RDMA or not), `WEFT_MESH_TRANSPORT` (`auto`: verbs where both ends of a pair
+//! have an RDMA port, else sockets; `ib`; `socket`), `WEFT_MESH_RAILS` (the most rails per
+//! connection), `NCCL_MESH_GID_INDEX`, `NCCL_MESH_DEBUG` (log each route chosen, at WARN);
+//! docs/environment.md has their defaults. The verbs settings (`NCCL_IB_*`, see
+//! [`crate::ib`]) apply to verbs rails, the socket settings (`NCCL_SOCKET_NTHREADS`,
+//! `NCCL_NSOCKS_PERTHREAD`, `NCCL_SOCKET_FAMILY`, see [`crate::socket`]) to socket rails.
 
 mod comm;
 pub mod handle;
@@ -38,6 +34,7 @@ pub mod stripe;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+use weft_config::{MeshSettings, NetSettings};
 use weft_core::wire::mesh_handle::{MAX_SPEED_MBPS, MeshEntry, MeshHandle, SPEED_UNIT_MBPS};
 use weft_core::wire::socket_handle::SocketHandleRepr;
 
@@ -74,37 +71,15 @@ pub struct MeshConfig {
 }
 
 impl MeshConfig {
-    /// Reads the settings through `env`.
-    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<MeshConfig, NetError> {
-        let transport = match crate::env::first_set(env, &["WEFT_MESH_TRANSPORT"]) {
-            None => Transport::Auto,
-            Some((name, v)) => Transport::parse(&v).ok_or_else(|| {
-                NetError::new(
-                    NetErrorKind::InvalidArgument,
-                    format!("{name}={v}: expected auto, ib or socket"),
-                )
-            })?,
-        };
-        Ok(MeshConfig {
-            ifname: crate::env::first_value(env, &["WEFT_MESH_IFNAME"]),
-            gid_index: crate::socket::env_number(
-                env,
-                &["WEFT_MESH_GID_INDEX", "NCCL_MESH_GID_INDEX"],
-                0,
-                255,
-            )?
-            .map(|v| v as u32),
-            debug: crate::env::first_value(env, &["WEFT_MESH_DEBUG", "NCCL_MESH_DEBUG"])
-                .is_some_and(|v| !matches!(v.trim(), "0" | "no" | "off" | "false")),
-            transport,
-            max_rails: crate::socket::env_number(
-                env,
-                &["WEFT_MESH_RAILS"],
-                1,
-                weft_core::net::MAX_RAILS as u64,
-            )?
-            .map_or(weft_core::net::MAX_RAILS, |v| v as usize),
-        })
+    /// weft-config's mesh settings.
+    pub fn from_settings(s: &MeshSettings) -> MeshConfig {
+        MeshConfig {
+            ifname: s.ifname.clone(),
+            gid_index: s.gid_index.map(u32::from),
+            debug: s.debug,
+            transport: s.transport,
+            max_rails: usize::from(s.max_rails),
+        }
     }
 }
 
@@ -151,12 +126,17 @@ fn netdev_speed(name: &str) -> u32 {
 }
 
 impl MeshNet {
-    /// Opens the mesh from the environment.
+    /// Opens the mesh as the process environment says.
     pub fn from_env() -> Result<MeshNet, NetError> {
+        MeshNet::from_settings(&crate::settings_from_env()?)
+    }
+
+    /// Opens the mesh as `settings` say (its verbs and socket rails with theirs).
+    pub fn from_settings(settings: &NetSettings) -> Result<MeshNet, NetError> {
         MeshNet::new(
-            IbConfig::from_env()?,
-            SocketConfig::from_env()?,
-            MeshConfig::from_lookup(&crate::env::process)?,
+            IbConfig::from_settings(settings),
+            SocketConfig::from_settings(&settings.socket)?,
+            MeshConfig::from_settings(&settings.mesh),
         )
     }
 

@@ -13,28 +13,8 @@ use weft_core::wire::mesh_handle::MeshEntry;
 
 use super::handle::NO_VERBS;
 
-/// How connections travel (`WEFT_MESH_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// Verbs where both ends of a pair have an RDMA port, else sockets.
-    Auto,
-    /// Verbs only.
-    Ib,
-    /// Sockets only (no verbs device is opened).
-    Socket,
-}
-
-impl Transport {
-    /// `auto`, `ib` (or `verbs`), `socket`.
-    pub fn parse(s: &str) -> Option<Transport> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Some(Transport::Auto),
-            "ib" | "verbs" => Some(Transport::Ib),
-            "socket" | "sockets" => Some(Transport::Socket),
-            _ => None,
-        }
-    }
-}
+/// How connections travel (`WEFT_MESH_TRANSPORT`): weft-config's, which parses it.
+pub use weft_config::MeshTransport as Transport;
 
 /// One local address the mesh may use.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,16 +2,25 @@
 //! loopback (one host, two rails, IPv6, a stale nonce).
 
 use super::*;
+use weft_config::Settings;
+
+fn mesh_config(pairs: &[(&str, &str)]) -> Result<MeshConfig, weft_config::ConfigError> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let lookup = move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    Settings::from_lookup(&lookup).map(|s| MeshConfig::from_settings(&s.net.mesh))
+}
 
 #[test]
 fn settings_and_speed_units() {
-    let env = |k: &str| match k {
-        "WEFT_MESH_IFNAME" => Some("=eth1".to_string()),
-        "NCCL_MESH_GID_INDEX" => Some("3".to_string()),
-        "NCCL_MESH_DEBUG" => Some("1".to_string()),
-        _ => None,
-    };
-    let c = MeshConfig::from_lookup(&env).unwrap();
+    let c = mesh_config(&[
+        ("WEFT_MESH_IFNAME", "=eth1"),
+        ("NCCL_MESH_GID_INDEX", "3"),
+        ("NCCL_MESH_DEBUG", "1"),
+    ])
+    .unwrap();
     assert_eq!(
         c,
         MeshConfig {
@@ -22,7 +31,7 @@ fn settings_and_speed_units() {
             max_rails: 8,
         }
     );
-    let c = MeshConfig::from_lookup(&|_: &str| None).unwrap();
+    let c = mesh_config(&[]).unwrap();
     assert_eq!(
         c,
         MeshConfig {
@@ -33,28 +42,24 @@ fn settings_and_speed_units() {
             max_rails: 8,
         }
     );
-    let forced = |k: &str| match k {
-        "WEFT_MESH_TRANSPORT" => Some("socket".to_string()),
-        "WEFT_MESH_RAILS" => Some("2".to_string()),
-        _ => None,
-    };
-    let c = MeshConfig::from_lookup(&forced).unwrap();
+    let c = mesh_config(&[("WEFT_MESH_TRANSPORT", "socket"), ("WEFT_MESH_RAILS", "2")]).unwrap();
     assert_eq!((c.transport, c.max_rails), (Transport::Socket, 2));
-    let bad = |k: &str| (k == "WEFT_MESH_TRANSPORT").then(|| "rdma".to_string());
-    let e = MeshConfig::from_lookup(&bad).unwrap_err().to_string();
+    let e = mesh_config(&[("WEFT_MESH_TRANSPORT", "rdma")])
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.contains("WEFT_MESH_TRANSPORT=rdma: expected auto, ib or socket"),
+        e.contains("WEFT_MESH_TRANSPORT=\"rdma\": expected auto, ib or socket"),
         "{e}"
     );
-    let bad = |k: &str| (k == "WEFT_MESH_RAILS").then(|| "9".to_string());
-    let e = MeshConfig::from_lookup(&bad).unwrap_err().to_string();
-    assert!(e.contains("WEFT_MESH_RAILS=9"), "{e}");
-    let bad = |k: &str| (k == "NCCL_MESH_GID_INDEX").then(|| "x".to_string());
+    let e = mesh_config(&[("WEFT_MESH_RAILS", "9")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("WEFT_MESH_RAILS=\"9\""), "{e}");
     assert!(
-        MeshConfig::from_lookup(&bad)
+        mesh_config(&[("NCCL_MESH_GID_INDEX", "x")])
             .unwrap_err()
             .to_string()
-            .contains("NCCL_MESH_GID_INDEX=x")
+            .contains("NCCL_MESH_GID_INDEX=\"x\"")
     );
     assert_eq!(speed_unit(2_549), 2_500);
     assert_eq!(speed_unit(u32::MAX), MAX_SPEED_MBPS);

@@ -13,25 +13,9 @@ use super::super::{NetError, NetErrorKind};
 /// The most interfaces the backend exposes as devices (NCCL's MAX_IFS).
 pub const MAX_INTERFACES: usize = 16;
 
-/// An address family restriction (`NCCL_SOCKET_FAMILY=AF_INET|AF_INET6`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// IPv4 only.
-    V4,
-    /// IPv6 only.
-    V6,
-}
-
-impl Family {
-    /// Parses `AF_INET` / `AF_INET6` (also `4`, `6`, `ipv4`, `ipv6`).
-    pub fn parse(s: &str) -> Option<Family> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "af_inet" | "4" | "ipv4" | "inet" => Some(Family::V4),
-            "af_inet6" | "6" | "ipv6" | "inet6" => Some(Family::V6),
-            _ => None,
-        }
-    }
-}
+/// An address family restriction (`NCCL_SOCKET_FAMILY=AF_INET|AF_INET6`): weft-config's,
+/// which parses it.
+pub use weft_config::AddressFamily as Family;
 
 /// A parsed `NCCL_SOCKET_IFNAME` value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,17 +7,10 @@
 //! nonblocking state machines (`handshake`). Everything that waits has a deadline or an
 //! abort path, and a peer that goes away turns into an error from `test`.
 //!
-//! Environment (WEFT_ name first, then NCCL's):
-//!
-//! | variable | meaning | default |
-//! | --- | --- | --- |
-//! | `WEFT_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` | interfaces: `eth,ens`, `^docker`, `=eth0` | NCCL's rule |
-//! | `WEFT_SOCKET_FAMILY`, `NCCL_SOCKET_FAMILY` | `AF_INET` or `AF_INET6` | both, IPv4 first |
-//! | `WEFT_SOCKET_NTHREADS`, `NCCL_SOCKET_NTHREADS` | helper threads per connection (1..=16) | 4 |
-//! | `WEFT_NSOCKS_PERTHREAD`, `NCCL_NSOCKS_PERTHREAD` | data sockets per thread (threads x this <= 64) | 1 |
-//! | `WEFT_SOCKET_CONNECT_TIMEOUT` | seconds a connect may take, handshake included | 120 |
-//! | `WEFT_SOCKET_SPIN_US` | microseconds a helper thread spins for work before it sleeps (0..=100000); helps only where every helper thread has a core of its own | 50 with 16 or more usable CPUs, else 0 |
-//! | `WEFT_SOCKET_TRACE` | a directory: each connection end writes its per-message timestamps there on close (`scripts/socket_trace.py` reads them) | off |
+//! Configured by [`SocketConfig`], built from weft-config's socket settings
+//! (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`, `NCCL_SOCKET_NTHREADS`,
+//! `NCCL_NSOCKS_PERTHREAD`, `WEFT_SOCKET_CONNECT_TIMEOUT`, `WEFT_SOCKET_SPIN_US`,
+//! `WEFT_SOCKET_TRACE`: docs/environment.md has their defaults and values).
 
 mod comm;
 mod data_threads;
@@ -31,6 +24,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use weft_config::SocketSettings;
 use weft_core::wire::socket_handle::{MAX_DATA_SOCKETS, MAX_THREADS, SocketHandleRepr};
 
 use self::comm::Conn;
@@ -70,20 +64,11 @@ pub(super) struct LocalSettings {
 }
 
 impl Default for SocketConfig {
+    /// weft-config's defaults, on one CPU (no spin).
     fn default() -> Self {
-        SocketConfig {
-            ifname: None,
-            family: None,
-            threads: 4,
-            sockets_per_thread: 1,
-            connect_timeout: Duration::from_secs(120),
-            spin: Duration::ZERO,
-            trace: None,
-        }
+        SocketConfig::of(&SocketSettings::default(), 1)
     }
 }
-
-type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// From this many usable CPUs on, helper threads spin by default.
 pub const SPIN_MIN_CORES: usize = 16;
@@ -103,80 +88,40 @@ pub fn default_spin(cores: usize) -> Duration {
     }
 }
 
-pub(crate) fn env_number(
-    env: Lookup<'_>,
-    names: &[&str],
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, NetError> {
-    let Some((name, value)) = crate::env::first_set(env, names) else {
-        return Ok(None);
-    };
-    match value.trim().parse::<u64>() {
-        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
-        _ => Err(NetError::new(
-            NetErrorKind::InvalidArgument,
-            format!("{name}={value}: expected a number from {min} to {max}"),
-        )),
-    }
-}
-
 impl SocketConfig {
-    /// Reads the environment (see the module table). A malformed value is an error that
-    /// names the variable.
+    /// The process environment's socket settings (weft-config). A malformed value is an
+    /// error that names the variable.
     pub fn from_env() -> Result<SocketConfig, NetError> {
-        SocketConfig::from_lookup(&crate::env::process)
+        SocketConfig::from_settings(&crate::settings_from_env()?.socket)
     }
 
-    /// As [`Self::from_env`], reading variables through `env`.
-    pub fn from_lookup(env: Lookup<'_>) -> Result<SocketConfig, NetError> {
+    /// `settings`, on this machine (the number of usable CPUs decides the default spin);
+    /// an error if threads x sockets per thread is more than a connection takes.
+    pub fn from_settings(settings: &SocketSettings) -> Result<SocketConfig, NetError> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        SocketConfig::from_lookup_on(env, cores)
+        SocketConfig::from_settings_on(settings, cores)
     }
 
-    /// As [`Self::from_lookup`], on a machine where this process may run on `cores` CPUs
-    /// (which decides the default spin).
-    pub fn from_lookup_on(env: Lookup<'_>, cores: usize) -> Result<SocketConfig, NetError> {
-        let mut c = SocketConfig {
-            spin: default_spin(cores),
-            ifname: crate::env::first_value(env, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]),
-            ..SocketConfig::default()
-        };
-        if let Some((name, v)) =
-            crate::env::first_set(env, &["WEFT_SOCKET_FAMILY", "NCCL_SOCKET_FAMILY"])
-        {
-            c.family = Some(Family::parse(&v).ok_or_else(|| {
-                NetError::new(
-                    NetErrorKind::InvalidArgument,
-                    format!("{name}={v}: expected AF_INET or AF_INET6"),
-                )
-            })?);
-        }
-        if let Some(t) = env_number(
-            env,
-            &["WEFT_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS"],
-            1,
-            u64::from(MAX_THREADS),
-        )? {
-            c.threads = t as u8;
-        }
-        if let Some(s) = env_number(
-            env,
-            &["WEFT_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD"],
-            1,
-            u64::from(MAX_DATA_SOCKETS),
-        )? {
-            c.sockets_per_thread = s as u8;
-        }
-        if let Some(secs) = env_number(env, &["WEFT_SOCKET_CONNECT_TIMEOUT"], 1, 86_400)? {
-            c.connect_timeout = Duration::from_secs(secs);
-        }
-        if let Some(us) = env_number(env, &["WEFT_SOCKET_SPIN_US"], 0, 100_000)? {
-            c.spin = Duration::from_micros(us);
-        }
-        c.trace = crate::env::first_value(env, &["WEFT_SOCKET_TRACE"]).map(PathBuf::from);
+    /// As [`Self::from_settings`], on a machine where this process may run on `cores` CPUs.
+    pub fn from_settings_on(
+        settings: &SocketSettings,
+        cores: usize,
+    ) -> Result<SocketConfig, NetError> {
+        let c = SocketConfig::of(settings, cores);
         c.data_sockets()?;
         Ok(c)
+    }
+
+    fn of(s: &SocketSettings, cores: usize) -> SocketConfig {
+        SocketConfig {
+            ifname: s.ifname.clone(),
+            family: s.family,
+            threads: s.threads,
+            sockets_per_thread: s.sockets_per_thread,
+            connect_timeout: s.connect_timeout,
+            spin: s.spin.unwrap_or_else(|| default_spin(cores)),
+            trace: s.trace.clone(),
+        }
     }
 
     /// Data sockets per connection (threads x sockets per thread), checked against NCCL's
@@ -582,15 +527,19 @@ impl Net for SocketNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_config::Settings;
 
-    fn config(vars: &[(&str, &str)]) -> Result<SocketConfig, NetError> {
+    fn settings(vars: &[(&str, &str)]) -> Result<SocketSettings, NetError> {
         let vars: Vec<(String, String)> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        SocketConfig::from_lookup(&move |n| {
-            vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
-        })
+        let lookup = move |n: &str| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        Ok(Settings::from_lookup(&lookup)?.net.socket)
+    }
+
+    fn config(vars: &[(&str, &str)]) -> Result<SocketConfig, NetError> {
+        SocketConfig::from_settings(&settings(vars)?)
     }
 
     #[test]
@@ -624,7 +573,7 @@ mod tests {
         assert_eq!(c.threads, 8);
         assert_eq!(c.connect_timeout, Duration::from_secs(7));
         let e = config(&[("NCCL_SOCKET_NTHREADS", "17")]).unwrap_err();
-        assert!(e.to_string().contains("NCCL_SOCKET_NTHREADS=17"), "{e}");
+        assert!(e.to_string().contains("NCCL_SOCKET_NTHREADS=\"17\""), "{e}");
         let e = config(&[("NCCL_SOCKET_FAMILY", "AF_UNIX")]).unwrap_err();
         assert!(e.to_string().contains("AF_INET or AF_INET6"), "{e}");
         let e = config(&[
@@ -637,32 +586,35 @@ mod tests {
 
     #[test]
     fn spin_defaults_by_core_count_and_is_read_in_microseconds() {
-        let none = |_: &str| None;
+        let none = settings(&[]).unwrap();
         assert_eq!(
-            SocketConfig::from_lookup_on(&none, 2).unwrap().spin,
+            SocketConfig::from_settings_on(&none, 2).unwrap().spin,
             Duration::ZERO
         );
         assert_eq!(
-            SocketConfig::from_lookup_on(&none, 15).unwrap().spin,
+            SocketConfig::from_settings_on(&none, 15).unwrap().spin,
             Duration::ZERO
         );
         assert_eq!(
-            SocketConfig::from_lookup_on(&none, 16).unwrap().spin,
+            SocketConfig::from_settings_on(&none, 16).unwrap().spin,
             DEFAULT_SPIN
         );
         assert_eq!(
-            SocketConfig::from_lookup_on(&none, 64).unwrap().spin,
+            SocketConfig::from_settings_on(&none, 64).unwrap().spin,
             DEFAULT_SPIN
         );
-        let zero = |n: &str| (n == "WEFT_SOCKET_SPIN_US").then(|| "0".to_string());
+        let zero = settings(&[("WEFT_SOCKET_SPIN_US", "0")]).unwrap();
         assert_eq!(
-            SocketConfig::from_lookup_on(&zero, 64).unwrap().spin,
+            SocketConfig::from_settings_on(&zero, 64).unwrap().spin,
             Duration::ZERO
         );
         let c = config(&[("WEFT_SOCKET_SPIN_US", "75")]).unwrap();
         assert_eq!(c.spin, Duration::from_micros(75));
         let e = config(&[("WEFT_SOCKET_SPIN_US", "100001")]).unwrap_err();
-        assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US=100001"), "{e}");
+        assert!(
+            e.to_string().contains("WEFT_SOCKET_SPIN_US=\"100001\""),
+            "{e}"
+        );
         let e = config(&[("WEFT_SOCKET_SPIN_US", "-3")]).unwrap_err();
         assert!(e.to_string().contains("WEFT_SOCKET_SPIN_US"), "{e}");
     }

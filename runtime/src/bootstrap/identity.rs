@@ -4,6 +4,8 @@
 
 use std::os::unix::fs::MetadataExt;
 
+use weft_config::Settings;
+
 /// FNV-1a, 64 bits: stable across builds and hosts (std's hasher is neither promised).
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -25,19 +27,17 @@ fn read_trimmed(path: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Same value for every process of one host (one kernel boot). `WEFT_HOSTID` or
-/// `NCCL_HOSTID` replaces the host name and boot id, for containers that hide them or
-/// should be told apart.
+/// Same value for every process of one host (one kernel boot): [`host_hash_of`] the
+/// process environment's `WEFT_HOSTID` / `NCCL_HOSTID`. Every caller in a process must
+/// agree on it (it is also in [`pid_hash`]), so it is read here rather than passed down.
 pub fn host_hash() -> u64 {
-    host_hash_from(crate::env::process)
+    host_hash_of(Settings::from_env_or_defaults().bootstrap.hostid.as_deref())
 }
 
-/// [`host_hash`] over an environment lookup (for tests).
-pub fn host_hash_from(get: impl Fn(&str) -> Option<String>) -> u64 {
-    if let Some(id) = ["WEFT_HOSTID", "NCCL_HOSTID"]
-        .iter()
-        .find_map(|k| get(k).filter(|v| !v.is_empty()))
-    {
+/// The host hash with host id `hostid` (`WEFT_HOSTID` / `NCCL_HOSTID`), which replaces the
+/// host name and boot id, for containers that hide them or should be told apart.
+pub fn host_hash_of(hostid: Option<&str>) -> u64 {
+    if let Some(id) = hostid {
         return fnv1a(&[id.as_bytes()]);
     }
     let host = read_trimmed("/proc/sys/kernel/hostname");
@@ -69,8 +69,12 @@ mod tests {
         assert_eq!(host_hash(), host_hash());
         assert_eq!(pid_hash(), pid_hash());
         assert_ne!(host_hash(), pid_hash());
-        let a = host_hash_from(|k| (k == "NCCL_HOSTID").then(|| "node-a".to_string()));
-        let b = host_hash_from(|k| (k == "WEFT_HOSTID").then(|| "node-b".to_string()));
+        let hostid = |k: &'static str, v: &'static str| {
+            let s = Settings::from_lookup(&|n| (n == k).then(|| v.to_string())).unwrap();
+            host_hash_of(s.bootstrap.hostid.as_deref())
+        };
+        let a = hostid("NCCL_HOSTID", "node-a");
+        let b = hostid("WEFT_HOSTID", "node-b");
         assert_ne!(a, b);
         assert_eq!(a, fnv1a(&[b"node-a"]));
         assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));

@@ -111,14 +111,6 @@ pub fn pick_address(filter: Option<&str>, addrs: &[InterfaceAddr]) -> Option<Int
     }
 }
 
-/// The interface filter from the environment, if any.
-pub fn filter_from_env() -> Option<String> {
-    crate::env::first_value(
-        &crate::env::process,
-        &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

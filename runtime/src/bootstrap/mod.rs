@@ -42,6 +42,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use weft_config::{BootstrapSettings, Settings};
+
 use weft_core::wire::bootstrap::{
     ABORT_FIXED_LEN, AbortRepr, FrameKind, HelloRepr, MAX_ABORT_TEXT, MAX_BODY_LEN, Purpose,
     RING_INFO_LEN, RingInfoRepr, SockAddrRepr,
@@ -78,50 +80,41 @@ pub struct BootstrapOptions {
 }
 
 impl Default for BootstrapOptions {
+    /// weft-config's defaults (`WEFT_BOOTSTRAP_TIMEOUT`, `WEFT_BOOTSTRAP_PORT` unset).
     fn default() -> Self {
+        let settings = BootstrapSettings::default();
         BootstrapOptions {
-            timeout: Duration::from_secs(30),
+            timeout: settings.timeout,
             handshake_timeout: Duration::from_secs(5),
             root_idle_timeout: Duration::from_secs(600),
             interface: None,
             root_ip: None,
-            root_port: 0,
+            root_port: settings.port,
         }
     }
 }
 
 impl BootstrapOptions {
-    /// Defaults overridden by `WEFT_BOOTSTRAP_TIMEOUT`, `WEFT_BOOTSTRAP_PORT`,
-    /// `WEFT_SOCKET_IFNAME`/`NCCL_SOCKET_IFNAME`. A malformed value is logged and ignored.
+    /// The process environment's settings ([`Self::from_settings`]); a malformed value is
+    /// logged and ignored.
     pub fn from_env() -> Self {
-        Self::from_lookup(crate::env::process)
+        Self::from_settings(&Settings::from_env_or_defaults())
     }
 
-    /// [`BootstrapOptions::from_env`] over any lookup (for tests).
+    /// [`Self::from_settings`] of the variables `get` gives, a malformed value ignored.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
-        let mut opts = BootstrapOptions::default();
-        if let Some(v) = get("WEFT_BOOTSTRAP_TIMEOUT") {
-            match v.trim().parse::<f64>() {
-                Ok(s) if s > 0.0 && s.is_finite() && s < 1e9 => {
-                    opts.timeout = Duration::from_secs_f64(s);
-                }
-                _ => log::warn!(
-                    "WEFT_BOOTSTRAP_TIMEOUT={v:?} is not a positive number of seconds; using {:?}",
-                    opts.timeout
-                ),
-            }
+        Self::from_settings(&Settings::from_lookup_or_defaults(&get))
+    }
+
+    /// Defaults overridden by `WEFT_BOOTSTRAP_TIMEOUT`, `WEFT_BOOTSTRAP_PORT` and the
+    /// interface filter (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`).
+    pub fn from_settings(settings: &Settings) -> Self {
+        BootstrapOptions {
+            timeout: settings.bootstrap.timeout,
+            root_port: settings.bootstrap.port,
+            interface: settings.net.socket.ifname.clone(),
+            ..BootstrapOptions::default()
         }
-        if let Some(v) = get("WEFT_BOOTSTRAP_PORT") {
-            match v.trim().parse::<u16>() {
-                Ok(p) => opts.root_port = p,
-                Err(_) => log::warn!(
-                    "WEFT_BOOTSTRAP_PORT={v:?} is not a port number; picking a free port"
-                ),
-            }
-        }
-        opts.interface =
-            crate::env::first_value(&get, &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"]);
-        opts
     }
 
     /// Loopback only, with the given timeout: single-host tests and examples.
@@ -924,23 +917,34 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let o = BootstrapOptions::from_lookup(env(&[
-            ("WEFT_BOOTSTRAP_TIMEOUT", "2.5"),
-            ("WEFT_BOOTSTRAP_PORT", "29500"),
-            ("NCCL_SOCKET_IFNAME", "eth"),
-        ]));
+        let o = BootstrapOptions::from_settings(
+            &Settings::from_lookup(&env(&[
+                ("WEFT_BOOTSTRAP_TIMEOUT", "2.5"),
+                ("WEFT_BOOTSTRAP_PORT", "29500"),
+                ("NCCL_SOCKET_IFNAME", "eth"),
+            ]))
+            .unwrap(),
+        );
         assert_eq!(o.timeout, Duration::from_millis(2500));
         assert_eq!(o.root_port, 29500);
         assert_eq!(o.interface.as_deref(), Some("eth"));
-        let o = BootstrapOptions::from_lookup(env(&[
-            ("WEFT_BOOTSTRAP_TIMEOUT", "-1"),
-            ("WEFT_SOCKET_IFNAME", "=ib0"),
-            ("NCCL_SOCKET_IFNAME", "eth"),
-        ]));
+        // A bad timeout is ignored (as NCCL ignores bad values), not an error.
+        let o = BootstrapOptions::from_settings(
+            &Settings::from_lookup(&env(&[
+                ("WEFT_BOOTSTRAP_TIMEOUT", "-1"),
+                ("WEFT_SOCKET_IFNAME", "=ib0"),
+                ("NCCL_SOCKET_IFNAME", "eth"),
+            ]))
+            .unwrap(),
+        );
         assert_eq!(o.timeout, Duration::from_secs(30));
         assert_eq!(o.interface.as_deref(), Some("=ib0"));
         assert_eq!(
             BootstrapOptions::from_lookup(|_| None),
+            BootstrapOptions::default()
+        );
+        assert_eq!(
+            BootstrapOptions::from_lookup(env(&[("WEFT_BOOTSTRAP_PORT", "http")])),
             BootstrapOptions::default()
         );
     }

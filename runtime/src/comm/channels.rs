@@ -44,8 +44,9 @@ use super::error::CommError;
 use super::peers::{self, Peer};
 use super::{DEFAULT_MAX_CHANNELS, MAX_CHANNELS, rings};
 use crate::bootstrap::Bootstrap;
+use crate::config::{self, TopologySettings};
 use crate::topo::DetectOptions;
-use crate::topo::source::{TopoError, local_topology, path_options_from_env, topo_file_from_env};
+use crate::topo::source::{TopoError, local_topology, path_options};
 use crate::topo::view::TopoView;
 
 /// [`ChannelPlan::source`] when the rings come from NCCL's search over the topology.
@@ -112,40 +113,14 @@ struct Limits {
 impl Limits {
     /// `WEFT_MIN_NCHANNELS` / `NCCL_MIN_NCHANNELS` / `NCCL_MIN_NRINGS` (default 0) and the
     /// `MAX` ones (default 64), clamped as NCCL's `ncclMinNchannels` / `ncclMaxNchannels`
-    /// clamp them (min to 0..=64, max to 1..=64). A value that is not an integer is an error
-    /// naming the variable.
-    fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Limits, String> {
-        let read = |names: &[&str], default: i64| -> Result<i64, String> {
-            match crate::env::first_set(env, names) {
-                None => Ok(default),
-                Some((name, v)) => v
-                    .trim()
-                    .parse::<i64>()
-                    .map_err(|_| format!("{name}={v:?}: expected a channel count")),
-            }
-        };
+    /// clamp them (min to 0..=64, max to 1..=64).
+    fn of(settings: &TopologySettings) -> Limits {
         let max_all = i64::from(MAX_CHANNELS);
-        let min = read(
-            &[
-                "WEFT_MIN_NCHANNELS",
-                "NCCL_MIN_NCHANNELS",
-                "NCCL_MIN_NRINGS",
-            ],
-            0,
-        )?;
-        let max = read(
-            &[
-                "WEFT_MAX_NCHANNELS",
-                "NCCL_MAX_NCHANNELS",
-                "NCCL_MAX_NRINGS",
-            ],
-            max_all,
-        )?;
         let clamp = |v: i64, lo: i64| u32::try_from(v.clamp(lo, max_all)).unwrap_or(MAX_CHANNELS);
-        Ok(Limits {
-            min: clamp(min, 0),
-            max: clamp(max, 1),
-        })
+        Limits {
+            min: clamp(settings.min_nchannels.unwrap_or(0), 0),
+            max: clamp(settings.max_nchannels.unwrap_or(max_all), 1),
+        }
     }
 
     /// NCCL's `ncclTopoPostset` tail: keep at most `max` channels, then repeat them up to
@@ -258,7 +233,7 @@ fn assign_ranks(xml: &mut XmlNode, peers: &[Peer]) -> Result<(), String> {
 fn search(
     mut xml: XmlNode,
     peers: &[Peer],
-    env: &dyn Fn(&str) -> Option<String>,
+    settings: &config::Settings,
 ) -> Result<ChannelPlan, String> {
     assign_ranks(&mut xml, peers)?;
     let (topo, _warnings) = topology_from_xml(&xml).map_err(|e| format!("topology: {e}"))?;
@@ -270,16 +245,14 @@ fn search(
         ));
     }
     let mut notes = Vec::new();
-    let path_opts = path_options_from_env(env, &mut notes);
+    let path_opts = path_options(settings, &mut notes);
     for n in &notes {
         log::log!(n.level, "{}", n.text);
     }
     // One host (NCCL's nNodes = 1). The rings do not depend on the NVLS graph: it is
     // searched only for an NVLS communicator (WEFT_ALGO=nvls), for its heads, and not when
     // NCCL_NVLS_ENABLE=0 (as NCCL).
-    let want_nvls = env("WEFT_ALGO")
-        .is_some_and(|v| weft_core::algo::GpuAlgo::parse(&v) == Ok(Some(GpuAlgo::Nvls)))
-        && env("NCCL_NVLS_ENABLE").is_none_or(|v| v.trim() != "0");
+    let want_nvls = settings.gpu.algo == Some(GpuAlgo::Nvls) && settings.gpu.nvls_enable;
     let view = TopoView::new(topo, Some(1), want_nvls, &path_opts);
     let Some((ring, tree, nvls)) = &view.graphs else {
         return Err("no GPU in the topology".to_string());
@@ -358,17 +331,18 @@ fn read_xml(path: &Path) -> Result<XmlNode, String> {
 }
 
 /// The channels for the communicator of `peers` (every rank's, as all-gathered at init),
-/// planned on this rank with its topology and environment `env` (see the module
-/// documentation). Peers report their GPU as `info.cuda_device` (any value >= 0) and
-/// `info.bus_id` (NCCL's integer form, [`weft_core::wire::bootstrap::bus_id_from_str`]).
+/// planned on this rank with its topology and `settings` (see the module documentation).
+/// Peers report their GPU as `info.cuda_device` (any value >= 0) and `info.bus_id`
+/// (NCCL's integer form, [`weft_core::wire::bootstrap::bus_id_from_str`]).
 ///
-/// Errors: no peers, a malformed `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`, a topology
-/// file that cannot be read or parsed. A topology that does not hold every rank's GPU, or a
-/// detection that fails, falls back to the plain rings (the note says why).
+/// Errors: no peers, a malformed topology variable in `settings` (read leniently, so that
+/// rank 0 reports it to every rank), a topology file that cannot be read or parsed. A
+/// topology that does not hold every rank's GPU, or a detection that fails, falls back to
+/// the plain rings (the note says why).
 pub fn plan_channels(
     peers: &[Peer],
     topo: TopoInput<'_>,
-    env: &dyn Fn(&str) -> Option<String>,
+    settings: &config::Settings,
 ) -> Result<ChannelPlan, CommError> {
     let fail = |detail: String| CommError::Channels { rank: 0, detail };
     let Some(first) = peers.first() else {
@@ -376,8 +350,11 @@ pub fn plan_channels(
             "no peers to plan channels for".into(),
         ));
     };
+    settings
+        .check_groups(&[config::Group::Topology])
+        .map_err(|e| fail(e.to_string()))?;
     let limits = match first.settings.nchannels {
-        0 => Limits::from_env(env).map_err(fail)?,
+        0 => Limits::of(&settings.topology),
         n => Limits { min: n, max: n },
     };
     let mut plan = match no_search_reason(peers) {
@@ -388,14 +365,14 @@ pub fn plan_channels(
                 TopoInput::Host | TopoInput::File(_) => {
                     let file = match topo {
                         TopoInput::File(p) => Some(p.to_path_buf()),
-                        _ => topo_file_from_env(env),
+                        _ => settings.topology.topo_file.clone(),
                     };
                     match file {
                         // The file's own XML, not its loaded form: the loader drops GPUs
                         // without a rank attribute, which may be ours.
                         Some(path) => Ok(read_xml(&path).map_err(fail)?),
-                        None => match local_topology(None, env, &mut |notes| {
-                            DetectOptions::host(env, notes)
+                        None => match local_topology(None, &settings.topology, &mut |notes| {
+                            DetectOptions::host(settings, notes)
                         }) {
                             Ok(local) => {
                                 log::info!("channels: topology {}", local.source);
@@ -406,7 +383,7 @@ pub fn plan_channels(
                     }
                 }
             };
-            match xml.and_then(|x| search(x, peers, env)) {
+            match xml.and_then(|x| search(x, peers, settings)) {
                 Ok(p) => p,
                 Err(why) => {
                     log::warn!("channels: no topology search ({why}); using the plain ring");
@@ -577,21 +554,34 @@ fn decode_plan(bytes: &[u8], nranks: usize) -> Result<ChannelPlan, CommError> {
 
 /// [`plan_channels`] on rank 0, broadcast to every rank, which all return the same plan
 /// (rank 0's error, when it has one, on every rank). `peers` are the all-gathered peers.
+pub fn agree_on_channels_with(
+    bootstrap: &mut Bootstrap,
+    peers: &[Peer],
+    topo: TopoInput<'_>,
+    settings: &config::Settings,
+) -> Result<ChannelPlan, CommError> {
+    let nranks = bootstrap.nranks();
+    let all: Vec<usize> = (0..nranks).collect();
+    let mine = if bootstrap.rank() == 0 {
+        encode_plan(&plan_channels(peers, topo, settings), nranks)
+    } else {
+        Vec::new()
+    };
+    let bytes = bootstrap.broadcast(0, &all, &mine)?;
+    decode_plan(&bytes, nranks)
+}
+
+/// [`agree_on_channels_with`] the settings of the variables `env` gives (read leniently:
+/// rank 0 reports a bad one to every rank). For the communicators' init, until they pass
+/// their settings.
 pub fn agree_on_channels(
     bootstrap: &mut Bootstrap,
     peers: &[Peer],
     topo: TopoInput<'_>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ChannelPlan, CommError> {
-    let nranks = bootstrap.nranks();
-    let all: Vec<usize> = (0..nranks).collect();
-    let mine = if bootstrap.rank() == 0 {
-        encode_plan(&plan_channels(peers, topo, env), nranks)
-    } else {
-        Vec::new()
-    };
-    let bytes = bootstrap.broadcast(0, &all, &mine)?;
-    decode_plan(&bytes, nranks)
+    let settings = config::Settings::from_lookup_or_defaults(env);
+    agree_on_channels_with(bootstrap, peers, topo, &settings)
 }
 
 #[cfg(test)]

@@ -62,16 +62,21 @@ fn gpu_peers(busids: &[&str]) -> Vec<Peer> {
         .collect()
 }
 
-fn no_env(_: &str) -> Option<String> {
-    None
+/// Every variable unset.
+fn no_env() -> config::Settings {
+    config::Settings::default()
 }
 
-fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+/// The settings of `pairs`, read leniently as the communicators read theirs: a bad value
+/// stays for [`plan_channels`] to refuse.
+fn env_of(pairs: &[(&str, &str)]) -> config::Settings {
     let pairs: Vec<(String, String)> = pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    config::Settings::from_lookup_or_defaults(&move |k: &str| {
+        pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    })
 }
 
 /// NCCL's ring lines (`Channel 00/24 : 0 1 2 3`, not the `via` ones) in a log.
@@ -99,7 +104,7 @@ fn h200x4_measured_gives_nccl_24_channels() {
         ]
     );
     let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
-    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&topo), &no_env).unwrap();
+    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&topo), &no_env()).unwrap();
     assert_eq!(plan.source, SOURCE_SEARCH);
     assert_eq!(plan.found, 24);
     assert_eq!(plan.rings, vec![vec![0, 1, 2, 3]; 24]);
@@ -134,7 +139,7 @@ fn every_measured_fixture_gives_nccl_exact_rings() {
         let x = xml(topo);
         let busids = gpu_busids(&x);
         let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
-        let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env).unwrap();
+        let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env()).unwrap();
         assert_eq!(plan.source, SOURCE_SEARCH, "{topo}");
         assert_eq!(plan.nchannels(), n, "{topo}");
         assert_eq!(plan.lines(), nccl_channels(info), "{topo}");
@@ -149,11 +154,11 @@ fn ranks_are_matched_to_gpus_by_bus_id() {
     let mut busids = gpu_busids(&x);
     busids.reverse();
     let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
-    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env()).unwrap();
     let straight = {
         let b = gpu_busids(&x);
         let refs: Vec<&str> = b.iter().map(String::as_str).collect();
-        plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env).unwrap()
+        plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env()).unwrap()
     };
     assert_eq!(straight.rings[1], [0, 1, 3, 2]);
     assert_eq!(plan.nchannels(), straight.nchannels());
@@ -177,7 +182,7 @@ fn two_gpus_of_the_h200_host() {
     let plan = plan_channels(
         &gpu_peers(&["0000:00:07.0", "0000:00:09.0"]),
         TopoInput::Xml(&x),
-        &no_env,
+        &no_env(),
     )
     .unwrap();
     assert_eq!(plan.source, SOURCE_SEARCH);
@@ -210,7 +215,7 @@ fn topo_cli_agrees_on_two_gpus() {
         .map(String::as_str)
         .filter(|l| l.starts_with("Channel "))
         .collect();
-    let plan = plan_channels(&peers, TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&peers, TopoInput::Xml(&x), &no_env()).unwrap();
     assert_eq!(channels, plan.lines());
 }
 
@@ -220,7 +225,7 @@ fn min_and_max_channels_clamp_after_the_search() {
     let busids = gpu_busids(&x);
     let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
     let peers = gpu_peers(&refs);
-    let full = plan_channels(&peers, TopoInput::Xml(&x), &no_env).unwrap();
+    let full = plan_channels(&peers, TopoInput::Xml(&x), &no_env()).unwrap();
     assert_eq!(full.nchannels(), 24);
     // MAX keeps the first channels.
     let env = env_of(&[("NCCL_MAX_NCHANNELS", "5")]);
@@ -289,7 +294,7 @@ fn min_and_max_channels_clamp_after_the_search() {
 fn ranks_without_gpus_keep_the_plain_ring_and_cpu_count() {
     let peers: Vec<Peer> = (0..4).map(|r| Peer::local(r, None, settings(8))).collect();
     let x = xml("h200x4-measured.xml");
-    let plan = plan_channels(&peers, TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&peers, TopoInput::Xml(&x), &no_env()).unwrap();
     assert_eq!(plan.source, SOURCE_PLAIN);
     assert!(plan.note.contains("rank 0 has no GPU"), "{}", plan.note);
     // 8 CPUs for 4 local ranks: 2 channels (peers::default_channels).
@@ -310,7 +315,7 @@ fn ranks_without_gpus_keep_the_plain_ring_and_cpu_count() {
     mixed[0] = mixed[0].with_bus_id(0x60);
     mixed[0].info.cuda_device = 0;
     mixed[0].info.flags = 0;
-    let plan = plan_channels(&mixed, TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&mixed, TopoInput::Xml(&x), &no_env()).unwrap();
     assert_eq!(plan.source, SOURCE_PLAIN);
     assert!(plan.note.contains("rank 1 has no GPU"), "{}", plan.note);
 }
@@ -355,13 +360,13 @@ fn topology_file_from_the_environment_and_its_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bare.xml");
     std::fs::write(&path, bare.write()).unwrap();
-    let plan = plan_channels(&peers, TopoInput::File(&path), &no_env).unwrap();
+    let plan = plan_channels(&peers, TopoInput::File(&path), &no_env()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!((plan.source, plan.nchannels()), (SOURCE_SEARCH, 24));
     // A GPU the topology does not hold: the plain ring, with the reason.
     let mut odd = peers.clone();
     odd[3] = odd[3].with_bus_id(0x1b000);
-    let plan = plan_channels(&odd, TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&odd, TopoInput::Xml(&x), &no_env()).unwrap();
     assert_eq!(plan.source, SOURCE_PLAIN);
     assert!(
         plan.note
@@ -372,7 +377,7 @@ fn topology_file_from_the_environment_and_its_errors() {
     // Ranks without a reported bus id: no search either.
     let mut unknown = peers.clone();
     unknown[1].info.bus_id = 0;
-    let plan = plan_channels(&unknown, TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&unknown, TopoInput::Xml(&x), &no_env()).unwrap();
     assert!(plan.note.contains("rank 1 did not report"), "{}", plan.note);
 }
 
@@ -381,7 +386,7 @@ fn plan_wire_round_trip_truncations_and_errors() {
     let x = xml("weft-h200x4-pairs18.xml");
     let busids = gpu_busids(&x);
     let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
-    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env).unwrap();
+    let plan = plan_channels(&gpu_peers(&refs), TopoInput::Xml(&x), &no_env()).unwrap();
     let bytes = encode_plan(&Ok(plan.clone()), 4);
     assert_eq!(decode_plan(&bytes, 4).unwrap(), plan);
     for n in 0..bytes.len() {
@@ -443,7 +448,7 @@ fn every_rank_adopts_rank_zeros_plan() {
                 let topo = if r == 0 { &mesh } else { &pcie };
                 s.spawn(move || {
                     let mut b = Bootstrap::init(&id, r, 4, &opts).unwrap();
-                    agree_on_channels(&mut b, &peers, TopoInput::Xml(topo), &no_env).unwrap()
+                    agree_on_channels_with(&mut b, &peers, TopoInput::Xml(topo), &no_env()).unwrap()
                 })
             })
             .collect();
@@ -456,6 +461,27 @@ fn every_rank_adopts_rank_zeros_plan() {
     }
 }
 
+/// Through a lookup (the communicators' init): a bad bound is rank 0's error, for all.
+#[test]
+fn a_bad_bound_in_the_environment_fails_the_plan() {
+    use crate::bootstrap::{BootstrapOptions, BootstrapRoot};
+    let opts = BootstrapOptions::loopback(std::time::Duration::from_secs(20));
+    let (id, root) = BootstrapRoot::start(&opts).unwrap();
+    let mut b = Bootstrap::init(&id, 0, 1, &opts).unwrap();
+    let peers: Vec<Peer> = vec![Peer::local(0, None, settings(2))];
+    let bad = |k: &str| (k == "NCCL_MAX_NCHANNELS").then(|| "few".to_string());
+    let err = agree_on_channels(&mut b, &peers, TopoInput::Host, &bad).unwrap_err();
+    assert!(
+        err.to_string().contains("NCCL_MAX_NCHANNELS=\"few\""),
+        "{err}"
+    );
+    let good = |k: &str| (k == "NCCL_MAX_NCHANNELS").then(|| "1".to_string());
+    let plan = agree_on_channels(&mut b, &peers, TopoInput::Host, &good).unwrap();
+    assert_eq!(plan.nchannels(), 1);
+    drop(b);
+    drop(root);
+}
+
 #[test]
 fn the_plan_carries_nccl_p2p_level_verdict() {
     let topo = xml("h200x4-measured.xml");
@@ -463,7 +489,7 @@ fn the_plan_carries_nccl_p2p_level_verdict() {
     let refs: Vec<&str> = busids.iter().map(String::as_str).collect();
     let peers = gpu_peers(&refs);
     // NVLink between every pair: P2P allowed by default.
-    let plan = plan_channels(&peers, TopoInput::Xml(&topo), &no_env).unwrap();
+    let plan = plan_channels(&peers, TopoInput::Xml(&topo), &no_env()).unwrap();
     assert_eq!(plan.p2p_blocked, None);
     // A level below NVLink forbids it; so does NCCL_P2P_DISABLE.
     for env in [
@@ -478,7 +504,7 @@ fn the_plan_carries_nccl_p2p_level_verdict() {
         let decoded = decode_plan(&encode_plan(&Ok(plan.clone()), 4), 4).unwrap();
         assert_eq!(decoded, plan);
     }
-    let open = plan_channels(&peers, TopoInput::Xml(&topo), &no_env).unwrap();
+    let open = plan_channels(&peers, TopoInput::Xml(&topo), &no_env()).unwrap();
     assert_eq!(
         decode_plan(&encode_plan(&Ok(open.clone()), 4), 4).unwrap(),
         open
@@ -516,7 +542,7 @@ fn nvls_heads_come_from_the_nvls_search() {
     .unwrap();
     assert!(off.nvls_heads.is_empty());
     assert_eq!(off.rings, plan.rings);
-    let ring = plan_channels(&peers, TopoInput::Xml(&x), &no_env).unwrap();
+    let ring = plan_channels(&peers, TopoInput::Xml(&x), &no_env()).unwrap();
     assert!(ring.nvls_heads.is_empty());
     assert_eq!(ring.rings, plan.rings);
 }

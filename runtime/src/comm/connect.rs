@@ -23,54 +23,8 @@ use crate::transport::{ConnSpec, PeerInfo, Transport};
 use super::error::CommError;
 use super::peers::Peer;
 
-/// Which transport a communicator uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TransportChoice {
-    /// The fastest that can connect each pair (SHM within a host, NET across hosts).
-    #[default]
-    Auto,
-    /// SHM for every connection (fails across hosts).
-    Shm,
-    /// NET (sockets) for every connection, also within a host.
-    Net,
-    /// NET over the verbs backend (InfiniBand / RoCE) for every connection.
-    Ib,
-    /// NET over the mesh backend (verbs, the NIC chosen by subnet) for every connection.
-    Mesh,
-}
-
-impl TransportChoice {
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportChoice::Auto => "auto",
-            TransportChoice::Shm => "shm",
-            TransportChoice::Net => "net",
-            TransportChoice::Ib => "ib",
-            TransportChoice::Mesh => "mesh",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(TransportChoice::Auto),
-            "shm" => Some(TransportChoice::Shm),
-            "net" | "socket" => Some(TransportChoice::Net),
-            "ib" | "verbs" | "rdma" => Some(TransportChoice::Ib),
-            "mesh" => Some(TransportChoice::Mesh),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn number(self) -> u8 {
-        match self {
-            TransportChoice::Auto => 0,
-            TransportChoice::Shm => 1,
-            TransportChoice::Net => 2,
-            TransportChoice::Ib => 3,
-            TransportChoice::Mesh => 4,
-        }
-    }
-}
+/// Which transport a communicator uses (`WEFT_TRANSPORT`): weft-config's, which parses it.
+pub use weft_config::TransportChoice;
 
 /// A transport a connection was built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -36,6 +36,8 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 use weft_core::fifo::NCCL_STEPS;
 use weft_core::fifo::ll::LL_LINE_BYTES;
 
+use weft_config::TransportSettings;
+
 /// "weftFIFO" in ASCII: identifies connection memory (a peer mapping a file of something else
 /// sees a clear error instead of garbage counters).
 pub const FIFO_MAGIC: u64 = u64::from_be_bytes(*b"weftFIFO");
@@ -256,22 +258,27 @@ impl FifoLayout {
         Ok(FifoLayout { ll_lines, ..self })
     }
 
-    /// 8 slots sized from the environment: `WEFT_SHM_BUFFSIZE`, else NCCL's `NCCL_BUFFSIZE`
-    /// (both the whole ring in bytes, as in NCCL), rounded down to a multiple of 64 per
-    /// step; [`DEFAULT_STEP_BYTES`] when neither is set. The LL buffer from
-    /// [`ll_lines_from_env`]. A value that does not parse or is out of range is an error
-    /// naming the variable, never silently ignored.
-    pub fn from_env() -> Result<Self, LayoutError> {
-        let rule = "bytes for the whole ring of 8 slots, e.g. 1048576";
-        let simple = match ring_bytes_from_env(&["WEFT_SHM_BUFFSIZE", "NCCL_BUFFSIZE"], rule)? {
-            Some((var, total, step)) => Self::new(NCCL_STEPS, step).map_err(|e| LayoutError {
-                field: var,
-                value: u64::try_from(total).unwrap_or(u64::MAX),
-                rule: e.rule,
-            })?,
+    /// The SHM connections' layout of a transport built on its own: 8 slots of
+    /// `WEFT_SHM_BUFFSIZE`, else of `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (the whole ring in
+    /// bytes, as in NCCL, each step rounded down to a multiple of 64), else of
+    /// [`DEFAULT_STEP_BYTES`]; the LL buffer of `WEFT_LL_BUFFSIZE` / `NCCL_LL_BUFFSIZE`, else
+    /// [`DEFAULT_LL_LINES`]. A size the layout cannot take is an error naming the variable.
+    pub fn from_settings(settings: &TransportSettings) -> Result<Self, LayoutError> {
+        let (var, total) = match (settings.shm_buffsize, settings.buffsize) {
+            (Some(total), _) => ("WEFT_SHM_BUFFSIZE", Some(total)),
+            (None, total) => ("WEFT_BUFFSIZE / NCCL_BUFFSIZE", total),
+        };
+        let simple = match total {
+            Some(total) => {
+                Self::new(NCCL_STEPS, ring_step_bytes(total)).map_err(|e| LayoutError {
+                    field: var,
+                    value: u64::try_from(total).unwrap_or(u64::MAX),
+                    rule: e.rule,
+                })?
+            }
             None => Self::default(),
         };
-        simple.with_ll_lines(ll_lines_from_env()?)
+        simple.with_ll_lines(settings.ll_buffsize.map_or(DEFAULT_LL_LINES, ll_lines_of))
     }
 
     /// Lines per LL step (0: no LL buffer).
@@ -307,43 +314,16 @@ impl FifoLayout {
     }
 }
 
-/// Lines per LL step from `WEFT_LL_BUFFSIZE`, else NCCL's `NCCL_LL_BUFFSIZE` (bytes of the
-/// whole LL buffer of 8 steps, flags included, as in NCCL), rounded down to a multiple of
-/// [`LL_LINES_GRAIN`] lines; 0 disables LL. [`DEFAULT_LL_LINES`] when neither is set.
-pub fn ll_lines_from_env() -> Result<usize, LayoutError> {
-    let rule = "bytes for the whole LL buffer of 8 steps (8-byte lines), e.g. 131072, or 0";
-    for var in ["WEFT_LL_BUFFSIZE", "NCCL_LL_BUFFSIZE"] {
-        if let Ok(text) = std::env::var(var) {
-            let total: usize = text.trim().parse().map_err(|_| LayoutError {
-                field: var,
-                value: 0,
-                rule,
-            })?;
-            let lines = total / NCCL_STEPS / LL_LINE_BYTES;
-            return Ok(lines - lines % LL_LINES_GRAIN);
-        }
-    }
-    Ok(DEFAULT_LL_LINES)
+/// Lines per LL step of an LL buffer of `total` bytes for [`NCCL_STEPS`] steps, flags
+/// included (`NCCL_LL_BUFFSIZE`, as in NCCL), rounded down to a multiple of
+/// [`LL_LINES_GRAIN`] lines; 0 disables LL.
+pub fn ll_lines_of(total: usize) -> usize {
+    let lines = total / NCCL_STEPS / LL_LINE_BYTES;
+    lines - lines % LL_LINES_GRAIN
 }
 
-/// The first of `vars` that is set, read as NCCL reads `NCCL_BUFFSIZE`: bytes for the whole
-/// ring of [`NCCL_STEPS`] slots. Returns the variable, the bytes and the step they give
-/// (rounded down to a multiple of 64); a value that is not a number is an error naming the
-/// variable, with `rule` saying what is expected.
-pub(crate) fn ring_bytes_from_env(
-    vars: &[&'static str],
-    rule: &'static str,
-) -> Result<Option<(&'static str, usize, usize)>, LayoutError> {
-    for &var in vars {
-        if let Ok(text) = std::env::var(var) {
-            let bad = LayoutError {
-                field: var,
-                value: 0,
-                rule,
-            };
-            let total: usize = text.trim().parse().map_err(|_| bad)?;
-            return Ok(Some((var, total, (total / NCCL_STEPS) & !63)));
-        }
-    }
-    Ok(None)
+/// Bytes per step of a ring of `total` bytes for [`NCCL_STEPS`] slots (`NCCL_BUFFSIZE`, as
+/// NCCL reads it), rounded down to a multiple of 64.
+pub fn ring_step_bytes(total: usize) -> usize {
+    (total / NCCL_STEPS) & !63
 }

@@ -56,7 +56,7 @@ pub use error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 pub use layout::{DEFAULT_LL_LINES, DEFAULT_STEP_BYTES, FifoLayout, LayoutError};
 pub use memory::{FifoMemory, HeapMemory};
 pub use region::FifoRegion;
-pub use wait::{AbortFlag, DEFAULT_TIMEOUT, TIMEOUT_ENV, WaitPolicy, pid_namespace, process_alive};
+pub use wait::{AbortFlag, DEFAULT_TIMEOUT, WaitPolicy, pid_namespace, process_alive};
 
 /// A connection inside this process: both ends over one heap region (the NET transport's
 /// executor/proxy pair, and tests). Both ends share `waiter`'s policy and abort flag.

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use weft_config::TransportSettings;
+
 /// One flag for everything a communicator is doing: set it and every wait on every
 /// connection that shares it returns [`ConnError::Aborted`](super::ConnError::Aborted)
 /// at its next check (microseconds while spinning, at most `max_sleep` while sleeping).
@@ -35,8 +37,6 @@ impl AbortFlag {
     }
 }
 
-/// Environment variable for the wait deadline, in seconds (fractions allowed).
-pub const TIMEOUT_ENV: &str = "WEFT_CONN_TIMEOUT";
 /// The default deadline: PyTorch's default process-group timeout. Long enough for a rank that
 /// is merely late to the collective; dead peers are found much sooner by the liveness check.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -70,22 +70,10 @@ impl Default for WaitPolicy {
 }
 
 impl WaitPolicy {
-    /// The default policy with the deadline from `WEFT_CONN_TIMEOUT` (seconds) when it is set
-    /// to a positive number; anything else is reported and the default kept.
-    pub fn from_env() -> Self {
-        let mut policy = WaitPolicy::default();
-        if let Ok(text) = std::env::var(TIMEOUT_ENV) {
-            match text.trim().parse::<f64>() {
-                Ok(secs) if secs > 0.0 && secs.is_finite() => {
-                    policy.timeout = Duration::from_secs_f64(secs.min(1e9));
-                }
-                _ => log::warn!(
-                    "{TIMEOUT_ENV}={text:?} is not a positive number of seconds; using {} s",
-                    DEFAULT_TIMEOUT.as_secs()
-                ),
-            }
-        }
-        policy
+    /// The default policy with the deadline of a transport built on its own
+    /// (`WEFT_CONN_TIMEOUT`).
+    pub fn from_settings(settings: &TransportSettings) -> Self {
+        WaitPolicy::default().with_timeout(settings.conn_timeout)
     }
 
     /// A policy with another deadline.

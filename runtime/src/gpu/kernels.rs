@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use weft_config::{KernelSettings, Settings};
 use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_cuda::{CompileOptions, Context, Function, Module};
 
@@ -87,23 +88,21 @@ pub fn module_types(dtypes: &[DataType]) -> Vec<DataType> {
 }
 
 /// Compiles (or takes from the on-disk cache) the machine code of source `name` for `dtype`
-/// on a GPU of compute capability `arch`; needs no GPU.
+/// on a GPU of compute capability `arch`, with the measurement knobs of `tuning`
+/// (`WEFT_KERNEL_UNROLL`, `WEFT_KERNEL_THREADS`); needs no GPU.
 pub fn compile_module(
     name: &str,
     text: &str,
     dtype: DataType,
     arch: (u32, u32),
+    tuning: &KernelSettings,
 ) -> Result<weft_cuda::Compiled, GpuError> {
     let mut defines = weft_kernels::defines(dtype);
     // A tuning knob for measurements: 16-byte packs in flight per thread.
-    if let Some(u) = std::env::var("WEFT_KERNEL_UNROLL")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|u| (1..=16).contains(u))
-    {
+    if let Some(u) = tuning.unroll {
         defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
     }
-    let threads = kernel_threads();
+    let threads = tuning.threads;
     if threads != weft_kernels::THREADS {
         defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
     }
@@ -139,6 +138,7 @@ pub fn compile_module(
 pub fn precompile(
     pairs: &[(&'static str, &'static str, DataType)],
     arch: (u32, u32),
+    tuning: &KernelSettings,
 ) -> Result<usize, GpuError> {
     // Ranks of one process prepare together: the second waits here and then finds
     // everything in the cache instead of compiling it all a second time.
@@ -170,7 +170,7 @@ pub fn precompile(
                     let Some((name, text, dtype)) = pairs.get(i) else {
                         return;
                     };
-                    match compile_module(name, text, *dtype, arch) {
+                    match compile_module(name, text, *dtype, arch, tuning) {
                         Ok(c) if !c.from_cache => {
                             compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -209,18 +209,12 @@ fn writable_dir(dir: &std::path::Path) -> bool {
     ok
 }
 
-/// Threads per block of every module: `WEFT_KERNEL_THREADS`, a knob for measurements (a
-/// multiple of 32 from 64 to 1024), or weft-kernels' default.
+/// Threads per block of every module as the process environment says:
+/// `WEFT_KERNEL_THREADS`, a knob for measurements (a multiple of 32 from 64 to 1024), or
+/// weft-kernels' default. For the GPU communicator's init, until it passes its settings
+/// (code that has them reads [`KernelSettings::threads`]).
 pub fn kernel_threads() -> u32 {
-    kernel_threads_in(&|k| std::env::var(k).ok())
-}
-
-/// [`kernel_threads`] as `env` says.
-pub fn kernel_threads_in(env: &dyn Fn(&str) -> Option<String>) -> u32 {
-    env("WEFT_KERNEL_THREADS")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|t| (64..=1024).contains(t) && t % 32 == 0)
-        .unwrap_or(weft_kernels::THREADS)
+    Settings::from_env_or_defaults().kernels.threads
 }
 
 /// Fewest threads per block of the NVLS module: its three warp groups (scatter, gather,
@@ -266,17 +260,27 @@ impl PeerKernels {
 pub struct Kernels {
     ctx: Arc<Context>,
     arch: (u32, u32),
+    /// What they are compiled with (threads per block, unrolling).
+    tuning: KernelSettings,
     loaded: Mutex<Vec<Option<Arc<TypeKernels>>>>,
     /// `direct.cu` then `nvls.cu` modules, by element type.
     peer: Mutex<[Vec<Option<Arc<PeerKernels>>>; 2]>,
 }
 
 impl Kernels {
+    /// [`Self::with_settings`] of the process environment (for the GPU communicator's init,
+    /// until it passes its settings).
     pub fn new(ctx: &Arc<Context>) -> Result<Self, GpuError> {
+        Self::with_settings(ctx, &Settings::from_env_or_defaults().kernels)
+    }
+
+    /// The modules of `ctx`, compiled as `tuning` says.
+    pub fn with_settings(ctx: &Arc<Context>, tuning: &KernelSettings) -> Result<Self, GpuError> {
         let arch = ctx.device().compute_capability()?;
         Ok(Kernels {
             ctx: ctx.clone(),
             arch,
+            tuning: tuning.clone(),
             loaded: Mutex::new(vec![None; DataType::ALL.len()]),
             peer: Mutex::new([
                 vec![None; DataType::ALL.len()],
@@ -294,7 +298,7 @@ impl Kernels {
             return Ok(k.clone());
         }
         let (name, text) = source.source();
-        check_peer_threads(source, kernel_threads())?;
+        check_peer_threads(source, self.tuning.threads)?;
         let (module, threads) = self.compile(name, text, dtype)?;
         let by_op = RedOp::ALL
             .iter()
@@ -339,8 +343,11 @@ impl Kernels {
         text: &str,
         dtype: DataType,
     ) -> Result<(Arc<Module>, u32), GpuError> {
-        let compiled = compile_module(name, text, dtype, self.arch)?;
-        Ok((Module::load(&self.ctx, &compiled.image)?, kernel_threads()))
+        let compiled = compile_module(name, text, dtype, self.arch, &self.tuning)?;
+        Ok((
+            Module::load(&self.ctx, &compiled.image)?,
+            self.tuning.threads,
+        ))
     }
 
     fn check_threads(&self, functions: &[Function], threads: u32) -> Result<(), GpuError> {
@@ -380,7 +387,7 @@ impl Kernels {
             }
         }
         if !missing.is_empty() && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
-            precompile(&missing, self.arch)?;
+            precompile(&missing, self.arch, &self.tuning)?;
         }
         for d in types {
             self.get(d)?;
@@ -460,5 +467,10 @@ mod test {
         assert!(e.contains("WEFT_KERNEL_THREADS=128"), "{e}");
         assert!(check_peer_threads(PeerSource::Nvls, 256).is_ok());
         assert!(check_peer_threads(PeerSource::Direct, 64).is_ok());
+    }
+
+    #[test]
+    fn the_default_thread_count_is_the_kernels_own() {
+        assert_eq!(KernelSettings::default().threads, weft_kernels::THREADS);
     }
 }

@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 use weft_cuda::multicast::{self, MulticastMapping, MulticastObject, OptIn};
 use weft_cuda::{Context, ShareableBuffer};
 
+use weft_config::{GpuSettings, Settings};
+
 use super::error::GpuError;
 use super::fd_passing::{FdInbox, FdRendezvous};
 use super::peer::RegionPlan;
@@ -53,27 +55,29 @@ pub enum NvlsForm {
     Multicast,
 }
 
-/// The form of `WEFT_ALGO=nvls` from the values of `WEFT_NVLS` and `NCCL_NVLS_ENABLE`
-/// (`None`: unset). Without `WEFT_NVLS=1`, the unicast form. With it, the multicast form,
-/// unless `NCCL_NVLS_ENABLE=0`: then an error (the opt-in's refusal, saying what to
-/// unset), rather than quietly running the other form than the one asked for.
-pub fn nvls_form(
-    weft_nvls: Option<&str>,
-    nccl_nvls_enable: Option<&str>,
-) -> Result<NvlsForm, String> {
+/// The form of `WEFT_ALGO=nvls` from the value of `WEFT_NVLS` (`None`: unset) and whether
+/// `NCCL_NVLS_ENABLE` allows NVLS (it is not 0). Without `WEFT_NVLS=1`, the unicast form.
+/// With it, the multicast form, unless `NCCL_NVLS_ENABLE=0`: then an error (the opt-in's
+/// refusal, saying what to unset), rather than quietly running the other form than the one
+/// asked for.
+pub fn nvls_form(weft_nvls: Option<&str>, nvls_enable: bool) -> Result<NvlsForm, String> {
     let asked = weft_nvls.map(str::trim) == Some("1");
-    match multicast::decide(weft_nvls, nccl_nvls_enable) {
+    match multicast::decide(weft_nvls, nvls_enable) {
         Ok(()) => Ok(NvlsForm::Multicast),
         Err(refusal) if asked => Err(refusal.to_string()),
         Err(_) => Ok(NvlsForm::Unicast),
     }
 }
 
-/// [`nvls_form`] on this process's environment.
+/// [`nvls_form`] of `settings`.
+pub fn nvls_form_of(settings: &GpuSettings) -> Result<NvlsForm, String> {
+    nvls_form(settings.nvls.as_deref(), settings.nvls_enable)
+}
+
+/// [`nvls_form`] of this process's environment (for the GPU communicator's init, until it
+/// passes its settings).
 pub fn nvls_form_from_env() -> Result<NvlsForm, String> {
-    let weft = std::env::var(multicast::OPT_IN_VAR).ok();
-    let nccl = std::env::var(multicast::NCCL_VAR).ok();
-    nvls_form(weft.as_deref(), nccl.as_deref())
+    nvls_form_of(&Settings::from_env_or_defaults().gpu)
 }
 
 /// Two ranks on one GPU, if any (by PCI bus id, in rank order): a multicast object takes
@@ -452,7 +456,7 @@ mod test {
     #[test]
     fn without_the_opt_in_nvls_runs_unicast() {
         for weft in [None, Some("0"), Some(""), Some("yes")] {
-            for nccl in [None, Some("0"), Some("1")] {
+            for nccl in [false, true] {
                 assert_eq!(
                     nvls_form(weft, nccl),
                     Ok(NvlsForm::Unicast),
@@ -464,13 +468,23 @@ mod test {
 
     #[test]
     fn the_opt_in_chooses_multicast() {
-        assert_eq!(nvls_form(Some("1"), None), Ok(NvlsForm::Multicast));
-        assert_eq!(nvls_form(Some(" 1 "), Some("1")), Ok(NvlsForm::Multicast));
+        assert_eq!(nvls_form(Some("1"), true), Ok(NvlsForm::Multicast));
+        assert_eq!(nvls_form(Some(" 1 "), true), Ok(NvlsForm::Multicast));
+        // As the settings carry them: NCCL_NVLS_ENABLE=1 or 2 allows it, 0 refuses.
+        for (enable, multicast) in [("1", true), ("2", true), ("0", false)] {
+            let env = move |k: &str| match k {
+                "WEFT_NVLS" => Some("1".to_string()),
+                "NCCL_NVLS_ENABLE" => Some(enable.to_string()),
+                _ => None,
+            };
+            let gpu = Settings::from_lookup(&env).unwrap().gpu;
+            assert_eq!(nvls_form_of(&gpu) == Ok(NvlsForm::Multicast), multicast);
+        }
     }
 
     #[test]
     fn nccl_nvls_enable_0_refuses_the_opt_in_saying_what_to_do() {
-        let e = nvls_form(Some("1"), Some("0")).unwrap_err();
+        let e = nvls_form(Some("1"), false).unwrap_err();
         assert!(e.contains("NCCL_NVLS_ENABLE=0 is set"), "{e}");
         assert!(e.contains("unset NCCL_NVLS_ENABLE"), "{e}");
         assert!(e.contains("without WEFT_NVLS=1"), "{e}");

@@ -23,6 +23,7 @@
 //! instructions instead of through peer mappings (the multicast form maps no peer's
 //! region). Every rank must run the same form ([`RegionPlan::multicast`] is compared).
 
+use weft_config::{Group, Settings};
 use weft_core::abi::{
     CollKind, DataType, MAX_CHANNELS, PEER_ALGO_NVLS, PEER_ALGO_NVLS_UNICAST, PEER_ALGO_ONE_SHOT,
     PEER_ALGO_TWO_SHOT, PEER_FLAGS_STRIDE, PEER_LANES, PEER_MAX_RANKS, PeerWork, RedOp,
@@ -83,10 +84,8 @@ pub struct RegionPlan {
 }
 
 impl RegionPlan {
-    /// The region of `algo` for `nranks` ranks on GPUs of compute capability `sm` (major *
-    /// 10 + minor). `heads`: the NVLS search's, or empty (the unicast form then takes every
-    /// rank in rank order, what the search gives on one NVSwitch host). `env` reads
-    /// `WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS` and `NCCL_NVLS_CHUNKSIZE`.
+    /// [`Self::for_settings`] of the variables `env` gives (for the GPU communicator's
+    /// init, until it passes its settings); a bad value of the GPU's is an error naming it.
     pub fn new(
         algo: GpuAlgo,
         nranks: usize,
@@ -94,46 +93,46 @@ impl RegionPlan {
         sm: u32,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<RegionPlan, GpuError> {
+        let settings = Settings::from_lookup_or_defaults(env);
+        settings
+            .check_groups(&[Group::Gpu])
+            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        RegionPlan::for_settings(algo, nranks, heads, sm, &settings)
+    }
+
+    /// The region of `algo` for `nranks` ranks on GPUs of compute capability `sm` (major *
+    /// 10 + minor). `heads`: the NVLS search's, or empty (the unicast form then takes every
+    /// rank in rank order, what the search gives on one NVSwitch host). `settings` give
+    /// `WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE` and
+    /// `WEFT_KERNEL_THREADS`.
+    pub fn for_settings(
+        algo: GpuAlgo,
+        nranks: usize,
+        heads: &[u32],
+        sm: u32,
+        settings: &Settings,
+    ) -> Result<RegionPlan, GpuError> {
         if nranks > PEER_MAX_RANKS {
             return Err(GpuError::InvalidArgument(format!(
                 "WEFT_ALGO={algo} with {nranks} ranks: its kernels address at most \
                  {PEER_MAX_RANKS} ranks of one host; use ring"
             )));
         }
-        let number = |var: &str, default: u64, min: u64, max: u64| -> Result<u64, GpuError> {
-            match env(var) {
-                None => Ok(default),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| (min..=max).contains(n))
-                    .ok_or_else(|| {
-                        GpuError::InvalidArgument(format!(
-                            "{var}={v:?}: expected a number from {min} to {max}"
-                        ))
-                    }),
-            }
-        };
+        let gpu = &settings.gpu;
+        let threads = settings.kernels.threads;
         match algo {
             GpuAlgo::Ring => Err(GpuError::InvalidArgument(
                 "the ring needs no peer region".to_string(),
             )),
             GpuAlgo::OneShot | GpuAlgo::TwoShot => {
-                let window = number(
-                    "WEFT_DIRECT_WINDOW",
-                    DEFAULT_DIRECT_WINDOW,
-                    64 << 10,
-                    1 << 34,
-                )? / 16
-                    * 16;
+                let window = gpu.direct_window / 16 * 16;
                 Ok(RegionPlan {
                     algo,
                     bytes: DATA_AT + window,
                     direct_window: window,
                     nvls: None,
                     credit_at: 0,
-                    threads: super::kernels::kernel_threads_in(env),
+                    threads,
                     multicast: false,
                 })
             }
@@ -154,18 +153,12 @@ impl RegionPlan {
                          head per rank (one NVSwitch host)"
                     )));
                 }
-                let nchannels = number(
-                    "NCCL_NVLS_NCHANNELS",
-                    u64::from(nvls::default_channels(sm, false)),
-                    1,
-                    u64::from(MAX_CHANNELS),
-                )?;
-                let chunk = number(
-                    "NCCL_NVLS_CHUNKSIZE",
-                    nvls::DEFAULT_CHUNK_SIZE,
-                    16,
-                    u64::from(u32::MAX),
-                )?;
+                let nchannels = u64::from(
+                    gpu.nvls_nchannels
+                        .unwrap_or_else(|| nvls::default_channels(sm, false))
+                        .min(MAX_CHANNELS),
+                );
+                let chunk = gpu.nvls_chunksize;
                 let layout = nvls::Layout::new(
                     heads.len(),
                     nchannels,
@@ -181,7 +174,7 @@ impl RegionPlan {
                     direct_window: 0,
                     nvls: Some((layout, heads)),
                     credit_at,
-                    threads: super::kernels::kernel_threads_in(env),
+                    threads,
                     multicast: false,
                 })
             }
@@ -510,6 +503,7 @@ mod test {
     fn one_and_two_shot_regions() {
         let p = plan(GpuAlgo::OneShot, 2, &[]).unwrap();
         assert_eq!(p.bytes, DATA_AT + DEFAULT_DIRECT_WINDOW);
+        assert_eq!(Settings::default().gpu.direct_window, DEFAULT_DIRECT_WINDOW);
         let p = plan(GpuAlgo::TwoShot, 8, &[("WEFT_DIRECT_WINDOW", "1000000")]).unwrap();
         assert_eq!(p.direct_window, 1_000_000 / 16 * 16);
         let w = p.work(

@@ -1,10 +1,12 @@
 //! Where a process's topology comes from, as in NCCL's `ncclTopoGetSystem`:
 //! `NCCL_TOPO_FILE` (or `WEFT_TOPO_FILE`) when set, detection otherwise; then
-//! `NCCL_TOPO_DUMP_FILE` receives the XML. The communicator and `weft topo` both start here.
+//! `NCCL_TOPO_DUMP_FILE` receives the XML. The communicator and `weft topo` both start here,
+//! with their settings (weft-config).
 
 use super::detect::{DetectError, DetectOptions, Note, detect};
 use super::nic::NicProbe;
 use std::path::{Path, PathBuf};
+use weft_config::{Settings, TopologySettings, table};
 use weft_core::topo::model::PathType;
 use weft_core::topo::system_xml::{TopoXmlError, parse_topology, topology_to_xml};
 use weft_core::topo::xml::XmlNode;
@@ -116,81 +118,54 @@ pub fn write_file(path: &Path, what: &'static str, text: &str) -> Result<(), Top
     })
 }
 
-fn env_path(env: &dyn Fn(&str) -> Option<String>, keys: &[&str]) -> Option<PathBuf> {
-    crate::env::first_value(env, keys).map(PathBuf::from)
-}
-
-/// NCCL's path settings from the environment (`NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`,
-/// `NCCL_NVB_DISABLE`, `NCCL_NET_GDR_LEVEL`, `NCCL_NET_GDR_C2C`, `NCCL_NET_GDR_READ`,
-/// `NCCL_PXN_DISABLE`, `NCCL_PXN_C2C`); a value NCCL would not accept is ignored with a
-/// warning in `notes`.
-pub fn path_options_from_env(
-    env: &dyn Fn(&str) -> Option<String>,
-    notes: &mut Vec<Note>,
-) -> PathOptions {
-    let mut o = PathOptions::default();
-    let mut flag = |key: &str| -> Option<bool> {
-        let v = env(key)?;
-        match v.trim() {
-            "0" => Some(false),
-            "1" => Some(true),
-            other => {
-                notes.push(Note::warn(format!(
-                    "{key}={other} ignored: expected 0 or 1"
-                )));
-                None
-            }
+/// NCCL's path settings (`NCCL_P2P_LEVEL`, `NCCL_P2P_DISABLE`, `NCCL_NVB_DISABLE`,
+/// `NCCL_NET_GDR_LEVEL`, `NCCL_NET_GDR_C2C`, `NCCL_NET_GDR_READ`, `NCCL_PXN_DISABLE`,
+/// `NCCL_PXN_C2C`); a value of theirs NCCL would not take was ignored, and is said in
+/// `notes`.
+pub fn path_options(settings: &Settings, notes: &mut Vec<Note>) -> PathOptions {
+    for var in [
+        &table::NVB_DISABLE.info,
+        &table::NET_GDR_C2C.info,
+        &table::NET_GDR_READ.info,
+        &table::PXN_DISABLE.info,
+        &table::PXN_C2C.info,
+        &table::P2P_DISABLE.info,
+        &table::P2P_LEVEL.info,
+        &table::NET_GDR_LEVEL.info,
+    ] {
+        if let Some(bad) = settings.bad_value_of(var) {
+            notes.push(Note::warn(bad.to_string()));
         }
-    };
-    if let Some(b) = flag("NCCL_NVB_DISABLE") {
-        o.nvb_disable = b;
     }
-    if let Some(b) = flag("NCCL_NET_GDR_C2C") {
-        o.gdr_c2c = b;
+    let t = &settings.topology;
+    PathOptions {
+        p2p_level: if settings.transport.p2p_disable {
+            Some(PathType::Loc)
+        } else {
+            t.p2p_level
+        },
+        nvb_disable: t.nvb_disable,
+        gdr_level: settings.net.gdr.level,
+        gdr_c2c: t.gdr_c2c,
+        gdr_read: t.gdr_read,
+        pxn_disable: t.pxn_disable,
+        pxn_c2c: t.pxn_c2c,
     }
-    o.gdr_read = flag("NCCL_NET_GDR_READ");
-    if let Some(b) = flag("NCCL_PXN_DISABLE") {
-        o.pxn_disable = b;
-    }
-    if let Some(b) = flag("NCCL_PXN_C2C") {
-        o.pxn_c2c = b;
-    }
-    let p2p_disable = flag("NCCL_P2P_DISABLE") == Some(true);
-    let mut level = |key: &str| -> Option<PathType> {
-        let v = env(key)?;
-        let t = PathType::parse_level(v.trim());
-        if t.is_none() {
-            notes.push(Note::warn(format!(
-                "{key}={v} ignored: expected LOC, NVL, PIX, PXB, PHB, SYS or 0..5"
-            )));
-        }
-        t
-    };
-    o.p2p_level = level("NCCL_P2P_LEVEL");
-    if p2p_disable {
-        o.p2p_level = Some(PathType::Loc);
-    }
-    o.gdr_level = level("NCCL_NET_GDR_LEVEL");
-    o
 }
 
-/// The topology file named by the environment (`WEFT_TOPO_FILE`, then `NCCL_TOPO_FILE`).
-pub fn topo_file_from_env(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    env_path(env, &["WEFT_TOPO_FILE", "NCCL_TOPO_FILE"])
-}
-
-/// This process's topology: `file` if given, else the environment's topology file, else
-/// detection with `detect_opts` (built on demand, since probing CUDA and NVML takes time);
-/// then the XML goes to `NCCL_TOPO_DUMP_FILE` when that is set.
+/// This process's topology: `file` if given, else `settings`' topology file
+/// (`WEFT_TOPO_FILE` / `NCCL_TOPO_FILE`), else detection with `detect_opts` (built on
+/// demand, since probing CUDA and NVML takes time); then the XML goes to
+/// `NCCL_TOPO_DUMP_FILE` when that is set.
 pub fn local_topology(
     file: Option<&Path>,
-    env: &dyn Fn(&str) -> Option<String>,
+    settings: &TopologySettings,
     detect_opts: &mut dyn FnMut(&mut Vec<Note>) -> DetectOptions,
 ) -> Result<LocalTopology, TopoError> {
     let mut notes = Vec::new();
     let file = file
         .map(Path::to_path_buf)
-        .or_else(|| topo_file_from_env(env));
+        .or_else(|| settings.topo_file.clone());
     let mut local = match file {
         Some(path) => {
             let (topology, file_notes) = load_file(&path)?;
@@ -218,9 +193,9 @@ pub fn local_topology(
             }
         }
     };
-    if let Some(dump) = env_path(env, &["WEFT_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE"]) {
-        write_file(&dump, "topology XML", &local.xml.write())?;
-        local.dumped = Some(dump);
+    if let Some(dump) = &settings.topo_dump_file {
+        write_file(dump, "topology XML", &local.xml.write())?;
+        local.dumped = Some(dump.clone());
     }
     for n in &local.notes {
         log::log!(n.level, "{}", n.text);
@@ -228,10 +203,12 @@ pub fn local_topology(
     Ok(local)
 }
 
-/// [`local_topology`] on this machine with the process environment.
+/// [`local_topology`] on this machine with the process environment's settings.
 pub fn host_topology() -> Result<LocalTopology, TopoError> {
-    let env = crate::env::process;
-    local_topology(None, &env, &mut |notes| DetectOptions::host(&env, notes))
+    let settings = Settings::from_env_or_defaults();
+    local_topology(None, &settings.topology, &mut |notes| {
+        DetectOptions::host(&settings, notes)
+    })
 }
 
 #[cfg(test)]
@@ -271,7 +248,8 @@ mod tests {
         // Detection, dumped as NCCL_TOPO_DUMP_FILE says.
         let d = dump.to_str().unwrap().to_string();
         let env = |k: &str| (k == "NCCL_TOPO_DUMP_FILE").then(|| d.clone());
-        let local = local_topology(None, &env, &mut opts).unwrap();
+        let settings = Settings::from_lookup(&env).unwrap().topology;
+        let local = local_topology(None, &settings, &mut opts).unwrap();
         assert_eq!(local.source, TopoSource::Detected(root.sys.clone()));
         assert_eq!(local.dumped.as_deref(), Some(dump.as_path()));
         let text = std::fs::read_to_string(&dump).unwrap();
@@ -284,14 +262,15 @@ mod tests {
             "NCCL_TOPO_FILE" => Some(dgx.clone()),
             _ => None,
         };
-        let local = local_topology(None, &env, &mut opts).unwrap();
+        let settings = Settings::from_lookup(&env).unwrap().topology;
+        let local = local_topology(None, &settings, &mut opts).unwrap();
         assert_eq!(local.source, TopoSource::File(pcie.clone().into()));
         assert_eq!(
             local.topology.of_kind(weft_core::topo::NodeKind::Gpu).len(),
             4
         );
         // An explicit file before both.
-        let local = local_topology(Some(Path::new(&dgx)), &env, &mut opts).unwrap();
+        let local = local_topology(Some(Path::new(&dgx)), &settings, &mut opts).unwrap();
         assert_eq!(
             local.topology.of_kind(weft_core::topo::NodeKind::Gpu).len(),
             8

@@ -32,13 +32,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ConnSpec, PeerInfo, Transport};
-use crate::conn::layout::ring_bytes_from_env;
+use crate::conn::layout::ring_step_bytes;
 use crate::conn::{
     AbortFlag, ConnId, Direction, FifoLayout, FifoRecvEnd, FifoRegion, FifoSendEnd, LayoutError,
     WaitPolicy, Waiter,
 };
 use crate::net::{NET_HANDLE_MAXSIZE, Net, NetError, NetHandle};
 use crate::proxy::{Link, NetProxy, RecvLink, SendLink};
+use weft_config::TransportSettings;
 
 /// The transport's name, as in NCCL's `via NET/Socket/0` lines and in [`ConnId`].
 pub const NET_NAME: &str = "NET";
@@ -89,21 +90,23 @@ impl Default for NetOptions {
 }
 
 impl NetOptions {
-    /// Defaults with the wait deadline from `WEFT_CONN_TIMEOUT` and the ring size from
-    /// `WEFT_NET_BUFFSIZE` or NCCL's `NCCL_BUFFSIZE` (bytes for the 8 slots).
-    pub fn from_env(abort: AbortFlag) -> Result<Self, NetTransportError> {
+    /// Defaults with the wait deadline of a transport built on its own (`WEFT_CONN_TIMEOUT`)
+    /// and the ring of `WEFT_NET_BUFFSIZE`, else of `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE` (bytes
+    /// for the 8 slots).
+    pub fn from_settings(
+        abort: AbortFlag,
+        settings: &TransportSettings,
+    ) -> Result<Self, NetTransportError> {
         let mut options = NetOptions {
             waiter: Waiter {
-                policy: net_wait_policy(WaitPolicy::from_env()),
+                policy: net_wait_policy(WaitPolicy::from_settings(settings)),
                 abort,
                 peer_pid: None,
             },
             ..NetOptions::default()
         };
-        let rule = "bytes for the whole ring of 8 slots, e.g. 4194304";
-        let vars = ["WEFT_NET_BUFFSIZE", "NCCL_BUFFSIZE"];
-        if let Some((_, _, step)) = ring_bytes_from_env(&vars, rule)? {
-            options.layout = FifoLayout::new(weft_core::fifo::NCCL_STEPS, step)?;
+        if let Some(total) = settings.net_buffsize.or(settings.buffsize) {
+            options.layout = FifoLayout::new(weft_core::fifo::NCCL_STEPS, ring_step_bytes(total))?;
         }
         Ok(options)
     }

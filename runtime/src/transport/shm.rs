@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Once};
 
+use weft_config::{Settings, TransportSettings};
 use weft_core::wire::ParseError;
 use weft_core::wire::connect::ShmConnectInfo;
 
@@ -145,28 +146,42 @@ pub struct ShmTransport {
     layout: FifoLayout,
     policy: WaitPolicy,
     abort: AbortFlag,
+    /// `NCCL_SHM_DISABLE=1`: `can_connect` refuses every pair.
+    disabled: bool,
 }
 
 impl ShmTransport {
     /// Segments in [`DEFAULT_DIR`] of `layout`, waits by `policy`, ended by `abort`.
+    ///
+    /// Whether SHM is disabled (`NCCL_SHM_DISABLE`) is read from the process environment
+    /// here until the host communicator passes its settings ([`Self::with_disabled`]).
     pub fn new(layout: FifoLayout, policy: WaitPolicy, abort: AbortFlag) -> Self {
         ShmTransport {
             dir: PathBuf::from(DEFAULT_DIR),
             layout,
             policy,
             abort,
+            disabled: Settings::from_env_or_defaults().transport.shm_disable,
         }
     }
 
-    /// Layout from `WEFT_SHM_BUFFSIZE`/`NCCL_BUFFSIZE`, deadline from `WEFT_CONN_TIMEOUT`,
-    /// directory from `WEFT_SHM_DIR`.
-    pub fn from_env(abort: AbortFlag) -> Result<Self, ShmError> {
-        let layout = FifoLayout::from_env().map_err(ShmError::Layout)?;
-        let mut shm = Self::new(layout, WaitPolicy::from_env(), abort);
-        if let Some(dir) = std::env::var_os("WEFT_SHM_DIR") {
-            shm.dir = PathBuf::from(dir);
-        }
-        Ok(shm)
+    /// The transport `settings` describe: their layout ([`FifoLayout::from_settings`]),
+    /// deadline (`WEFT_CONN_TIMEOUT`), directory (`WEFT_SHM_DIR`) and `NCCL_SHM_DISABLE`.
+    pub fn from_settings(abort: AbortFlag, settings: &TransportSettings) -> Result<Self, ShmError> {
+        let layout = FifoLayout::from_settings(settings).map_err(ShmError::Layout)?;
+        Ok(ShmTransport {
+            dir: settings.shm_dir.clone(),
+            layout,
+            policy: WaitPolicy::from_settings(settings),
+            abort,
+            disabled: settings.shm_disable,
+        })
+    }
+
+    /// The same transport, refusing every pair when `disabled` (`NCCL_SHM_DISABLE`).
+    pub fn with_disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
     }
 
     /// Segments in `dir` instead (a tmpfs: a disk-backed directory works but is slow).
@@ -235,10 +250,7 @@ impl Transport for ShmTransport {
 
     /// Same host, same /dev/shm, and not disabled by `NCCL_SHM_DISABLE=1` / `WEFT_SHM_DISABLE=1`.
     fn can_connect(&self, me: &PeerInfo, peer: &PeerInfo) -> bool {
-        let disabled = ["WEFT_SHM_DISABLE", "NCCL_SHM_DISABLE"]
-            .iter()
-            .any(|v| std::env::var(v).is_ok_and(|s| s.trim() == "1"));
-        !disabled && me.host_hash == peer.host_hash && me.shm_dev == peer.shm_dev
+        !self.disabled && me.host_hash == peer.host_hash && me.shm_dev == peer.shm_dev
     }
 
     fn recv_setup(&self, spec: ConnSpec) -> Result<(ShmRecvSetup, Vec<u8>), ShmError> {

@@ -18,6 +18,7 @@ use super::sysfs::{
     SysRoot, base_name, c_strtol, is_bdf, link_speed_value, normalize_busid, read_attr,
 };
 use std::path::Path;
+use weft_config::Settings;
 use weft_core::topo::Topology;
 use weft_core::topo::system_xml::{
     NVSWITCH_TARGET, PCI_CLASS_NVSWITCH, TOPO_XML_VERSION, TopoXmlError, XmlWarning,
@@ -68,22 +69,17 @@ pub struct DetectOptions {
 }
 
 impl DetectOptions {
-    /// This machine: `/sys`, `/proc`, the CUDA driver, NVML, getifaddrs and the
-    /// environment (`NCCL_SOCKET_IFNAME`, `NCCL_NET`). Notes about missing libraries go to
-    /// `notes`.
-    pub fn host(env: &dyn Fn(&str) -> Option<String>, notes: &mut Vec<Note>) -> DetectOptions {
+    /// This machine: `/sys`, `/proc`, the CUDA driver, NVML, getifaddrs and the settings
+    /// (`NCCL_SOCKET_IFNAME`, `NCCL_NET`). Notes about missing libraries go to `notes`.
+    pub fn host(settings: &Settings, notes: &mut Vec<Note>) -> DetectOptions {
         let gpus = super::gpu::probe_gpus(notes);
         DetectOptions {
             root: SysRoot::host(),
             nics: NicInputs {
                 addrs: super::nic::local_addrs(),
-                // The same rule as bootstrap and the socket backend: a blank WEFT_ value
-                // does not hide NCCL's.
-                ifname_filter: crate::env::first_value(
-                    env,
-                    &["WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"],
-                ),
-                net_plugin: env("NCCL_NET"),
+                // The same filter as bootstrap's and the socket backend's.
+                ifname_filter: settings.net.socket.ifname.clone(),
+                net_plugin: settings.net.nccl_net.clone(),
                 have_gpus: !gpus.is_empty(),
             },
             gpus,
