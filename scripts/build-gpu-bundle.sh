@@ -31,6 +31,12 @@ strip --strip-debug .gpu/weft .gpu/gpu-test .gpu/cuda-test 2>/dev/null || true
 # minutes of its time in NVRTC. The GPU scripts point WEFT_CACHE_DIR here. Needs NVRTC here
 # (scripts/install-deps fetches it); the GPU machine's NVRTC must have the same version
 # (13.0 both, 2026-11), else it compiles again and says so at RUST_LOG=info.
+# WEFT_BUNDLE_KERNELS=0 skips it (on this 2-core machine it takes tens of minutes of CPU;
+# the GPU scripts then fill the cache there first, on every core: `weft kernels`).
+if [ "${WEFT_BUNDLE_KERNELS:-1}" = 0 ]; then
+    ls -la .gpu
+    exit 0
+fi
 if [ -z "${WEFT_NVRTC:-}" ]; then
     eval "$(scripts/install-deps | grep '^export')"
 fi
