@@ -30,7 +30,7 @@ use weft_core::abi::{
     PEER_BATCH_MAX, PEER_LANES, PEER_MAX_RANKS, PeerBatch, PeerWork, Protocol, RedOp, RingInfo,
     STEPS, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
-use weft_core::algo::{GpuAlgo, PeerCaps};
+use weft_core::algo::{Call, GpuAlgo, PeerCaps};
 use weft_core::fifo::ll::{LlGeometry, LlLine};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use weft_core::wire::bootstrap::bus_id_from_str;
@@ -934,7 +934,7 @@ impl GpuComm {
         }
         // The peer region: for the algorithm WEFT_ALGO forces, or, unforced, for the
         // automatic choice's one-shot all-reduce wherever every rank maps every other's
-        // memory (weft_core::algo::choose). WEFT_ALGO=ring goes without.
+        // memory (weft_core::algo::Chooser). WEFT_ALGO=ring goes without.
         let region_algo = match opts.algo {
             Some(GpuAlgo::Ring) => None,
             Some(algo) if via_host => {
@@ -1719,14 +1719,12 @@ impl GpuComm {
             peer_mapped: self.peer.is_some(),
             nvls_heads: self.peer.as_ref().is_some_and(|p| p.plan.nvls.is_some()),
         };
-        let algo = weft_core::algo::choose(
-            self.algo,
-            coll,
-            (count * esize) as u64,
-            self.nranks as u32,
-            caps,
-        )
-        .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        let algo = self
+            .protocols
+            .chooser(self.algo, self.layout.nchannels(), caps)
+            .algorithm(&Call::new(collective, count, esize, self.nranks))
+            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?
+            .unwrap_or(GpuAlgo::Ring); // None: the tuner's, always the ring on the GPU
         if algo != GpuAlgo::Ring {
             return self.plan_peer(algo, coll, send, recv, count, dtype, red);
         }
