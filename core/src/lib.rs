@@ -10,9 +10,10 @@
 //! - [`sched`]: chunk and slice sizes, and the per-rank ring programs of each collective.
 //! - [`nvls`]: NVLS (NVLink SHARP) buffer layout: per-head, per-channel slots and counters
 //!   in the memory bound to a multicast object, and the per-head chunking of a channel.
-//! - [`algo`]: which GPU algorithm a collective of one host uses (ring, one-shot, two-shot,
-//!   NVLS): `WEFT_ALGO`, and the automatic rule.
-//! - [`tune`]: which protocol a call uses (NCCL's tuner, and `NCCL_PROTO`).
+//! - [`tune`]: NCCL's tuner model (what each protocol costs) and `NCCL_PROTO`.
+//! - [`algo`]: the one chooser of a call's algorithm (ring, one-shot, two-shot, NVLS) and
+//!   protocol (LL, SIMPLE), for the CPU executor and the GPU kernels alike: the tuner, then
+//!   `WEFT_ALGO` or the measured rule for the peer-pointer algorithms.
 //! - [`topo`] and [`search`] (feature `alloc`): the topology graph, NCCL's topology XML, and
 //!   the ring / tree / NVLS channel search.
 //! - [`abi`]: `#[repr(C)]` structs shared with CUDA kernels and C callers.

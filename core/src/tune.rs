@@ -1,4 +1,5 @@
-//! Which protocol a call uses: NCCL's tuner, for the protocols an executor implements.
+//! NCCL's tuner: what each protocol costs on the FIFO algorithms, and which protocols
+//! `NCCL_PROTO` enables. [`crate::algo::Chooser`] asks it, and decides.
 //!
 //! NCCL predicts each (algorithm, protocol)'s time for a call as a latency plus bytes over a
 //! bandwidth (`ncclTopoTuneModel`: base latency, plus per-hop latency times the ring's
@@ -16,9 +17,9 @@
 //! `;` (`"LL,Simple;allreduce:^LL"`, `"^LL128;allreduce:LL128"`). A name NCCL does not know
 //! is an error, as in NCCL.
 //!
-//! Every rank must choose alike, or their ends of a connection disagree: the choice depends
-//! only on the call, the rank count, the enabled set and what every connection supports,
-//! which the communicator makes sure all ranks share.
+//! Every rank must choose alike, or their ends of a connection disagree: the model's answer
+//! depends only on the call, the rank count, the enabled set and what every connection
+//! supports, which the communicator makes sure all ranks share.
 
 use core::fmt;
 
@@ -321,9 +322,10 @@ pub struct ProtocolCosts {
     pub bus_mbps: u64,
 }
 
-/// A protocol and, for all-reduce, whether it runs one-shot (see the module documentation).
+/// One of the tuner's candidates: a protocol and, for all-reduce, whether it runs one-shot
+/// (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Choice {
+pub struct Candidate {
     pub protocol: Protocol,
     pub one_shot: bool,
 }
@@ -386,9 +388,10 @@ impl TuningModel {
     ///   bandwidth of 20 GB/s (`SM90_NVLINK_BW`, rounded down) for `bwIntra`; LL
     ///   `min(llMaxBw, busBw * .5)` with `llMaxBws[Hopper-N1]` = 141 GB/s.
     ///
-    /// No one-shot in this model (`one_shot_max_bytes` is 0): the GPU's one-shot is chosen
-    /// before it, by `crate::algo::choose`. The GPU communicator offers LL to this model by
-    /// default on P2P windows; on SHM windows only when `NCCL_PROTO` / `WEFT_PROTO` asks.
+    /// No one-shot in this model (`one_shot_max_bytes` is 0): the GPU's one-shot reads peers'
+    /// memory, and [`crate::algo::Chooser`] picks it by measured limits instead. The GPU
+    /// communicator offers LL to this model by default on P2P windows; on SHM windows only
+    /// when `NCCL_PROTO` / `WEFT_PROTO` asks.
     pub const fn nvlink(nchannels: u32) -> TuningModel {
         let channels = if nchannels == 0 { 1 } else { nchannels as u64 };
         let simple_bw = channels.saturating_mul(20_000);
@@ -416,7 +419,7 @@ impl TuningModel {
         }
     }
 
-    fn costs(&self, choice: Choice) -> Option<ProtocolCosts> {
+    fn costs(&self, choice: Candidate) -> Option<ProtocolCosts> {
         match (choice.protocol, choice.one_shot) {
             (Protocol::Ll, false) => Some(self.ring_ll),
             (Protocol::Simple, false) => Some(self.ring_simple),
@@ -435,7 +438,7 @@ impl TuningModel {
         collective: Collective,
         bytes: u64,
         nranks: usize,
-        choice: Choice,
+        choice: Candidate,
     ) -> Option<u64> {
         let costs = self.costs(choice)?;
         let n = u64::try_from(nranks).unwrap_or(u64::MAX).max(1);
@@ -486,22 +489,22 @@ impl TuningModel {
         nranks: usize,
         allowed: ProtocolSet,
         one_shot: ProtocolSet,
-    ) -> Option<Choice> {
-        let mut best: Option<(u64, Choice)> = None;
+    ) -> Option<Candidate> {
+        let mut best: Option<(u64, Candidate)> = None;
         let candidates = [
-            Choice {
+            Candidate {
                 protocol: Protocol::Simple,
                 one_shot: false,
             },
-            Choice {
+            Candidate {
                 protocol: Protocol::Ll,
                 one_shot: false,
             },
-            Choice {
+            Candidate {
                 protocol: Protocol::Simple,
                 one_shot: true,
             },
-            Choice {
+            Candidate {
                 protocol: Protocol::Ll,
                 one_shot: true,
             },
@@ -656,7 +659,7 @@ mod test {
                     .unwrap();
                 assert_eq!(
                     large,
-                    Choice {
+                    Candidate {
                         protocol: Simple,
                         one_shot: false
                     },
@@ -664,13 +667,13 @@ mod test {
                 );
                 // As the size grows the protocol flips once, from LL to SIMPLE, and the
                 // shape once, from one-shot to the ring.
-                let picks: std::vec::Vec<Choice> = (0..27)
+                let picks: std::vec::Vec<Candidate> = (0..27)
                     .map(|shift| {
                         m.choose(c, 1 << shift, nranks, both, ProtocolSet::ALL)
                             .unwrap()
                     })
                     .collect();
-                let flips = |f: fn(&Choice) -> bool| {
+                let flips = |f: fn(&Candidate) -> bool| {
                     picks.windows(2).filter(|w| f(&w[0]) != f(&w[1])).count()
                 };
                 assert_eq!(
@@ -688,35 +691,35 @@ mod test {
         };
         assert_eq!(
             at(128),
-            Choice {
+            Candidate {
                 protocol: Ll,
                 one_shot: true
             }
         );
         assert_eq!(
             at(256),
-            Choice {
+            Candidate {
                 protocol: Simple,
                 one_shot: true
             }
         );
         assert_eq!(
             at(1024),
-            Choice {
+            Candidate {
                 protocol: Simple,
                 one_shot: true
             }
         );
         assert_eq!(
             at(4096),
-            Choice {
+            Candidate {
                 protocol: Simple,
                 one_shot: true
             }
         );
         assert_eq!(
             at(32 << 10),
-            Choice {
+            Candidate {
                 protocol: Simple,
                 one_shot: false
             }
@@ -727,7 +730,7 @@ mod test {
             .unwrap();
         assert_eq!(
             ring,
-            Choice {
+            Candidate {
                 protocol: Ll,
                 one_shot: false
             }
@@ -752,11 +755,11 @@ mod test {
         assert_eq!(TuningModel::nvlink(2).ring_ll.bus_mbps, 20_000);
         assert_eq!(TuningModel::nvlink(0), TuningModel::nvlink(1));
         // 8 B all-reduce on 2 GPUs: NCCL's 6.6 + 2 x 0.6 us for LL, 8.4 + 2 x 3.4 for SIMPLE.
-        let ll = Choice {
+        let ll = Candidate {
             protocol: Ll,
             one_shot: false,
         };
-        let simple = Choice {
+        let simple = Candidate {
             protocol: Simple,
             one_shot: false,
         };
@@ -767,7 +770,7 @@ mod test {
         );
         for nranks in [2usize, 4, 8] {
             for c in ALL_COLLECTIVES {
-                let picks: std::vec::Vec<Choice> = (0..31)
+                let picks: std::vec::Vec<Candidate> = (0..31)
                     .map(|shift| {
                         m.choose(c, 1 << shift, nranks, both, ProtocolSet::ALL)
                             .unwrap()
@@ -815,7 +818,7 @@ mod test {
         // One rank: no one-shot, the ring (of one) with whatever is allowed.
         assert_eq!(
             m.choose(c, 8, 1, set(&[Ll]), ProtocolSet::ALL),
-            Some(Choice {
+            Some(Candidate {
                 protocol: Ll,
                 one_shot: false
             })
@@ -825,7 +828,7 @@ mod test {
                 Collective::AllGather,
                 8,
                 2,
-                Choice {
+                Candidate {
                     protocol: Ll,
                     one_shot: true
                 }

@@ -117,7 +117,7 @@ pub struct CommOptions {
     pub ll_lines: Option<usize>,
     /// GPU communicators: the algorithm every call it runs must use (`WEFT_ALGO=ring`,
     /// `oneshot`, `twoshot`, `nvls`), for measurement; `None`: the automatic choice
-    /// (`weft_core::algo::choose`: one-shot for small all-reduces between peer-mapped ranks,
+    /// (`weft_core::algo::Chooser`: one-shot for small all-reduces between peer-mapped ranks,
     /// else the ring). Every rank must set the same. The CPU executor ignores it.
     pub algo: Option<weft_core::algo::GpuAlgo>,
     /// GPU send/receive: bytes per channel up to which a message goes LL (NCCL's rule).

@@ -1,8 +1,8 @@
 //! The CPU executor: runs `weft_core::sched` ring programs over host FIFO connections.
 //!
-//! A collective call first picks its protocol ([`Tuning`]: `weft_core::tune`'s model over
-//! what `NCCL_PROTO` enables and the connections support): LL lines for small messages,
-//! SIMPLE slots otherwise, and for a small all-reduce the [`one_shot`] shape. It then becomes
+//! A collective call first asks `weft_core::algo`'s chooser for its algorithm and protocol
+//! ([`Tuning`]: what this executor offers it): LL lines for small messages, SIMPLE slots
+//! otherwise, and for a small all-reduce the [`one_shot`] algorithm. It then becomes
 //! one [`ProgramSpec`]; each channel that has elements to move runs its rank's
 //! [`RingProgram`](weft_core::sched::RingProgram) ([`ring::run_channel`]): a call on one
 //! channel (every small call) on the caller's thread with no allocation or hand-off, a call
@@ -29,11 +29,14 @@ pub mod ring;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_core::abi::{DataType, Protocol, RedOp};
+use weft_core::algo::{
+    Algo, Call, Choice, ChooseError, Chooser, FifoSteps, LlOffer, Offer, PeerCaps, Settings,
+};
 use weft_core::fifo::NCCL_STEPS;
 use weft_core::sched::{
     ChunkSizing, Collective, ProgramSpec, align_elems, channel_part, channels_for,
 };
-use weft_core::tune::{Choice, ProtocolEnable, ProtocolSet, TuningModel, call_bytes};
+use weft_core::tune::{ProtocolEnable, TuningModel, call_bytes};
 
 pub use buffers::RawBuffers;
 pub use error::ExecError;
@@ -48,7 +51,7 @@ use crate::conn::AbortFlag;
 /// all-reduce --ranks 2 --channels 2`: at 64 KiB, two channels took 52-60 us and one 22 us.
 pub const CPU_TRAFFIC_SCALE: usize = 8;
 
-/// How calls choose their protocol.
+/// What calls choose from: `NCCL_PROTO`, and what this executor offers the chooser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tuning {
     /// What `NCCL_PROTO` enables per collective.
@@ -72,25 +75,35 @@ impl Default for Tuning {
 }
 
 impl Tuning {
-    /// The protocols the CPU executor can run on this communicator.
-    pub fn available(&self) -> ProtocolSet {
-        let simple = ProtocolSet::of(&[Protocol::Simple]);
-        if self.ll_step_bytes > 0 {
-            simple.with(Protocol::Ll)
-        } else {
-            simple
+    /// The chooser of a communicator whose SIMPLE FIFO steps hold `simple_step_bytes`: LL
+    /// where every ring connection has an LL buffer, the one-shot through the ring's FIFOs
+    /// ([`one_shot`]), no peer-pointer algorithms (host memory) and no `WEFT_ALGO` (a GPU
+    /// setting).
+    pub fn chooser(&self, simple_step_bytes: usize) -> Chooser {
+        Chooser {
+            settings: Settings {
+                protocols: self.enable,
+                ..Settings::default()
+            },
+            offer: Offer {
+                model: self.model,
+                ll: if self.ll_step_bytes > 0 {
+                    LlOffer::ByDefault
+                } else {
+                    LlOffer::NoBuffer
+                },
+                fifo_one_shot: Some(FifoSteps {
+                    simple_bytes: simple_step_bytes,
+                    ll_bytes: self.ll_step_bytes,
+                }),
+                peers: PeerCaps::NONE,
+            },
         }
     }
 
-    /// The protocol for `collective` moving `bytes` (NCCL's `nBytes`) on `nranks`, whose
-    /// SIMPLE FIFO steps hold `simple_step_bytes`; an error when `NCCL_PROTO` leaves none
-    /// that this executor can run here.
-    ///
-    /// One-shot only where the message fits half of the FIFO (4 of its 8 steps): each rank
-    /// then sends and receives in strict alternation, and a rank blocked on a send has at
-    /// least two messages unread by the next rank, which the next rank can only have left
-    /// unread by being blocked on an earlier send of its own; around the ring that is
-    /// impossible, so no cycle of waits forms (the same argument as `Comm::group`'s).
+    /// What `collective` moving `bytes` (NCCL's `nBytes`) on `nranks` runs, with SIMPLE FIFO
+    /// steps of `simple_step_bytes`; an error when `NCCL_PROTO` leaves none of the
+    /// protocols this executor can run here.
     pub fn choose(
         &self,
         collective: Collective,
@@ -98,31 +111,22 @@ impl Tuning {
         nranks: usize,
         simple_step_bytes: usize,
     ) -> Result<Choice, ExecError> {
-        let enabled = self.enable.for_collective(collective);
-        let fits = |step: usize| step > 0 && bytes.div_ceil(step) <= NCCL_STEPS / 2;
-        let mut one_shot = ProtocolSet::NONE;
-        if fits(simple_step_bytes) {
-            one_shot = one_shot.with(Protocol::Simple);
-        }
-        if fits(self.ll_step_bytes) {
-            one_shot = one_shot.with(Protocol::Ll);
-        }
-        let wire_bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-        self.model
-            .choose(
-                collective,
-                wire_bytes,
-                nranks,
-                enabled.intersect(self.available()),
-                one_shot,
-            )
-            .ok_or_else(|| {
-                ExecError::InvalidArgument(format!(
-                    "NCCL_PROTO enables {enabled} for {}, but the CPU executor runs {} on this \
+        let call = Call {
+            collective,
+            bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
+            nranks,
+        };
+        self.chooser(simple_step_bytes)
+            .choose(&call)
+            .map_err(|e| match e {
+                ChooseError::NoProtocol(e) => ExecError::InvalidArgument(format!(
+                    "NCCL_PROTO enables {} for {}, but the CPU executor runs {} on this \
                      communicator (LL only when every ring connection is SHM): enable Simple",
+                    e.enabled,
                     collective.name(),
-                    self.available()
-                ))
+                    e.runnable
+                )),
+                ChooseError::Algorithm(e) => ExecError::InvalidArgument(e.to_string()),
             })
     }
 }
@@ -181,7 +185,7 @@ impl Executor {
         }
     }
 
-    /// How calls choose their protocol (every rank must set the same).
+    /// What calls choose from (every rank must set the same).
     pub fn set_tuning(&mut self, tuning: Tuning) {
         self.tuning = tuning;
         self.last_choice = None;
@@ -209,7 +213,8 @@ impl Executor {
         &self.abort
     }
 
-    /// The protocol `collective` of `count` elements of `dtype` uses (the same on every rank).
+    /// The algorithm and protocol `collective` of `count` elements of `dtype` uses (the same
+    /// on every rank).
     pub fn choose(
         &self,
         collective: Collective,
@@ -277,7 +282,7 @@ impl Executor {
         };
         let rank = self.rank;
         let reduction = ring::reduction(dtype, op, self.nranks)?;
-        if choice.one_shot {
+        if choice.algo == Algo::OneShot {
             // One message of the whole buffer on channel 0: no chunks, no channel split.
             let call = RingCall {
                 spec: ProgramSpec {

@@ -258,7 +258,7 @@ fn every_collective_small_counts(shape: Shape, only_all_reduce: bool) -> Vec<(Pr
                             nranks,
                         };
                         let choice = execs[0].choose(collective, count, dtype).unwrap();
-                        ran.push((choice.protocol, choice.one_shot));
+                        ran.push((choice.protocol, choice.algo == Algo::OneShot));
                         let wrong = run_case(&mut execs, collective, data, count, in_place);
                         assert!(
                             wrong.iter().all(|&w| w == 0),
@@ -436,4 +436,46 @@ fn fp8_data_reduces_exactly_in_any_order() {
             }
         }
     }
+}
+
+/// What the executor offers the chooser: its FIFO steps for the one-shot, LL only where
+/// every ring connection has an LL buffer, no peer memory, no `WEFT_ALGO`.
+#[test]
+fn the_chooser_is_offered_this_executors_fifos() {
+    let tuning = Tuning {
+        enable: ProtocolEnable::parse("LL,Simple").unwrap(),
+        ll_step_bytes: 8192,
+        model: TuningModel::HOST_SHM,
+    };
+    let chooser = tuning.chooser(128 << 10);
+    assert_eq!(chooser.settings.protocols, tuning.enable);
+    assert_eq!(chooser.settings.algo, None);
+    assert_eq!(chooser.offer.model, TuningModel::HOST_SHM);
+    assert_eq!(chooser.offer.ll, LlOffer::ByDefault);
+    assert_eq!(
+        chooser.offer.fifo_one_shot,
+        Some(FifoSteps {
+            simple_bytes: 128 << 10,
+            ll_bytes: 8192
+        })
+    );
+    assert_eq!(chooser.offer.peers, PeerCaps::NONE);
+    let no_ll = Tuning {
+        ll_step_bytes: 0,
+        ..tuning
+    };
+    assert_eq!(no_ll.chooser(4096).offer.ll, LlOffer::NoBuffer);
+    // The executor's own words when nothing is left to run.
+    let only_ll = Tuning {
+        enable: ProtocolEnable::parse("LL").unwrap(),
+        ..no_ll
+    };
+    assert_eq!(
+        only_ll
+            .choose(Collective::AllGather, 8, 2, 4096)
+            .unwrap_err()
+            .to_string(),
+        "NCCL_PROTO enables LL for AllGather, but the CPU executor runs Simple on this \
+         communicator (LL only when every ring connection is SHM): enable Simple"
+    );
 }

@@ -1,9 +1,14 @@
-//! Which protocol a GPU call runs, LL or SIMPLE, decided alike on every rank.
+//! A GPU communicator's protocol settings, and what its kernels offer the chooser
+//! (`weft_core::algo::Chooser`, which decides for the CPU executor too).
 //!
-//! Collectives: `weft_core::tune`'s model of NCCL's ring on NVLink ([`TuningModel::nvlink`])
-//! over the protocols `NCCL_PROTO` / `WEFT_PROTO` enable for the collective, as NCCL's tuner
-//! picks. Send/receive: NCCL's rule (`enqueue.cc`), LL when the message is at most
-//! `NCCL_P2P_LL_THRESHOLD` bytes per channel it uses.
+//! Collectives: the chooser's tuner with NCCL's model of a ring on NVLink
+//! ([`TuningModel::nvlink`]) over the protocols `NCCL_PROTO` / `WEFT_PROTO` enable for the
+//! collective, as NCCL's tuner picks; then `WEFT_ALGO` or the peer-pointer rule for the
+//! algorithm. Send/receive: NCCL's rule (`enqueue.cc`), LL when the message is at most
+//! `NCCL_P2P_LL_THRESHOLD` bytes per channel it uses. A call's plan asks the chooser's two
+//! steps apart: the protocol first (it sizes the ring's chunks and channels, and a setting
+//! that leaves none refuses every call), the algorithm after the call's arguments are checked
+//! and a one-rank call became a copy, the order every call had before the chooser existed.
 //!
 //! **Where LL runs without being asked.** On P2P windows (device memory) the model is offered
 //! LL and send/receive use NCCL's 16 KiB threshold without any setting, as NCCL does: the LL
@@ -12,9 +17,10 @@
 //! offered LL, all-gather, reduce-scatter and broadcast took 11-13 us instead of 13-16 from
 //! 8 B to 256 KiB and send/receive 8 us instead of 10 up to 4 KiB, never slower beyond noise
 //! (2026-11-25, docs/benchmarks.md). On SHM windows (host memory: `NCCL_P2P_DISABLE=1`, or
-//! GPUs P2P cannot join) the same kernels have not run on a GPU, so there LL stays opt-in:
-//! offered only when `NCCL_PROTO` / `WEFT_PROTO` is set to something other than its default,
-//! and send/receive use it only when `NCCL_P2P_LL_THRESHOLD` / `WEFT_P2P_LL_THRESHOLD` is set.
+//! GPUs P2P cannot join) the same kernels have not run on a GPU, so there LL stays opt-in
+//! ([`LlOffer::WhenAsked`]): offered only when `NCCL_PROTO` / `WEFT_PROTO` is set to
+//! something other than its default, and send/receive use it only when
+//! `NCCL_P2P_LL_THRESHOLD` / `WEFT_P2P_LL_THRESHOLD` is set.
 //!
 //! Every rank must choose alike, or the two ends of a connection run different protocols
 //! and wait on each other until the timeout: the choice depends only on the call, the rank
@@ -22,6 +28,7 @@
 //! communicator compare across ranks at init.
 
 use weft_core::abi::Protocol;
+use weft_core::algo::{Algo, Call, Chooser, LlOffer, Offer, PeerCaps, Settings};
 use weft_core::fifo::NCCL_STEPS;
 use weft_core::fifo::ll::{LL_DATA_BYTES, LL_LINE_BYTES, LlGeometry, NCCL_LL_LINES_PER_STEP};
 use weft_core::sched::Collective;
@@ -29,9 +36,7 @@ use weft_core::tune::{ProtocolEnable, ProtocolSet, TuningModel};
 
 use crate::comm::CommOptions;
 
-/// NCCL's default `NCCL_P2P_LL_THRESHOLD`: send/receive go LL up to this many bytes per
-/// channel (NCCL `src/enqueue.cc`, `ncclParamP2pLLThreshold`).
-pub const NCCL_P2P_LL_THRESHOLD: usize = 16384;
+pub use weft_core::algo::NCCL_P2P_LL_THRESHOLD;
 
 /// The protocol settings of a GPU communicator: the same on every rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,21 +105,45 @@ impl GpuProtocols {
             })
     }
 
+    /// Whether LL runs: never without an LL buffer; by default on P2P windows, when asked
+    /// on SHM ones (see the module documentation).
+    pub fn ll_offer(&self) -> LlOffer {
+        match (self.ll_lines, self.ll_by_default) {
+            (0, _) => LlOffer::NoBuffer,
+            (_, false) => LlOffer::WhenAsked,
+            (_, true) => LlOffer::ByDefault,
+        }
+    }
+
+    /// The chooser of a communicator with these settings, `nchannels` ring channels, the
+    /// algorithm `WEFT_ALGO` forces and what its peer region offers. The kernels have no
+    /// one-shot through the FIFOs: theirs reads peers' memory.
+    pub fn chooser(&self, algo: Option<Algo>, nchannels: u32, peers: PeerCaps) -> Chooser {
+        Chooser {
+            settings: Settings {
+                protocols: self.enable,
+                algo,
+                p2p_ll_threshold: self.p2p_ll_threshold,
+            },
+            offer: Offer {
+                model: TuningModel::nvlink(nchannels),
+                ll: self.ll_offer(),
+                fifo_one_shot: None,
+                peers,
+            },
+        }
+    }
+
     /// The protocols the kernels may run here for an automatic choice (see the module
     /// documentation: LL where it runs by default, or once a protocol setting asked for it).
     pub fn available(&self) -> ProtocolSet {
-        let simple = ProtocolSet::of(&[Protocol::Simple]);
-        if self.ll_lines > 0 && (self.ll_by_default || self.enable != ProtocolEnable::default()) {
-            simple.with(Protocol::Ll)
-        } else {
-            simple
-        }
+        self.ll_offer().runnable(&self.enable)
     }
 
     /// The protocol of `collective` moving `bytes` (NCCL's `nBytes`: the whole output of an
     /// all-gather, the whole input of a reduce-scatter) over `nranks` ranks and a
-    /// communicator of `nchannels` channels; an error naming the setting when it leaves
-    /// nothing the kernels run.
+    /// communicator of `nchannels` channels, the ring's (the chooser's tuner); an error
+    /// naming the setting when it leaves nothing the kernels run.
     pub fn choose(
         &self,
         collective: Collective,
@@ -122,45 +151,37 @@ impl GpuProtocols {
         nranks: usize,
         nchannels: u32,
     ) -> Result<Protocol, String> {
-        let enabled = self.enable.for_collective(collective);
-        let available = self.available();
-        TuningModel::nvlink(nchannels)
-            .choose(
-                collective,
-                bytes,
-                nranks,
-                enabled.intersect(available),
-                ProtocolSet::NONE,
-            )
+        let call = Call {
+            collective,
+            bytes,
+            nranks,
+        };
+        self.chooser(None, nchannels, PeerCaps::NONE)
+            .tuned(&call)
             .map(|c| c.protocol)
-            .ok_or_else(|| {
+            .map_err(|e| {
                 format!(
-                    "NCCL_PROTO enables {enabled} for {}, but the GPU kernels can run {available} \
-                     on this communicator (LL needs an LL buffer, NCCL_LL_BUFFSIZE not 0; LL128 \
-                     is not implemented): enable Simple",
-                    collective.name()
+                    "NCCL_PROTO enables {} for {}, but the GPU kernels can run {} on this \
+                     communicator (LL needs an LL buffer, NCCL_LL_BUFFSIZE not 0; LL128 is not \
+                     implemented): enable Simple",
+                    e.enabled,
+                    collective.name(),
+                    e.runnable
                 )
             })
     }
 
     /// Send/receive's LL threshold in bytes per channel: the setting, else NCCL's where LL
-    /// runs by default; `None`: never LL.
+    /// runs by default; `None`: never LL (the chooser's `p2p_ll_threshold`).
     pub fn p2p_threshold(&self) -> Option<usize> {
-        if self.ll_lines == 0 {
-            return None;
-        }
-        self.p2p_ll_threshold
-            .or(self.ll_by_default.then_some(NCCL_P2P_LL_THRESHOLD))
+        self.chooser(None, 1, PeerCaps::NONE).p2p_ll_threshold()
     }
 
-    /// The protocol of a send or receive of `bytes` spread over `nchannels` channels: LL up
-    /// to the threshold per channel (NCCL: `bytes <= nChannels * NCCL_P2P_LL_THRESHOLD`).
-    /// Both ends compute it from the same byte count.
+    /// The protocol of a send or receive of `bytes` spread over `nchannels` channels (the
+    /// chooser's `p2p_protocol`). Both ends compute it from the same byte count.
     pub fn p2p(&self, bytes: usize, nchannels: u32) -> Protocol {
-        let ll = self.p2p_threshold().is_some_and(|t| {
-            bytes <= t.saturating_mul(usize::try_from(nchannels).unwrap_or(usize::MAX))
-        });
-        if ll { Protocol::Ll } else { Protocol::Simple }
+        self.chooser(None, nchannels, PeerCaps::NONE)
+            .p2p_protocol(bytes, nchannels)
     }
 
     /// The settings as bytes, for comparing across ranks.
@@ -216,6 +237,32 @@ mod test {
         Collective::Broadcast { root: 1 },
         Collective::Reduce { root: 0 },
     ];
+
+    #[test]
+    fn the_chooser_is_offered_ll_as_the_windows_allow() {
+        let mut p = with("", Some(4096));
+        assert_eq!(p.ll_offer(), LlOffer::WhenAsked);
+        p.ll_by_default = true;
+        assert_eq!(p.ll_offer(), LlOffer::ByDefault);
+        let peers = PeerCaps {
+            peer_mapped: true,
+            nvls_heads: false,
+        };
+        let c = p.chooser(Some(Algo::TwoShot), 24, peers);
+        assert_eq!(
+            c.settings,
+            Settings {
+                protocols: p.enable,
+                algo: Some(Algo::TwoShot),
+                p2p_ll_threshold: Some(4096),
+            }
+        );
+        assert_eq!(c.offer.model, TuningModel::nvlink(24));
+        assert_eq!(c.offer.fifo_one_shot, None);
+        assert_eq!(c.offer.peers, peers);
+        p.ll_lines = 0;
+        assert_eq!(p.ll_offer(), LlOffer::NoBuffer);
+    }
 
     #[test]
     fn an_ll_buffer_of_4_gib_or_more_is_refused() {

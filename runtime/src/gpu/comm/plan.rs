@@ -5,7 +5,7 @@
 use weft_core::abi::{
     Algorithm, CollKind, CollWork, DataType, PEER_LANES, PeerWork, Protocol, RedOp,
 };
-use weft_core::algo::{GpuAlgo, PeerCaps};
+use weft_core::algo::{Call, GpuAlgo, PeerCaps};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
 
 use super::launch::Launcher;
@@ -258,14 +258,12 @@ impl Planner {
             peer_mapped: self.region.is_some(),
             nvls_heads: self.region.as_ref().is_some_and(|p| p.plan.nvls.is_some()),
         };
-        let algo = weft_core::algo::choose(
-            self.algo,
-            coll,
-            (count * esize) as u64,
-            self.nranks as u32,
-            caps,
-        )
-        .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
+        let algo = self
+            .protocols
+            .chooser(self.algo, layout.nchannels(), caps)
+            .algorithm(&Call::new(collective, count, esize, self.nranks))
+            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?
+            .unwrap_or(GpuAlgo::Ring); // None: the tuner's, always the ring on the GPU
         if algo != GpuAlgo::Ring {
             let call = PeerCall {
                 algo,

@@ -49,7 +49,7 @@ enum RegionMemory {
 
 /// The algorithm whose peer region init opens: the one `WEFT_ALGO` forces (`forced`), or,
 /// unforced, the automatic choice's one-shot all-reduce wherever every rank maps every
-/// other's memory (weft_core::algo::choose). `WEFT_ALGO=ring` goes without; a forced
+/// other's memory (weft_core::algo::Chooser). `WEFT_ALGO=ring` goes without; a forced
 /// peer-pointer algorithm over SHM windows (`via_host`) is refused.
 pub(super) fn region_algo(
     forced: Option<GpuAlgo>,

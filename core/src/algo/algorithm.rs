@@ -1,10 +1,13 @@
-//! Which algorithm a GPU collective of one host uses: the ring (the SIMPLE FIFO protocol
-//! over ring channels), one-shot or two-shot all-reduce over peer-mapped windows, or NVLS.
+//! The algorithms a collective can run, `WEFT_ALGO`'s names for them, and the rule that
+//! picks a peer-pointer all-reduce where one beats the ring.
 //!
-//! `WEFT_ALGO` forces one, for measurement ([`GpuAlgo::parse`]); otherwise [`choose`]
-//! decides from the call's size and the rank count: one-shot all-reduce (its LL form, no
-//! barrier) up to [`one_shot_max_bytes`] where every rank maps every other's memory, the
-//! ring for everything else. Measured on two H100 over NVLink (docs/benchmarks.md,
+//! The ring runs over FIFO connections on both executors; so does the CPU executor's
+//! one-shot, which passes every input round the ring (the tuner weighs it: see
+//! [`super::Chooser::tuned`]). The GPU's one-shot, two-shot and NVLS read and write peers'
+//! memory directly, and are chosen by measured limits instead of a cost model:
+//!
+//! One-shot all-reduce (its LL form, no barrier) up to [`one_shot_max_bytes`] where every
+//! rank maps every other's memory. Measured on two H100 over NVLink (docs/benchmarks.md,
 //! 2026-11-25): the barrier form of one-shot took 14.6 us with CUDA graphs where NCCL's LL
 //! ring took 6.6 us, so one-shot went to LL lines (3.3 us there); its limit on two ranks is
 //! where it stops beating the ring there (1 MiB: 19.1 us with CUDA graphs against the
@@ -24,12 +27,14 @@ use core::fmt;
 
 use crate::abi::{CollKind, PEER_MAX_RANKS};
 
-/// A GPU collective algorithm of one host.
+/// A collective algorithm: which ranks exchange what. Both executors run the ring and the
+/// one-shot all-reduce; two-shot and NVLS are the GPU's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GpuAlgo {
-    /// Ring channels with the SIMPLE FIFO protocol: every collective.
+pub enum Algo {
+    /// Ring channels over FIFO connections: every collective.
     Ring,
-    /// All-reduce: every rank reads every peer's input and reduces locally.
+    /// All-reduce: every rank reduces every rank's whole input itself. The GPU reads each
+    /// peer's input from its memory; the CPU executor passes each input round the ring.
     OneShot,
     /// All-reduce: reduce-scatter by direct reads, all-gather by direct writes.
     TwoShot,
@@ -38,31 +43,29 @@ pub enum GpuAlgo {
     Nvls,
 }
 
-impl GpuAlgo {
-    pub const ALL: &'static [GpuAlgo] = &[
-        GpuAlgo::Ring,
-        GpuAlgo::OneShot,
-        GpuAlgo::TwoShot,
-        GpuAlgo::Nvls,
-    ];
+/// The name the GPU path gave [`Algo`] before the CPU executor's one-shot joined it.
+pub type GpuAlgo = Algo;
+
+impl Algo {
+    pub const ALL: &'static [Algo] = &[Algo::Ring, Algo::OneShot, Algo::TwoShot, Algo::Nvls];
 
     /// The name `WEFT_ALGO` takes.
     pub const fn name(self) -> &'static str {
         match self {
-            GpuAlgo::Ring => "ring",
-            GpuAlgo::OneShot => "oneshot",
-            GpuAlgo::TwoShot => "twoshot",
-            GpuAlgo::Nvls => "nvls",
+            Algo::Ring => "ring",
+            Algo::OneShot => "oneshot",
+            Algo::TwoShot => "twoshot",
+            Algo::Nvls => "nvls",
         }
     }
 
     /// `WEFT_ALGO`'s value: one of the names, any case; empty means "not forced".
-    pub fn parse(value: &str) -> Result<Option<GpuAlgo>, AlgoError> {
+    pub fn parse(value: &str) -> Result<Option<Algo>, AlgoError> {
         let v = value.trim();
         if v.is_empty() {
             return Ok(None);
         }
-        GpuAlgo::ALL
+        Algo::ALL
             .iter()
             .find(|a| a.name().eq_ignore_ascii_case(v))
             .copied()
@@ -73,9 +76,9 @@ impl GpuAlgo {
     /// Whether the algorithm runs `coll`.
     pub const fn runs(self, coll: CollKind) -> bool {
         match self {
-            GpuAlgo::Ring => true,
-            GpuAlgo::OneShot | GpuAlgo::TwoShot => matches!(coll, CollKind::AllReduce),
-            GpuAlgo::Nvls => matches!(
+            Algo::Ring => true,
+            Algo::OneShot | Algo::TwoShot => matches!(coll, CollKind::AllReduce),
+            Algo::Nvls => matches!(
                 coll,
                 CollKind::AllReduce | CollKind::ReduceScatter | CollKind::AllGather
             ),
@@ -83,7 +86,7 @@ impl GpuAlgo {
     }
 }
 
-impl fmt::Display for GpuAlgo {
+impl fmt::Display for Algo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -98,17 +101,25 @@ pub struct PeerCaps {
     pub nvls_heads: bool,
 }
 
+impl PeerCaps {
+    /// No rank maps another's memory: host memory, SHM windows, or several hosts.
+    pub const NONE: PeerCaps = PeerCaps {
+        peer_mapped: false,
+        nvls_heads: false,
+    };
+}
+
 /// Why a forced algorithm cannot run a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlgoError {
     /// `WEFT_ALGO` names no algorithm.
     UnknownName,
     /// The algorithm does not implement the collective.
-    Collective { algo: GpuAlgo, coll: CollKind },
+    Collective { algo: Algo, coll: CollKind },
     /// More ranks than the peer-pointer kernels address.
-    TooManyRanks { algo: GpuAlgo, nranks: u32 },
+    TooManyRanks { algo: Algo, nranks: u32 },
     /// Some rank cannot map another's memory (SHM windows, or across hosts).
-    NotPeerMapped { algo: GpuAlgo },
+    NotPeerMapped { algo: Algo },
     /// NVLS without heads from the NVLS search.
     NoNvlsHeads,
 }
@@ -125,9 +136,9 @@ impl fmt::Display for AlgoError {
                 "WEFT_ALGO={algo} does not run {}: {algo} runs {}; unset WEFT_ALGO or use ring",
                 coll.name(),
                 match algo {
-                    GpuAlgo::Ring => "every collective",
-                    GpuAlgo::OneShot | GpuAlgo::TwoShot => "all-reduce only",
-                    GpuAlgo::Nvls => "all-reduce, reduce-scatter and all-gather",
+                    Algo::Ring => "every collective",
+                    Algo::OneShot | Algo::TwoShot => "all-reduce only",
+                    Algo::Nvls => "all-reduce, reduce-scatter and all-gather",
                 }
             ),
             AlgoError::TooManyRanks { algo, nranks } => write!(
@@ -181,28 +192,15 @@ pub const fn two_shot_max_bytes(nranks: u32) -> u64 {
     }
 }
 
-/// The algorithm of a call of `coll` on `nranks` ranks of `bytes` per rank: the forced one
-/// (`WEFT_ALGO`), checked against the call and the communicator; or else, for an all-reduce
-/// between peer-mapped ranks, one-shot up to [`one_shot_max_bytes`] and two-shot up to
-/// [`two_shot_max_bytes`]; the ring for everything else.
-pub fn choose(
-    forced: Option<GpuAlgo>,
+/// `algo`, which `WEFT_ALGO` forces, if it can run a call of `coll` on `nranks` ranks of a
+/// communicator that offers `caps`; the ring runs everything.
+pub(super) fn check_forced(
+    algo: Algo,
     coll: CollKind,
-    bytes: u64,
     nranks: u32,
     caps: PeerCaps,
-) -> Result<GpuAlgo, AlgoError> {
-    let Some(algo) = forced else {
-        let direct = coll == CollKind::AllReduce && caps.peer_mapped;
-        return Ok(if direct && bytes <= one_shot_max_bytes(nranks) {
-            GpuAlgo::OneShot
-        } else if direct && bytes <= two_shot_max_bytes(nranks) {
-            GpuAlgo::TwoShot
-        } else {
-            GpuAlgo::Ring
-        });
-    };
-    if algo == GpuAlgo::Ring {
+) -> Result<Algo, AlgoError> {
+    if algo == Algo::Ring {
         return Ok(algo);
     }
     if !algo.runs(coll) {
@@ -214,16 +212,47 @@ pub fn choose(
     if !caps.peer_mapped {
         return Err(AlgoError::NotPeerMapped { algo });
     }
-    if algo == GpuAlgo::Nvls && !caps.nvls_heads {
+    if algo == Algo::Nvls && !caps.nvls_heads {
         return Err(AlgoError::NoNvlsHeads);
     }
     Ok(algo)
+}
+
+/// The peer-pointer algorithm the automatic rule picks for a call of `coll` of `bytes` per
+/// rank on `nranks` ranks: for an all-reduce between peer-mapped ranks, one-shot up to
+/// [`one_shot_max_bytes`] and two-shot up to [`two_shot_max_bytes`]; `None` for everything
+/// else (the tuner's FIFO algorithms run it).
+pub(super) fn automatic(coll: CollKind, bytes: u64, nranks: u32, caps: PeerCaps) -> Option<Algo> {
+    if coll != CollKind::AllReduce || !caps.peer_mapped {
+        None
+    } else if bytes <= one_shot_max_bytes(nranks) {
+        Some(Algo::OneShot)
+    } else if bytes <= two_shot_max_bytes(nranks) {
+        Some(Algo::TwoShot)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
 mod test {
     use super::*;
     use alloc::string::ToString;
+
+    /// The old `algo::choose`: the forced algorithm, checked, else the automatic rule's,
+    /// else the ring.
+    fn choose(
+        forced: Option<Algo>,
+        coll: CollKind,
+        bytes: u64,
+        nranks: u32,
+        caps: PeerCaps,
+    ) -> Result<Algo, AlgoError> {
+        match forced {
+            Some(algo) => check_forced(algo, coll, nranks, caps),
+            None => Ok(automatic(coll, bytes, nranks, caps).unwrap_or(Algo::Ring)),
+        }
+    }
 
     const ALL_CAPS: PeerCaps = PeerCaps {
         peer_mapped: true,
@@ -232,39 +261,33 @@ mod test {
 
     #[test]
     fn weft_algo_names() {
-        assert_eq!(GpuAlgo::parse("ring"), Ok(Some(GpuAlgo::Ring)));
-        assert_eq!(GpuAlgo::parse(" OneShot "), Ok(Some(GpuAlgo::OneShot)));
-        assert_eq!(GpuAlgo::parse("TWOSHOT"), Ok(Some(GpuAlgo::TwoShot)));
-        assert_eq!(GpuAlgo::parse("nvls"), Ok(Some(GpuAlgo::Nvls)));
-        assert_eq!(GpuAlgo::parse(""), Ok(None));
-        assert_eq!(GpuAlgo::parse("tree"), Err(AlgoError::UnknownName));
-        for a in GpuAlgo::ALL {
-            assert_eq!(GpuAlgo::parse(a.name()), Ok(Some(*a)));
+        assert_eq!(Algo::parse("ring"), Ok(Some(Algo::Ring)));
+        assert_eq!(Algo::parse(" OneShot "), Ok(Some(Algo::OneShot)));
+        assert_eq!(Algo::parse("TWOSHOT"), Ok(Some(Algo::TwoShot)));
+        assert_eq!(Algo::parse("nvls"), Ok(Some(Algo::Nvls)));
+        assert_eq!(Algo::parse(""), Ok(None));
+        assert_eq!(Algo::parse("tree"), Err(AlgoError::UnknownName));
+        for a in Algo::ALL {
+            assert_eq!(Algo::parse(a.name()), Ok(Some(*a)));
         }
     }
 
     #[test]
     fn automatic_choice_is_one_then_two_shot_for_small_all_reduces_between_mapped_peers() {
-        let unmapped = PeerCaps {
-            peer_mapped: false,
-            nvls_heads: false,
-        };
+        let unmapped = PeerCaps::NONE;
         for &coll in CollKind::ALL {
             for nranks in 1..=16u32 {
                 let (one, two) = (one_shot_max_bytes(nranks), two_shot_max_bytes(nranks));
                 for shift in 0..40 {
                     for bytes in [(1u64 << shift) - 1, 1u64 << shift, (1u64 << shift) + 3] {
                         let want = match coll {
-                            CollKind::AllReduce if bytes <= one => GpuAlgo::OneShot,
-                            CollKind::AllReduce if bytes <= two => GpuAlgo::TwoShot,
-                            _ => GpuAlgo::Ring,
+                            CollKind::AllReduce if bytes <= one => Algo::OneShot,
+                            CollKind::AllReduce if bytes <= two => Algo::TwoShot,
+                            _ => Algo::Ring,
                         };
                         assert_eq!(choose(None, coll, bytes, nranks, ALL_CAPS), Ok(want));
                         // SHM windows or several hosts: always the ring.
-                        assert_eq!(
-                            choose(None, coll, bytes, nranks, unmapped),
-                            Ok(GpuAlgo::Ring)
-                        );
+                        assert_eq!(choose(None, coll, bytes, nranks, unmapped), Ok(Algo::Ring));
                     }
                 }
             }
@@ -279,7 +302,7 @@ mod test {
         assert!((2..=4).all(|n| two_shot_max_bytes(n) > one_shot_max_bytes(n)));
         assert_eq!(
             choose(None, CollKind::AllReduce, (1 << 20) + 1, 2, ALL_CAPS),
-            Ok(GpuAlgo::TwoShot)
+            Ok(Algo::TwoShot)
         );
         assert_eq!(one_shot_max_bytes(PEER_MAX_RANKS as u32 + 1), 0);
         assert!(
@@ -291,30 +314,30 @@ mod test {
     fn forced_algorithms_are_checked_against_the_call() {
         let ar = CollKind::AllReduce;
         assert_eq!(
-            choose(Some(GpuAlgo::OneShot), ar, 8, 2, ALL_CAPS),
-            Ok(GpuAlgo::OneShot)
+            choose(Some(Algo::OneShot), ar, 8, 2, ALL_CAPS),
+            Ok(Algo::OneShot)
         );
         assert_eq!(
-            choose(Some(GpuAlgo::Nvls), CollKind::AllGather, 8, 8, ALL_CAPS),
-            Ok(GpuAlgo::Nvls)
+            choose(Some(Algo::Nvls), CollKind::AllGather, 8, 8, ALL_CAPS),
+            Ok(Algo::Nvls)
         );
         assert_eq!(
-            choose(Some(GpuAlgo::Ring), CollKind::Broadcast, 8, 64, ALL_CAPS),
-            Ok(GpuAlgo::Ring)
+            choose(Some(Algo::Ring), CollKind::Broadcast, 8, 64, ALL_CAPS),
+            Ok(Algo::Ring)
         );
-        let e = choose(Some(GpuAlgo::TwoShot), CollKind::AllGather, 8, 2, ALL_CAPS);
+        let e = choose(Some(Algo::TwoShot), CollKind::AllGather, 8, 2, ALL_CAPS);
         assert_eq!(
             e,
             Err(AlgoError::Collective {
-                algo: GpuAlgo::TwoShot,
+                algo: Algo::TwoShot,
                 coll: CollKind::AllGather
             })
         );
         assert!(e.unwrap_err().to_string().contains("all-reduce only"));
         assert_eq!(
-            choose(Some(GpuAlgo::OneShot), ar, 8, 9, ALL_CAPS),
+            choose(Some(Algo::OneShot), ar, 8, 9, ALL_CAPS),
             Err(AlgoError::TooManyRanks {
-                algo: GpuAlgo::OneShot,
+                algo: Algo::OneShot,
                 nranks: 9
             })
         );
@@ -323,9 +346,9 @@ mod test {
             nvls_heads: true,
         };
         assert_eq!(
-            choose(Some(GpuAlgo::TwoShot), ar, 8, 2, no_p2p),
+            choose(Some(Algo::TwoShot), ar, 8, 2, no_p2p),
             Err(AlgoError::NotPeerMapped {
-                algo: GpuAlgo::TwoShot
+                algo: Algo::TwoShot
             })
         );
         let no_heads = PeerCaps {
@@ -333,12 +356,12 @@ mod test {
             nvls_heads: false,
         };
         assert_eq!(
-            choose(Some(GpuAlgo::Nvls), ar, 8, 2, no_heads),
+            choose(Some(Algo::Nvls), ar, 8, 2, no_heads),
             Err(AlgoError::NoNvlsHeads)
         );
         assert_eq!(
-            choose(Some(GpuAlgo::OneShot), ar, 8, 2, no_heads),
-            Ok(GpuAlgo::OneShot)
+            choose(Some(Algo::OneShot), ar, 8, 2, no_heads),
+            Ok(Algo::OneShot)
         );
     }
 }
