@@ -90,7 +90,7 @@ impl Tuning {
     /// then sends and receives in strict alternation, and a rank blocked on a send has at
     /// least two messages unread by the next rank, which the next rank can only have left
     /// unread by being blocked on an earlier send of its own; around the ring that is
-    /// impossible, so no cycle of waits forms (the same argument as `Comm::group`'s).
+    /// impossible, so no cycle of waits forms (the same argument as `HostComm::group`'s).
     pub fn choose(
         &self,
         collective: Collective,
@@ -378,7 +378,7 @@ impl Executor {
     }
 
     /// [`Executor::run`], or with `parallel` false every job on this thread, in order
-    /// (only for jobs that cannot wait on each other: see `Comm::group`).
+    /// (only for jobs that cannot wait on each other: see `HostComm::group`).
     pub fn run_with(&mut self, jobs: Vec<Job>, parallel: bool) -> Result<(), ExecError> {
         if self.abort.is_aborted() {
             return Err(ExecError::Aborted);
