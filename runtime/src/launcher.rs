@@ -267,7 +267,7 @@ pub fn resolve(
 
 /// [`detect`] over the process environment.
 pub fn from_env() -> Result<Option<LaunchInfo>, LaunchError> {
-    detect(crate::env::process)
+    detect(crate::config::lookup::process)
 }
 
 #[cfg(test)]

@@ -22,14 +22,10 @@
 
 pub mod bootstrap;
 pub mod comm;
-mod comm_options;
 pub mod conn;
 pub mod copy;
 /// The settings every part of the runtime takes (weft-config).
 pub use weft_config as config;
-/// weft-config's lookups, for the code that still reads variables by name (the GPU and
-/// host communicators' init, until they take [`config::Settings`]).
-pub use weft_config::lookup as env;
 pub mod exec;
 pub mod gpu;
 pub mod launcher;

@@ -71,6 +71,9 @@ struct Settings {
     algo: Option<GpuAlgo>,
     /// `NCCL_P2P_READ_ENABLE`; `None`: unset (read mode on Ampere NVLink only).
     p2p_read: Option<bool>,
+    /// `WEFT_DIRECT_WINDOW` (bytes of the one-/two-shot peer region's data window);
+    /// `None`: the environment's, else the default.
+    direct_window: Option<u64>,
 }
 
 impl Default for Settings {
@@ -87,6 +90,7 @@ impl Settings {
         p2p_ll_threshold: Some(0),
         algo: Some(GpuAlgo::Ring),
         p2p_read: None,
+        direct_window: None,
     };
 
     /// LL for every collective and every send/recv.
@@ -107,6 +111,15 @@ impl Settings {
         Settings {
             algo: Some(algo),
             ..Settings::default()
+        }
+    }
+
+    /// The one-shot in its barrier form: a data window of 256 KiB, too small for the LL
+    /// form's lanes (128 pairs per sub-slot on two ranks, fewer than the block's threads).
+    fn one_shot_barrier_form() -> Settings {
+        Settings {
+            direct_window: Some(256 << 10),
+            ..Settings::algo(GpuAlgo::OneShot)
         }
     }
 }
@@ -132,6 +145,13 @@ fn run_ranks_with<T: Send + 'static>(
             let (id, body) = (id.clone(), body.clone());
             std::thread::spawn(move || {
                 let mut opts = CommOptions::loopback(timeout);
+                // The rest from the environment, as a program reads it once at its start:
+                // the GPU scripts run these tests under NCCL_P2P_DISABLE=1 (SHM windows),
+                // WEFT_KERNEL_THREADS and the like.
+                opts.settings = weft_runtime::config::Settings::from_env_or_defaults();
+                if let Some(bytes) = settings.direct_window {
+                    opts.settings.gpu.direct_window = bytes;
+                }
                 if let Some(proto) = settings.proto {
                     opts.protocols = ProtocolEnable::parse(proto).unwrap();
                 }
@@ -1241,24 +1261,10 @@ fn one_shot_all_reduce_every_type_op_and_size() {
 
 /// The one-shot's barrier form: a window too small for the LL form's lanes
 /// (`WEFT_DIRECT_WINDOW` of 256 KiB: 128 pairs per sub-slot on two ranks, fewer than the
-/// block's threads). Sets the variable for this process, only where there are GPUs: the GPU
-/// scripts run one test at a time (`--test-threads 1`).
+/// block's threads), set in the communicators' settings.
 #[test]
 fn one_shot_barrier_form_every_type_op_and_size() {
-    if multi_ranks().is_none() {
-        return;
-    }
-    // SAFETY: only with GPUs, where the GPU scripts run each test alone (--test-threads 1),
-    // so no other thread reads the environment meanwhile.
-    unsafe { std::env::set_var("WEFT_DIRECT_WINDOW", "262144") };
-    let run = std::panic::catch_unwind(|| {
-        every_case_with(Settings::algo(GpuAlgo::OneShot), "oneshot, barrier form")
-    });
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("WEFT_DIRECT_WINDOW") };
-    if let Err(panic) = run {
-        std::panic::resume_unwind(panic);
-    }
+    every_case_with(Settings::one_shot_barrier_form(), "oneshot, barrier form");
 }
 
 /// The LL one-shot across its cleaning rounds and its 32-bit flag wrap, every element
@@ -1877,13 +1883,13 @@ fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
         .collect();
     groups.push((auto, "all-reduces of mixed sizes (automatic)", various, 0));
 
-    // The one-shot's barrier form (a window too small for the LL lanes; set below): five
-    // equal all-reduces of several rounds on every lane, 4 + 1.
+    // The one-shot's barrier form (a window too small for the LL lanes): five equal
+    // all-reduces of several rounds on every lane, 4 + 1.
     let barrier: Vec<Case> = (0..5)
         .map(|_| group_case(Collective::AllReduce, f32s, sum, 200_001, next()))
         .collect();
     groups.push((
-        Settings::algo(GpuAlgo::OneShot),
+        Settings::one_shot_barrier_form(),
         "five barrier-form one-shots",
         barrier,
         2,
@@ -1892,40 +1898,24 @@ fn group_calls_fuse_into_fewer_launches_with_every_element_right() {
     let mut failures = Vec::new();
     for (settings, name, cases, expected) in groups {
         let calls = cases.len();
-        let barrier_form = name.contains("barrier-form");
-        if barrier_form {
-            // SAFETY: only with GPUs, where the GPU scripts run each test alone
-            // (--test-threads 1), so no other thread reads the environment meanwhile.
-            unsafe { std::env::set_var("WEFT_DIRECT_WINDOW", "262144") };
-        }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_ranks_with(
-                nranks,
-                Duration::from_secs(60),
-                settings,
-                move |rank, mut comm| {
-                    // Without a peer region (SHM windows) the peer algorithms cannot run and
-                    // small all-reduces take the ring: the launch counts assume P2P.
-                    assert_ne!(
-                        comm.transport_name(),
-                        "SHM",
-                        "rank {rank}: the group test needs P2P between the GPUs"
-                    );
-                    prepare(&mut comm);
-                    let result = run_group(rank, nranks, &mut comm, &cases);
-                    comm.finalize().unwrap();
-                    result
-                },
-            )
-        }));
-        if barrier_form {
-            // SAFETY: as above.
-            unsafe { std::env::remove_var("WEFT_DIRECT_WINDOW") };
-        }
-        let out = match run {
-            Ok(out) => out,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
+        let out = run_ranks_with(
+            nranks,
+            Duration::from_secs(60),
+            settings,
+            move |rank, mut comm| {
+                // Without a peer region (SHM windows) the peer algorithms cannot run and
+                // small all-reduces take the ring: the launch counts assume P2P.
+                assert_ne!(
+                    comm.transport_name(),
+                    "SHM",
+                    "rank {rank}: the group test needs P2P between the GPUs"
+                );
+                prepare(&mut comm);
+                let result = run_group(rank, nranks, &mut comm, &cases);
+                comm.finalize().unwrap();
+                result
+            },
+        );
         for (rank, (launches, wrong)) in out.into_iter().enumerate() {
             eprintln!("{name}: rank {rank}: {calls} calls in {launches} launches");
             failures.extend(wrong);

@@ -23,7 +23,7 @@
 //!
 //! All ranks must build the same channels. The topology and the environment are each
 //! rank's own (ranks may see different GPUs through `CUDA_VISIBLE_DEVICES`, or be started
-//! with different variables), so [`agree_on_channels`] has rank 0 plan from the all-gathered
+//! with different variables), so [`agree_on_channels_with`] has rank 0 plan from the all-gathered
 //! peers and broadcast the result; the others check and adopt it. NCCL instead detects on
 //! every rank, fuses the XML of the host's ranks and takes the minimum channel count over
 //! ranks; one broadcast gives the same guarantee with less machinery.
@@ -103,7 +103,7 @@ impl ChannelPlan {
     }
 }
 
-/// The channel count bounds from the environment, as NCCL reads them.
+/// The channel count bounds of the settings, as NCCL reads them from its environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Limits {
     min: u32,
@@ -569,19 +569,6 @@ pub fn agree_on_channels_with(
     };
     let bytes = bootstrap.broadcast(0, &all, &mine)?;
     decode_plan(&bytes, nranks)
-}
-
-/// [`agree_on_channels_with`] the settings of the variables `env` gives (read leniently:
-/// rank 0 reports a bad one to every rank). For the communicators' init, until they pass
-/// their settings.
-pub fn agree_on_channels(
-    bootstrap: &mut Bootstrap,
-    peers: &[Peer],
-    topo: TopoInput<'_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<ChannelPlan, CommError> {
-    let settings = config::Settings::from_lookup_or_defaults(env);
-    agree_on_channels_with(bootstrap, peers, topo, &settings)
 }
 
 #[cfg(test)]

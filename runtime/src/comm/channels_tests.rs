@@ -461,7 +461,7 @@ fn every_rank_adopts_rank_zeros_plan() {
     }
 }
 
-/// Through a lookup (the communicators' init): a bad bound is rank 0's error, for all.
+/// Through settings read leniently (libnccl's init): a bad bound is rank 0's error, for all.
 #[test]
 fn a_bad_bound_in_the_environment_fails_the_plan() {
     use crate::bootstrap::{BootstrapOptions, BootstrapRoot};
@@ -470,13 +470,15 @@ fn a_bad_bound_in_the_environment_fails_the_plan() {
     let mut b = Bootstrap::init(&id, 0, 1, &opts).unwrap();
     let peers: Vec<Peer> = vec![Peer::local(0, None, settings(2))];
     let bad = |k: &str| (k == "NCCL_MAX_NCHANNELS").then(|| "few".to_string());
-    let err = agree_on_channels(&mut b, &peers, TopoInput::Host, &bad).unwrap_err();
+    let bad = config::Settings::from_lookup_or_defaults(&bad);
+    let err = agree_on_channels_with(&mut b, &peers, TopoInput::Host, &bad).unwrap_err();
     assert!(
         err.to_string().contains("NCCL_MAX_NCHANNELS=\"few\""),
         "{err}"
     );
     let good = |k: &str| (k == "NCCL_MAX_NCHANNELS").then(|| "1".to_string());
-    let plan = agree_on_channels(&mut b, &peers, TopoInput::Host, &good).unwrap();
+    let good = config::Settings::from_lookup(&good).unwrap();
+    let plan = agree_on_channels_with(&mut b, &peers, TopoInput::Host, &good).unwrap();
     assert_eq!(plan.nchannels(), 1);
     drop(b);
     drop(root);

@@ -94,6 +94,11 @@ impl Transports {
         }
     }
 
+    /// The SHM transport (built whether or not a connection uses it).
+    pub fn shm(&self) -> &ShmTransport {
+        &self.shm
+    }
+
     /// The transport for a connection between `me` and `peer`: the first of P2P (not on
     /// host memory), SHM, NET whose `can_connect` accepts the pair, unless one is forced.
     /// The same on both sides: it depends only on what both ranks know about both (and on

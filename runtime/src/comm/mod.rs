@@ -8,7 +8,7 @@
 //!    settings every rank must share); two ranks on one device of one host are an error;
 //! 3. the channels: rank 0 plans them ([`channels::plan_channels`]: NCCL's ring search over
 //!    the host's topology when every rank has a GPU of one host, else the plain ring) and
-//!    broadcasts the plan ([`channels::agree_on_channels`]);
+//!    broadcasts the plan ([`channels::agree_on_channels_with`]);
 //! 4. per channel a send connection to the ring's next rank and a receive connection from
 //!    its previous one, each over the transport [`connect::Transports::choose`] picks,
 //!    built with NCCL's setup / exchange / connect handshake ([`connect::handshake`]);
@@ -44,9 +44,8 @@ mod test;
 
 use std::time::Duration;
 
+use weft_config::{Settings, table};
 use weft_core::abi::DataType;
-use weft_core::fifo::NCCL_STEPS;
-use weft_core::fifo::ll::LL_LINE_BYTES;
 use weft_core::tune::ProtocolEnable;
 
 pub use connect::{TransportChoice, TransportKind};
@@ -56,7 +55,7 @@ pub use p2p::P2pOp;
 
 use crate::bootstrap::BootstrapOptions;
 use crate::conn::WaitPolicy;
-use crate::conn::layout::LL_LINES_GRAIN;
+use crate::conn::layout::{ll_lines_of, ring_step_bytes};
 // Named by the options' documentation.
 #[cfg(doc)]
 use crate::conn::DEFAULT_LL_LINES;
@@ -75,7 +74,8 @@ pub const MIN_STEP_BYTES: usize = 512;
 /// Most channels a communicator may have.
 pub const MAX_CHANNELS: u32 = 64;
 
-/// How a communicator is built. [`CommOptions::from_env`] reads the environment.
+/// How a communicator is built. [`CommOptions::from_settings`] takes weft-config's
+/// settings; [`CommOptions::from_env`] reads them from the environment.
 #[derive(Debug, Clone)]
 pub struct CommOptions {
     /// Channels (rings) to build; `None`: what [`channels::plan_channels`] finds (NCCL's
@@ -95,7 +95,7 @@ pub struct CommOptions {
     /// ([`bus_id_from_str`](weft_core::wire::bootstrap::bus_id_from_str)), which the channel
     /// search matches against the topology's GPUs; `None`: asked from the CUDA driver.
     pub bus_id: Option<u64>,
-    /// NCCL topology XML for the channel search; `None`: `WEFT_TOPO_FILE` /
+    /// NCCL topology XML for the channel search; `None`: the settings' `WEFT_TOPO_FILE` /
     /// `NCCL_TOPO_FILE`, else detection. Read on rank 0 only (it plans for all).
     pub topo_file: Option<std::path::PathBuf>,
     /// Bytes per FIFO step; `None`: 128 KiB with SHM only, 512 KiB when NET is involved.
@@ -106,7 +106,7 @@ pub struct CommOptions {
     /// [`wait_policy_for`]). `WEFT_WAIT_SPINS`, `WEFT_WAIT_YIELDS`.
     pub wait: Option<WaitPolicy>,
     /// Interfaces for NET connections (`NCCL_SOCKET_IFNAME` syntax); `None`: the
-    /// environment's (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`) or NCCL's default.
+    /// settings' (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`) or NCCL's default.
     pub socket_ifname: Option<String>,
     /// Protocols calls may use, per collective (`NCCL_PROTO` syntax: `LL,Simple`, `^LL`,
     /// `LL,Simple;allreduce:^LL`). `WEFT_PROTO`, else `NCCL_PROTO`; default all.
@@ -125,7 +125,7 @@ pub struct CommOptions {
     /// `WEFT_P2P_LL_THRESHOLD` / `NCCL_P2P_LL_THRESHOLD`.
     pub p2p_ll_threshold: Option<usize>,
     /// GPU communicators: bounds on the channel count set by the program for this
-    /// communicator (`ncclConfig_t`'s `minCTAs` / `maxCTAs`), applied after the environment's
+    /// communicator (`ncclConfig_t`'s `minCTAs` / `maxCTAs`), applied after the settings'
     /// `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` the same way (at most `max`: the first
     /// channels kept; at least `min`: they repeat). `None`: no bound beyond those.
     pub channel_bounds: Option<ChannelBounds>,
@@ -142,6 +142,12 @@ pub struct CommOptions {
     /// `NCCL_P2P_READ_ENABLE` (0 or 1).
     pub p2p_read: Option<bool>,
     pub bootstrap: BootstrapOptions,
+    /// Every other setting init reads (weft-config's, one read of the environment where
+    /// the program starts): the NET backends', the SHM directory and switches, the channel
+    /// bounds, P2P's switches, the peer region's and the kernels'. [`Self::from_settings`]
+    /// keeps the settings it was given; [`Default`]: every variable unset (so a program
+    /// that builds its options itself is not steered by the environment).
+    pub settings: Settings,
 }
 
 /// A communicator's own bounds on its channel count (see [`CommOptions::channel_bounds`]).
@@ -171,6 +177,7 @@ impl Default for CommOptions {
             min_slices: None,
             p2p_read: None,
             bootstrap: BootstrapOptions::default(),
+            settings: Settings::default(),
         }
     }
 }
@@ -222,125 +229,59 @@ pub fn wait_policy_for(local_ranks: usize, net: bool, cpus: usize) -> WaitPolicy
 }
 
 impl CommOptions {
-    /// Defaults overridden by `WEFT_NCHANNELS`, `WEFT_TRANSPORT`, `WEFT_TIMEOUT`,
-    /// `WEFT_BUFFSIZE`/`NCCL_BUFFSIZE` and the bootstrap's variables. A malformed value is
-    /// an error naming the variable.
+    /// [`Self::from_settings`] of the process environment ([`Settings::from_env`]: the
+    /// values NCCL would ignore are logged once and ignored). A malformed value is an error
+    /// naming the variable, the value and what is allowed.
     pub fn from_env() -> Result<Self, CommError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let settings =
+            Settings::from_env().map_err(|e| CommError::InvalidArgument(e.to_string()))?;
+        Ok(Self::from_settings(&settings))
     }
 
     /// [`CommOptions::from_env`] over any lookup (for tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
-        let bad = |var: &str, value: &str, want: &str| {
-            CommError::InvalidArgument(format!("{var}={value:?}: expected {want}"))
-        };
-        let mut opts = CommOptions {
-            bootstrap: BootstrapOptions::from_lookup(&get),
+        let settings =
+            Settings::from_lookup(&get).map_err(|e| CommError::InvalidArgument(e.to_string()))?;
+        Ok(Self::from_settings(&settings))
+    }
+
+    /// Defaults overridden by `settings`: `WEFT_NCHANNELS`, `WEFT_TRANSPORT`,
+    /// `WEFT_TIMEOUT` (which sets the bootstrap's deadline too), `WEFT_WAIT_SPINS`,
+    /// `WEFT_WAIT_YIELDS`, `WEFT_BUFFSIZE` / `NCCL_BUFFSIZE`, `WEFT_PROTO` / `NCCL_PROTO`,
+    /// `WEFT_LL_BUFFSIZE` / `NCCL_LL_BUFFSIZE`, `WEFT_ALGO`, `WEFT_MIN_SLICES`,
+    /// `NCCL_P2P_READ_ENABLE`, `NCCL_P2P_LL_THRESHOLD`, and the bootstrap's
+    /// ([`BootstrapOptions::from_settings`]); the rest of `settings` is kept as
+    /// [`CommOptions::settings`], for what init reads from them.
+    pub fn from_settings(settings: &Settings) -> CommOptions {
+        let t = &settings.transport;
+        let mut bootstrap = BootstrapOptions::from_settings(settings);
+        if settings.origin(&table::TIMEOUT.info).is_some() {
+            bootstrap.timeout = t.timeout;
+        }
+        let wait = (t.wait_spins.is_some() || t.wait_yields.is_some()).then(|| {
+            let base = WaitPolicy::default();
+            WaitPolicy {
+                spins: t.wait_spins.unwrap_or(base.spins),
+                yields: t.wait_yields.unwrap_or(base.yields),
+                ..base
+            }
+        });
+        CommOptions {
+            nchannels: settings.topology.nchannels,
+            transport: t.transport,
+            timeout: t.timeout,
+            step_bytes: t.buffsize.map(ring_step_bytes),
+            wait,
+            protocols: t.protocols,
+            ll_lines: t.ll_buffsize.map(ll_lines_of),
+            algo: settings.gpu.algo,
+            p2p_ll_threshold: t.p2p_ll_threshold,
+            min_slices: settings.gpu.min_slices,
+            p2p_read: t.p2p_read,
+            bootstrap,
+            settings: settings.clone(),
             ..CommOptions::default()
-        };
-        if let Some(v) = get("WEFT_NCHANNELS") {
-            let n: u32 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=MAX_CHANNELS).contains(n))
-                .ok_or_else(|| bad("WEFT_NCHANNELS", &v, "a channel count from 1 to 64"))?;
-            opts.nchannels = Some(n);
         }
-        if let Some(v) = get("WEFT_TRANSPORT") {
-            opts.transport = TransportChoice::parse(&v)
-                .ok_or_else(|| bad("WEFT_TRANSPORT", &v, "auto, shm, net, ib or mesh"))?;
-        }
-        if let Some(v) = get("WEFT_TIMEOUT") {
-            let secs: f64 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite() && *s < 1e9)
-                .ok_or_else(|| bad("WEFT_TIMEOUT", &v, "a positive number of seconds"))?;
-            opts.timeout = Duration::from_secs_f64(secs);
-            opts.bootstrap.timeout = opts.timeout;
-        }
-        for (var, field) in [("WEFT_WAIT_SPINS", 0), ("WEFT_WAIT_YIELDS", 1)] {
-            if let Some(v) = get(var) {
-                let n: u32 = v.trim().parse().map_err(|_| bad(var, &v, "a count"))?;
-                let policy = opts.wait.get_or_insert_with(WaitPolicy::default);
-                if field == 0 {
-                    policy.spins = n;
-                } else {
-                    policy.yields = n;
-                }
-            }
-        }
-        for var in ["WEFT_BUFFSIZE", "NCCL_BUFFSIZE"] {
-            if let Some(v) = get(var) {
-                let total: usize = v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|t| *t >= 4096)
-                    .ok_or_else(|| bad(var, &v, "bytes for the 8 FIFO steps, e.g. 4194304"))?;
-                opts.step_bytes = Some((total / NCCL_STEPS) & !63);
-                break;
-            }
-        }
-        for var in ["WEFT_PROTO", "NCCL_PROTO"] {
-            if let Some(v) = get(var) {
-                opts.protocols = ProtocolEnable::parse(&v).map_err(|e| {
-                    let token = v.get(e.at.0..e.at.1).unwrap_or("");
-                    CommError::InvalidArgument(format!("{var}={v:?}: {e}: {token:?}"))
-                })?;
-                break;
-            }
-        }
-        if let Some(v) = get("WEFT_MIN_SLICES") {
-            let n: u32 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=NCCL_STEPS as u32).contains(n))
-                .ok_or_else(|| bad("WEFT_MIN_SLICES", &v, "a slice count from 1 to 8"))?;
-            opts.min_slices = Some(n);
-        }
-        for var in ["WEFT_P2P_READ_ENABLE", "NCCL_P2P_READ_ENABLE"] {
-            if let Some(v) = get(var) {
-                opts.p2p_read = match v.trim() {
-                    "0" => Some(false),
-                    "1" => Some(true),
-                    _ => return Err(bad(var, &v, "0 or 1")),
-                };
-                break;
-            }
-        }
-        if let Some(v) = get("WEFT_ALGO") {
-            opts.algo = weft_core::algo::GpuAlgo::parse(&v)
-                .map_err(|e| CommError::InvalidArgument(format!("WEFT_ALGO={v:?}: {e}")))?;
-        }
-        for var in ["WEFT_LL_BUFFSIZE", "NCCL_LL_BUFFSIZE"] {
-            if let Some(v) = get(var) {
-                let total: usize = v.trim().parse().map_err(|_| {
-                    bad(
-                        var,
-                        &v,
-                        "bytes for the 8 LL steps (8-byte lines), e.g. 131072, or 0",
-                    )
-                })?;
-                let lines = total / NCCL_STEPS / LL_LINE_BYTES;
-                opts.ll_lines = Some(lines - lines % LL_LINES_GRAIN);
-                break;
-            }
-        }
-        for var in ["WEFT_P2P_LL_THRESHOLD", "NCCL_P2P_LL_THRESHOLD"] {
-            if let Some(v) = get(var) {
-                let bytes: usize = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad(var, &v, "bytes per channel, e.g. 16384"))?;
-                opts.p2p_ll_threshold = Some(bytes);
-                break;
-            }
-        }
-        Ok(opts)
     }
 
     /// Single-host tests: loopback bootstrap and NET, deadline `timeout`.

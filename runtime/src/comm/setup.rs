@@ -22,7 +22,7 @@ use crate::conn::{
 };
 use crate::exec::{ExecChannel, ExecError, Executor, RingConns, Tuning};
 use crate::net::any::AnyNet;
-use crate::net::ib::IbNet;
+use crate::net::ib::{IbConfig, IbNet};
 use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{NetOptions, NetTransport};
@@ -45,6 +45,8 @@ impl HostComm {
         opts: &CommOptions,
     ) -> Result<HostComm, CommError> {
         check_arguments(rank, nranks, opts)?;
+        // What differs from the defaults, as NCCL_DEBUG=INFO lists it at init.
+        opts.settings.log_changed_once();
         // The calling thread runs channel 0 of every call: its waits must wake on time.
         crate::exec::pool::tighten_timer_slack();
         let ll_lines = opts.ll_lines.unwrap_or(DEFAULT_LL_LINES);
@@ -54,7 +56,7 @@ impl HostComm {
         let rings = agree_on_rings(&mut bootstrap, rank, &peers, opts)?;
 
         let abort = AbortFlag::new();
-        let any_net = nranks > 1 && rings_cross_net(&rings, &peers, opts.transport, &abort);
+        let any_net = nranks > 1 && rings_cross_net(&rings, &peers, opts, &abort);
         let waiter = Waiter {
             policy: wait_policy(opts, &peers, &me, any_net),
             abort: abort.clone(),
@@ -163,21 +165,21 @@ fn gather_peers(bootstrap: &mut Bootstrap, rank: usize, me: &Peer) -> Result<Vec
     Ok(peers)
 }
 
-/// The channels' rings rank 0 planned for all ([`channels::agree_on_channels`]).
+/// The channels' rings rank 0 planned for all ([`channels::agree_on_channels_with`]).
 fn agree_on_rings(
     bootstrap: &mut Bootstrap,
     rank: usize,
     peers: &[Peer],
     opts: &CommOptions,
 ) -> Result<Vec<Vec<u32>>, CommError> {
-    let plan = channels::agree_on_channels(
+    let plan = channels::agree_on_channels_with(
         bootstrap,
         peers,
         match &opts.topo_file {
             Some(path) => channels::TopoInput::File(path),
             None => channels::TopoInput::Host,
         },
-        &crate::env::process,
+        &opts.settings,
     )?;
     if rank == 0 {
         log::info!(
@@ -199,12 +201,14 @@ fn agree_on_rings(
 fn rings_cross_net(
     rings: &[Vec<u32>],
     peers: &[Peer],
-    choice: TransportChoice,
+    opts: &CommOptions,
     abort: &AbortFlag,
 ) -> bool {
-    // Only `choose` is asked of the probe: its SHM transport never waits.
-    let probe_shm = ShmTransport::new(FifoLayout::default(), WaitPolicy::default(), abort.clone());
-    let probe = Transports::new(choice, probe_shm, Box::new(|| Err(String::new())));
+    // Only `choose` is asked of the probe: its SHM transport never waits, but refuses
+    // every pair as the real one will when SHM is disabled.
+    let probe_shm = ShmTransport::new(FifoLayout::default(), WaitPolicy::default(), abort.clone())
+        .with_disabled(opts.settings.transport.shm_disable);
+    let probe = Transports::new(opts.transport, probe_shm, Box::new(|| Err(String::new())));
     rings.iter().any(|ring| {
         ring.iter()
             .zip(ring.iter().cycle().skip(1))
@@ -288,13 +292,19 @@ fn build_transports(
     };
     let ifname = opts.socket_ifname.clone();
     let choice = opts.transport;
+    // Made on first use (a communicator of one host may never need NET), from the
+    // settings the options carry.
+    let net_settings = opts.settings.net.clone();
     let make_net = move || {
         let net = if choice == TransportChoice::Ib {
-            AnyNet::Ib(IbNet::from_env().map_err(|e| e.to_string())?)
+            AnyNet::Ib(
+                IbNet::new(IbConfig::from_settings(&net_settings)).map_err(|e| e.to_string())?,
+            )
         } else if choice == TransportChoice::Mesh {
-            AnyNet::Mesh(MeshNet::from_env().map_err(|e| e.to_string())?)
+            AnyNet::Mesh(MeshNet::from_settings(&net_settings).map_err(|e| e.to_string())?)
         } else {
-            let mut config = SocketConfig::from_env().map_err(|e| e.to_string())?;
+            let mut config =
+                SocketConfig::from_settings(&net_settings.socket).map_err(|e| e.to_string())?;
             if ifname.is_some() {
                 config.ifname = ifname.clone();
             }
@@ -306,11 +316,10 @@ fn build_transports(
     let shm_layout = layout.with_ll_lines(ll_lines).map_err(|e| {
         CommError::InvalidArgument(format!("LL buffer of {ll_lines} lines per step: {e}"))
     })?;
-    let shm = ShmTransport::new(shm_layout, waiter.policy, abort.clone());
-    let shm = match std::env::var_os("WEFT_SHM_DIR") {
-        Some(dir) => shm.with_dir(dir),
-        None => shm,
-    };
+    let transport = &opts.settings.transport;
+    let shm = ShmTransport::new(shm_layout, waiter.policy, abort.clone())
+        .with_dir(&transport.shm_dir)
+        .with_disabled(transport.shm_disable);
     Ok(Transports::new(opts.transport, shm, Box::new(make_net)))
 }
 

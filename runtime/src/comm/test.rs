@@ -251,6 +251,79 @@ fn nccl_proto_and_ll_buffer_from_the_environment() {
     assert!(err.contains("NCCL_P2P_LL_THRESHOLD=\"16k\""), "{err}");
 }
 
+/// Host communicators of `nranks` threads on loopback, over whichever transport `settings`
+/// leave (`TransportChoice::Auto`): each rank's result.
+fn comms_with_settings(nranks: usize, settings: &Settings) -> Vec<Result<HostComm, CommError>> {
+    let mut opts = CommOptions::loopback(Duration::from_secs(20));
+    opts.settings = settings.clone();
+    let (id, root) = BootstrapRoot::start(&opts.bootstrap).unwrap();
+    let comms = thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let (id, opts) = (id, opts.clone());
+                s.spawn(move || HostComm::init(&id, r, nranks, &opts))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(root);
+    comms
+}
+
+/// The settings the options carry reach the transports: `NCCL_SHM_DISABLE=1` sends ranks
+/// of one host over NET (and the collectives still run), `WEFT_SHM_DIR` is where SHM
+/// segments go.
+#[test]
+fn the_options_settings_reach_the_transports() {
+    let nranks = 2;
+    let data = TestData {
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        seed: 11,
+        nranks,
+    };
+    let shm_off =
+        Settings::from_lookup(&|k| (k == "NCCL_SHM_DISABLE").then(|| "1".into())).unwrap();
+    let mut comms: Vec<HostComm> = comms_with_settings(nranks, &shm_off)
+        .into_iter()
+        .map(|c| c.expect("init without SHM"))
+        .collect();
+    for comm in &comms {
+        for kinds in comm.channel_transports() {
+            assert_eq!(*kinds, Some((TransportKind::Net, TransportKind::Net)));
+        }
+    }
+    thread::scope(|s| {
+        for (rank, comm) in comms.iter_mut().enumerate() {
+            s.spawn(move || checked_all_reduce(comm, &data, rank, 4099));
+        }
+    });
+    drop(comms);
+
+    let dir = std::env::temp_dir().join(format!("weft-shm-dir-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_str().unwrap().to_string();
+    let lookup = move |k: &str| (k == "WEFT_SHM_DIR").then(|| dir_text.clone());
+    let in_dir = Settings::from_lookup(&lookup).unwrap();
+    let mut comms: Vec<HostComm> = comms_with_settings(nranks, &in_dir)
+        .into_iter()
+        .map(|c| c.expect("init with WEFT_SHM_DIR"))
+        .collect();
+    for comm in &comms {
+        assert_eq!(comm.transports.shm().dir(), dir.as_path());
+        for kinds in comm.channel_transports() {
+            assert_eq!(*kinds, Some((TransportKind::Shm, TransportKind::Shm)));
+        }
+    }
+    thread::scope(|s| {
+        for (rank, comm) in comms.iter_mut().enumerate() {
+            s.spawn(move || checked_all_reduce(comm, &data, rank, 4099));
+        }
+    });
+    drop(comms);
+    let _ = std::fs::remove_dir(&dir);
+}
+
 /// NCCL_PROTO=LL on a communicator whose connections are NET (no LL buffers) leaves the
 /// CPU executor nothing to run: init says so instead of failing mid-collective.
 #[test]
@@ -430,4 +503,159 @@ fn buffers_are_checked_against_each_collectives_layout() {
             });
         }
     });
+}
+
+/// [`CommOptions::from_settings`], the settings read through a few pairs.
+fn options_of(pairs: &[(&'static str, &'static str)]) -> CommOptions {
+    let pairs = pairs.to_vec();
+    let lookup = move |k: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    };
+    CommOptions::from_settings(&Settings::from_lookup(&lookup).unwrap())
+}
+
+/// What `options_from_the_environment` asks of `CommOptions::from_lookup`, of the settings.
+#[test]
+fn options_from_settings() {
+    let o = options_of(&[
+        ("WEFT_NCHANNELS", "3"),
+        ("WEFT_TRANSPORT", "net"),
+        ("WEFT_TIMEOUT", "2.5"),
+        ("NCCL_BUFFSIZE", "4194304"),
+        ("WEFT_WAIT_YIELDS", "7"),
+        ("WEFT_MIN_SLICES", "4"),
+        ("NCCL_P2P_READ_ENABLE", "1"),
+    ]);
+    assert_eq!(o.nchannels, Some(3));
+    assert_eq!(o.transport, TransportChoice::Net);
+    assert_eq!(o.timeout, Duration::from_millis(2500));
+    assert_eq!(o.bootstrap.timeout, Duration::from_millis(2500));
+    assert_eq!(o.step_bytes, Some(512 * 1024));
+    assert_eq!(o.wait.map(|w| (w.spins, w.yields)), Some((256, 7)));
+    assert_eq!(o.min_slices, Some(4));
+    assert_eq!(o.p2p_read, Some(true));
+    assert_eq!(o.protocols, ProtocolEnable::default());
+    assert_eq!(o.ll_lines, None);
+    let both = options_of(&[("NCCL_P2P_READ_ENABLE", "1"), ("WEFT_P2P_READ_ENABLE", "0")]);
+    assert_eq!(both.p2p_read, Some(false), "the WEFT_ name wins");
+    let none = options_of(&[]);
+    assert_eq!(
+        (
+            none.p2p_read,
+            none.min_slices,
+            none.algo,
+            none.wait.is_some()
+        ),
+        (None, None, None, false)
+    );
+    assert_eq!(none.timeout, DEFAULT_TIMEOUT);
+    assert_eq!(none.bootstrap, BootstrapOptions::default());
+    // The bootstrap's own deadline holds unless WEFT_TIMEOUT is set.
+    let b = options_of(&[("WEFT_BOOTSTRAP_TIMEOUT", "7")]);
+    assert_eq!(b.bootstrap.timeout, Duration::from_secs(7));
+    assert_eq!(b.timeout, DEFAULT_TIMEOUT);
+}
+
+/// The options keep the settings they were made from (init reads the rest there), and the
+/// default options are not steered by the environment.
+#[test]
+fn options_keep_their_settings() {
+    let pairs = [
+        ("WEFT_SHM_DIR", "/tmp/weft-shm"),
+        ("NCCL_MAX_NCHANNELS", "5"),
+    ];
+    let lookup = |k: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    };
+    let settings = Settings::from_lookup(&lookup).unwrap();
+    let o = CommOptions::from_settings(&settings);
+    assert_eq!(o.settings, settings);
+    assert_eq!(
+        o.settings.transport.shm_dir,
+        std::path::Path::new("/tmp/weft-shm")
+    );
+    assert_eq!(o.settings.topology.max_nchannels, Some(5));
+    let o = CommOptions::from_lookup(lookup).unwrap();
+    assert_eq!(o.settings, settings);
+    assert_eq!(CommOptions::default().settings, Settings::default());
+    assert_eq!(
+        CommOptions::loopback(Duration::from_secs(1)).settings,
+        Settings::default()
+    );
+}
+
+#[test]
+fn protocols_and_ll_buffer_from_settings() {
+    let only = |p: Protocol| ProtocolSet::of(&[p]);
+    let o = options_of(&[("NCCL_PROTO", "^ll"), ("NCCL_LL_BUFFSIZE", "262144")]);
+    assert_eq!(
+        o.protocols.for_collective(Collective::AllReduce),
+        ProtocolSet::of(&[Protocol::Ll128, Protocol::Simple])
+    );
+    // 256 KiB for 8 steps of 8-byte lines: 4096 lines per step.
+    assert_eq!(o.ll_lines, Some(4096));
+    let o = options_of(&[
+        ("NCCL_PROTO", "Simple"),
+        ("WEFT_PROTO", "LL;allgather:Simple"),
+        ("WEFT_LL_BUFFSIZE", "100000"),
+    ]);
+    assert_eq!(
+        o.protocols
+            .for_collective(Collective::Broadcast { root: 0 }),
+        only(Protocol::Ll)
+    );
+    assert_eq!(
+        o.protocols.for_collective(Collective::AllGather),
+        only(Protocol::Simple)
+    );
+    assert_eq!(o.ll_lines, Some(1536));
+    assert_eq!(options_of(&[("NCCL_LL_BUFFSIZE", "0")]).ll_lines, Some(0));
+    assert_eq!(options_of(&[]).p2p_ll_threshold, None);
+    assert_eq!(
+        options_of(&[
+            ("NCCL_P2P_LL_THRESHOLD", "16384"),
+            ("WEFT_P2P_LL_THRESHOLD", "0")
+        ])
+        .p2p_ll_threshold,
+        Some(0)
+    );
+    assert_eq!(
+        options_of(&[("WEFT_ALGO", "TwoShot")]).algo,
+        Some(weft_core::algo::GpuAlgo::TwoShot)
+    );
+}
+
+/// The values `CommOptions::from_lookup` refuses are refused when the settings are read,
+/// each error naming its variable and its value.
+#[test]
+fn bad_values_are_refused_by_the_settings() {
+    for (var, value) in [
+        ("WEFT_NCHANNELS", "0"),
+        ("WEFT_NCHANNELS", "65"),
+        ("WEFT_TRANSPORT", "carrier-pigeon"),
+        ("WEFT_TIMEOUT", "-1"),
+        ("WEFT_BUFFSIZE", "12"),
+        ("NCCL_PROTO", "LL,Simpel"),
+        ("WEFT_PROTO", "allreduc:LL"),
+        ("NCCL_LL_BUFFSIZE", "lots"),
+        ("WEFT_ALGO", "tree"),
+        ("WEFT_MIN_SLICES", "0"),
+        ("WEFT_MIN_SLICES", "9"),
+        ("NCCL_P2P_READ_ENABLE", "yes"),
+        ("NCCL_P2P_LL_THRESHOLD", "16k"),
+        ("WEFT_WAIT_SPINS", "many"),
+    ] {
+        let err = Settings::from_lookup(&|k| (k == var).then(|| value.to_string()))
+            .expect_err("a bad value is an error");
+        assert!(
+            err.to_string().contains(&format!("{var}={value:?}")),
+            "{err}"
+        );
+    }
 }

@@ -32,8 +32,8 @@ pub enum ExecError {
     InvalidArgument(String),
     /// The reduction kernels refused the operands (a weft bug: the executor sizes them).
     Reduce(ReduceError),
-    /// The communicator's abort flag was raised (by `Comm::abort_flag` or an earlier error)
-    /// before the call started.
+    /// The communicator's abort flag was raised (by `HostComm::abort_flag` or an earlier
+    /// error) before the call started.
     Aborted,
     /// A worker thread panicked: a bug in weft. The text is the panic message.
     Panic(String),

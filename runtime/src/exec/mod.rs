@@ -383,7 +383,7 @@ impl Executor {
     }
 
     /// [`Executor::run`], or with `parallel` false every job on this thread, in order
-    /// (only for jobs that cannot wait on each other: see `Comm::group`).
+    /// (only for jobs that cannot wait on each other: see `HostComm::group`).
     pub fn run_with(&mut self, jobs: Vec<Job>, parallel: bool) -> Result<(), ExecError> {
         if self.abort.is_aborted() {
             return Err(ExecError::Aborted);

@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use weft_config::{KernelSettings, Settings};
+use weft_config::KernelSettings;
 use weft_core::abi::{DataType, Protocol, RedOp};
 use weft_cuda::{CompileOptions, Context, Function, Module};
 
@@ -209,14 +209,6 @@ fn writable_dir(dir: &std::path::Path) -> bool {
     ok
 }
 
-/// Threads per block of every module as the process environment says:
-/// `WEFT_KERNEL_THREADS`, a knob for measurements (a multiple of 32 from 64 to 1024), or
-/// weft-kernels' default. For the GPU communicator's init, until it passes its settings
-/// (code that has them reads [`KernelSettings::threads`]).
-pub fn kernel_threads() -> u32 {
-    Settings::from_env_or_defaults().kernels.threads
-}
-
 /// Fewest threads per block of the NVLS module: its three warp groups (scatter, gather,
 /// reduce) need 8 warps between them (`static_assert` in nvls.cu).
 pub const NVLS_MIN_THREADS: u32 = 256;
@@ -268,12 +260,6 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// [`Self::with_settings`] of the process environment (for the GPU communicator's init,
-    /// until it passes its settings).
-    pub fn new(ctx: &Arc<Context>) -> Result<Self, GpuError> {
-        Self::with_settings(ctx, &Settings::from_env_or_defaults().kernels)
-    }
-
     /// The modules of `ctx`, compiled as `tuning` says.
     pub fn with_settings(ctx: &Arc<Context>, tuning: &KernelSettings) -> Result<Self, GpuError> {
         let arch = ctx.device().compute_capability()?;

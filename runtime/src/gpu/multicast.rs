@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use weft_cuda::multicast::{self, MulticastMapping, MulticastObject, OptIn};
 use weft_cuda::{Context, ShareableBuffer};
 
-use weft_config::{GpuSettings, Settings};
+use weft_config::GpuSettings;
 
 use super::error::GpuError;
 use super::fd_passing::{FdInbox, FdRendezvous};
@@ -72,12 +72,6 @@ pub fn nvls_form(weft_nvls: Option<&str>, nvls_enable: bool) -> Result<NvlsForm,
 /// [`nvls_form`] of `settings`.
 pub fn nvls_form_of(settings: &GpuSettings) -> Result<NvlsForm, String> {
     nvls_form(settings.nvls.as_deref(), settings.nvls_enable)
-}
-
-/// [`nvls_form`] of this process's environment (for the GPU communicator's init, until it
-/// passes its settings).
-pub fn nvls_form_from_env() -> Result<NvlsForm, String> {
-    nvls_form_of(&Settings::from_env_or_defaults().gpu)
 }
 
 /// Two ranks on one GPU, if any (by PCI bus id, in rank order): a multicast object takes
@@ -447,10 +441,11 @@ fn fd_error(e: super::fd_passing::FdPassingError) -> GpuError {
 #[cfg(test)]
 mod test {
     use super::*;
+    use weft_config::Settings;
     use weft_core::algo::GpuAlgo;
 
     fn region(nranks: usize, heads: &[u32]) -> RegionPlan {
-        RegionPlan::new(GpuAlgo::Nvls, nranks, heads, 90, &|_| None).unwrap()
+        RegionPlan::for_settings(GpuAlgo::Nvls, nranks, heads, 90, &Settings::default()).unwrap()
     }
 
     #[test]
@@ -493,7 +488,8 @@ mod test {
     #[test]
     fn the_environment_of_tests_chooses_unicast_or_refuses() {
         // No test sets WEFT_NVLS=1: whatever NCCL_NVLS_ENABLE is, never multicast here.
-        assert_ne!(nvls_form_from_env(), Ok(NvlsForm::Multicast));
+        let process = Settings::from_env_or_defaults();
+        assert_ne!(nvls_form_of(&process.gpu), Ok(NvlsForm::Multicast));
     }
 
     #[test]
@@ -540,7 +536,8 @@ mod test {
         assert_eq!((p.creator, p.ndevices()), (0, 4));
         let p = MulticastPlan::new(&region(2, &[]), 2, 2 << 20, 2 << 20).unwrap();
         assert_eq!((p.creator, p.ndevices()), (0, 2));
-        let one = RegionPlan::new(GpuAlgo::OneShot, 2, &[], 90, &|_| None).unwrap();
+        let one =
+            RegionPlan::for_settings(GpuAlgo::OneShot, 2, &[], 90, &Settings::default()).unwrap();
         let e = MulticastPlan::new(&one, 2, 2 << 20, 2 << 20).unwrap_err();
         assert!(e.to_string().contains("only NVLS"), "{e}");
     }

@@ -79,32 +79,17 @@ pub struct RegionPlan {
     /// which pairs each thread moves depend on it, so every rank must have the same.
     pub threads: u32,
     /// NVLS: the multicast form ([`super::multicast`]) rather than the unicast one. Set by
-    /// the communicator after [`RegionPlan::new`], from the opt-in.
+    /// the communicator after [`RegionPlan::for_settings`], from the opt-in.
     pub multicast: bool,
 }
 
 impl RegionPlan {
-    /// [`Self::for_settings`] of the variables `env` gives (for the GPU communicator's
-    /// init, until it passes its settings); a bad value of the GPU's is an error naming it.
-    pub fn new(
-        algo: GpuAlgo,
-        nranks: usize,
-        heads: &[u32],
-        sm: u32,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<RegionPlan, GpuError> {
-        let settings = Settings::from_lookup_or_defaults(env);
-        settings
-            .check_groups(&[Group::Gpu])
-            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
-        RegionPlan::for_settings(algo, nranks, heads, sm, &settings)
-    }
-
     /// The region of `algo` for `nranks` ranks on GPUs of compute capability `sm` (major *
     /// 10 + minor). `heads`: the NVLS search's, or empty (the unicast form then takes every
     /// rank in rank order, what the search gives on one NVSwitch host). `settings` give
     /// `WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE` and
-    /// `WEFT_KERNEL_THREADS`.
+    /// `WEFT_KERNEL_THREADS`; a value of the GPU's variables they refused (settings read
+    /// leniently keep it aside) is an error naming it, not a region planned from its default.
     pub fn for_settings(
         algo: GpuAlgo,
         nranks: usize,
@@ -112,6 +97,9 @@ impl RegionPlan {
         sm: u32,
         settings: &Settings,
     ) -> Result<RegionPlan, GpuError> {
+        settings
+            .check_groups(&[Group::Gpu])
+            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
         if nranks > PEER_MAX_RANKS {
             return Err(GpuError::InvalidArgument(format!(
                 "WEFT_ALGO={algo} with {nranks} ranks: its kernels address at most \
@@ -182,7 +170,7 @@ impl RegionPlan {
     }
 
     /// The plan as bytes, for comparing across ranks: every rank computes it from its own
-    /// environment (`WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE`) and
+    /// settings (`WEFT_DIRECT_WINDOW`, `NCCL_NVLS_NCHANNELS`, `NCCL_NVLS_CHUNKSIZE`) and
     /// its own GPU (the NVLS channel default), and a rank whose plan differs would write
     /// past a peer's region. Eight big-endian bytes per field, in `PLAN_FIELDS` order,
     /// then the heads (four bytes each).
@@ -394,22 +382,33 @@ pub(super) fn first_difference(fields: &[&str], mine: &[u8], theirs: &[u8]) -> O
 mod test {
     use super::*;
 
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
+    /// The settings of `pairs` (each a variable and its value), read leniently as libnccl
+    /// reads the process's: a refused value is kept aside for the plan to report.
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        let lookup = |k: &str| {
             pairs
                 .iter()
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
-        }
+        };
+        Settings::from_lookup_or_defaults(&lookup)
+    }
+
+    /// The plan of `algo` for `nranks` ranks on sm_`sm`, with the NVLS search's `heads`
+    /// and `vars` set.
+    fn plan_on(
+        algo: GpuAlgo,
+        nranks: usize,
+        heads: &[u32],
+        sm: u32,
+        vars: &[(&str, &str)],
+    ) -> Result<RegionPlan, GpuError> {
+        RegionPlan::for_settings(algo, nranks, heads, sm, &settings(vars))
     }
 
     /// The plan of `algo` for `nranks` ranks on sm_90, no NVLS heads, with `vars` set.
-    fn plan(
-        algo: GpuAlgo,
-        nranks: usize,
-        vars: &'static [(&'static str, &'static str)],
-    ) -> Result<RegionPlan, GpuError> {
-        RegionPlan::new(algo, nranks, &[], 90, &env(vars))
+    fn plan(algo: GpuAlgo, nranks: usize, vars: &[(&str, &str)]) -> Result<RegionPlan, GpuError> {
+        plan_on(algo, nranks, &[], 90, vars)
     }
 
     #[test]
@@ -451,13 +450,13 @@ mod test {
         assert!(why.contains("3 there"), "{why}");
         // The channel default depends on the GPU.
         let hopper = plan(GpuAlgo::Nvls, 4, &[]).unwrap();
-        let blackwell = RegionPlan::new(GpuAlgo::Nvls, 4, &[], 100, &env(&[])).unwrap();
+        let blackwell = plan_on(GpuAlgo::Nvls, 4, &[], 100, &[]).unwrap();
         let why = hopper.mismatch(&blackwell.encode()).unwrap();
         assert!(why.contains("NCCL_NVLS_NCHANNELS"), "{why}");
         let c = plan(GpuAlgo::Nvls, 4, &[("NCCL_NVLS_CHUNKSIZE", "65536")]).unwrap();
         let why = a.mismatch(&c.encode()).unwrap();
         assert!(why.contains("NCCL_NVLS_CHUNKSIZE"), "{why}");
-        let d = RegionPlan::new(GpuAlgo::Nvls, 4, &[3, 2, 1, 0], 90, &env(&[])).unwrap();
+        let d = plan_on(GpuAlgo::Nvls, 4, &[3, 2, 1, 0], 90, &[]).unwrap();
         let why = a.mismatch(&d.encode()).unwrap();
         assert!(why.contains("heads"), "{why}");
         let one = plan(GpuAlgo::OneShot, 4, &[]).unwrap();
@@ -591,21 +590,21 @@ mod test {
         assert_eq!(w.peer_flags[1], regions[1] + p.credit_at);
         assert_eq!((w.mc_data, w.mc_credit), (0, 0));
         // Heads from the search, in its order; a set that is not every rank is refused.
-        let p = RegionPlan::new(
+        let p = plan_on(
             GpuAlgo::Nvls,
             4,
             &[2, 0, 3, 1],
             90,
-            &env(&[
+            &[
                 ("NCCL_NVLS_NCHANNELS", "4"),
                 ("NCCL_NVLS_CHUNKSIZE", "65536"),
-            ]),
+            ],
         )
         .unwrap();
         let (layout, heads) = p.nvls.as_ref().unwrap();
         assert_eq!(heads.ranks(), &[2, 0, 3, 1]);
         assert_eq!((layout.nchannels, layout.chunk_size), (4, 65536));
-        let e = RegionPlan::new(GpuAlgo::Nvls, 4, &[0, 1], 90, &env(&[])).unwrap_err();
+        let e = plan_on(GpuAlgo::Nvls, 4, &[0, 1], 90, &[]).unwrap_err();
         assert!(e.to_string().contains("one head per rank"), "{e}");
     }
 

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Once};
 
-use weft_config::{Settings, TransportSettings};
+use weft_config::TransportSettings;
 use weft_core::wire::ParseError;
 use weft_core::wire::connect::ShmConnectInfo;
 
@@ -151,17 +151,16 @@ pub struct ShmTransport {
 }
 
 impl ShmTransport {
-    /// Segments in [`DEFAULT_DIR`] of `layout`, waits by `policy`, ended by `abort`.
-    ///
-    /// Whether SHM is disabled (`NCCL_SHM_DISABLE`) is read from the process environment
-    /// here until the host communicator passes its settings ([`Self::with_disabled`]).
+    /// Segments in [`DEFAULT_DIR`] of `layout`, waits by `policy`, ended by `abort`; enabled
+    /// ([`Self::with_disabled`] and [`Self::with_dir`] apply `NCCL_SHM_DISABLE` and
+    /// `WEFT_SHM_DIR`; [`Self::from_settings`] takes all of a transport's settings).
     pub fn new(layout: FifoLayout, policy: WaitPolicy, abort: AbortFlag) -> Self {
         ShmTransport {
             dir: PathBuf::from(DEFAULT_DIR),
             layout,
             policy,
             abort,
-            disabled: Settings::from_env_or_defaults().transport.shm_disable,
+            disabled: false,
         }
     }
 

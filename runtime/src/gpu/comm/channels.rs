@@ -10,9 +10,10 @@ use weft_core::wire::bootstrap::bus_id_from_str;
 
 use super::peers::GpuPeer;
 use crate::bootstrap::Bootstrap;
-use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels, bound_channels};
+use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels_with, bound_channels};
 use crate::comm::peers::{Peer, Settings};
 use crate::comm::{ChannelBounds, CommError, CommOptions};
+use crate::config::TopologySettings;
 use crate::gpu::GpuError;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
@@ -39,12 +40,11 @@ pub(super) fn channel_rings(
     opts: &CommOptions,
 ) -> Result<ChannelRings, GpuError> {
     let explicit = opts.nchannels.unwrap_or(0);
-    let env = crate::env::process;
     let (rings, p2p_blocked, nvls_heads, searched) =
-        agreed_rings(bootstrap, peers, explicit, &env)?;
+        agreed_rings(bootstrap, peers, explicit, &opts.settings)?;
     // The searched rings run on two blocks each unless some rank set the count: decided
-    // alike everywhere (rank 0 planned the rings, but each rank has its own environment).
-    let set_here = channel_count_set(explicit, &env);
+    // alike everywhere (rank 0 planned the rings, but each rank has its own settings).
+    let set_here = channel_count_set(explicit, &opts.settings.topology);
     let set_anywhere = bootstrap
         .all_gather(&[u8::from(set_here)])?
         .iter()
@@ -82,7 +82,7 @@ fn agreed_rings(
     bootstrap: &mut Bootstrap,
     peers: &[GpuPeer],
     explicit: u32,
-    env: &dyn Fn(&str) -> Option<String>,
+    settings: &crate::config::Settings,
 ) -> Result<(Vec<Vec<u32>>, Option<(u32, u32, String)>, Vec<u32>, bool), GpuError> {
     let comm_peers: Vec<Peer> = peers
         .iter()
@@ -107,18 +107,17 @@ fn agreed_rings(
         let count = if explicit > 0 {
             explicit
         } else {
-            let get = |names: &[&str]| {
-                crate::env::first_value(env, names).and_then(|v| v.trim().parse::<u32>().ok())
-            };
-            let max = get(&["WEFT_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS"]).unwrap_or(MAX_CHANNELS);
-            let min = get(&["WEFT_MIN_NCHANNELS", "NCCL_MIN_NCHANNELS"]).unwrap_or(1);
+            // As set (before NCCL's clamping); a count no u32 holds is no bound.
+            let bound = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+            let max = bound(settings.topology.max_nchannels).unwrap_or(MAX_CHANNELS);
+            let min = bound(settings.topology.min_nchannels).unwrap_or(1);
             DEFAULT_CHANNELS.min(max).max(min)
         }
         .clamp(1, MAX_CHANNELS);
         log::info!("weft: {count} plain ring channel(s): {why}");
         (0..count).map(|_| (0..n).collect()).collect()
     };
-    match agree_on_channels(bootstrap, &comm_peers, TopoInput::Host, env) {
+    match agree_on_channels_with(bootstrap, &comm_peers, TopoInput::Host, settings) {
         Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
             log::info!(
                 "weft: {} channel(s) from the {} ({})",
@@ -207,18 +206,11 @@ fn rank_zeros_count(
         .collect())
 }
 
-/// Whether this rank set its channel count (`WEFT_NCHANNELS`, `NCCL_MIN_NCHANNELS` /
-/// `NCCL_MAX_NCHANNELS`, or their WEFT_ names): then the searched rings are not doubled.
-fn channel_count_set(explicit: u32, env: &dyn Fn(&str) -> Option<String>) -> bool {
-    explicit > 0
-        || [
-            "WEFT_MIN_NCHANNELS",
-            "NCCL_MIN_NCHANNELS",
-            "WEFT_MAX_NCHANNELS",
-            "NCCL_MAX_NCHANNELS",
-        ]
-        .iter()
-        .any(|v| env(v).is_some())
+/// Whether this rank set its channel count (an explicit count, `WEFT_NCHANNELS`,
+/// `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`, or their other names): then the searched
+/// rings are not doubled.
+fn channel_count_set(explicit: u32, topology: &TopologySettings) -> bool {
+    explicit > 0 || topology.channel_count_set()
 }
 
 /// The searched rings, each run by two blocks (channel `c + n` takes channel `c`'s ring, as
@@ -257,16 +249,18 @@ mod test {
         let many: Vec<Vec<u32>> = (0..40).map(|_| vec![0, 1]).collect();
         assert_eq!(two_blocks_per_ring(many).len(), MAX_CHANNELS as usize);
         // A count the user set.
-        let none = |_: &str| None;
+        let none = TopologySettings::default();
         assert!(!channel_count_set(0, &none));
         assert!(channel_count_set(24, &none));
         for var in [
             "NCCL_MIN_NCHANNELS",
             "NCCL_MAX_NCHANNELS",
             "WEFT_MAX_NCHANNELS",
+            "WEFT_NCHANNELS",
         ] {
             let set = |v: &str| (v == var).then(|| "24".to_string());
-            assert!(channel_count_set(0, &set), "{var}");
+            let settings = crate::config::Settings::from_lookup(&set).unwrap();
+            assert!(channel_count_set(0, &settings.topology), "{var}");
         }
     }
 }

@@ -84,12 +84,6 @@ pub struct GpuComm {
     planner: Planner,
 }
 
-/// Whether the first of `names` that is set holds something other than "" or "0".
-fn env_flag(names: &[&str]) -> bool {
-    crate::env::first_value(&crate::env::process, names)
-        .is_some_and(|v| !matches!(v.trim(), "" | "0"))
-}
-
 impl GpuComm {
     /// Tests only: restarts every connection at FIFO step `step`, as if that many steps had
     /// gone through each (and the one-/two-shot epochs of every lane at `step`): heads and

@@ -79,15 +79,26 @@ impl GpuPeer {
     }
 }
 
+/// `WEFT_TEST_SHARE_GPU` set to something other than blanks or `0`: ranks may share a GPU.
+/// Read from the process, not from the settings: it is a switch for weft's own tests on
+/// one-GPU machines, not a setting of weft's users (weft-config does not list it).
+fn gpu_sharing_allowed() -> bool {
+    std::env::var("WEFT_TEST_SHARE_GPU").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
 /// Checks that all ranks are on one host, no two on one GPU, with the same explicit
 /// settings; returns whether this rank can reach every other's GPU memory directly (P2P:
-/// not disabled, peer access possible, the peer's GPU visible here). `WEFT_TEST_SHARE_GPU=1`
-/// lets ranks share a GPU: only for testing the protocol on machines with one GPU (the
-/// ranks' kernels must then fit on the GPU together).
-pub(super) fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError> {
+/// not disabled by `p2p_disabled`, `NCCL_P2P_DISABLE`; peer access possible; the peer's
+/// GPU visible here). `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the
+/// protocol on machines with one GPU (the ranks' kernels must then fit on the GPU together).
+pub(super) fn check_peers(
+    me: usize,
+    peers: &[GpuPeer],
+    p2p_disabled: bool,
+) -> Result<bool, GpuError> {
     let mine = &peers[me];
     let mut reach = true;
-    if super::env_flag(&["WEFT_P2P_DISABLE", "NCCL_P2P_DISABLE"]) && peers.len() > 1 {
+    if p2p_disabled && peers.len() > 1 {
         log::info!("weft: P2P disabled (NCCL_P2P_DISABLE): device data goes through SHM");
         reach = false;
     }
@@ -103,7 +114,7 @@ pub(super) fn check_peers(me: usize, peers: &[GpuPeer]) -> Result<bool, GpuError
                     .to_string(),
             });
         }
-        if p.bus_id == mine.bus_id && !super::env_flag(&["WEFT_TEST_SHARE_GPU"]) {
+        if p.bus_id == mine.bus_id && !gpu_sharing_allowed() {
             return Err(GpuError::InvalidArgument(format!(
                 "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
                 p.bus_id

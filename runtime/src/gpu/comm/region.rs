@@ -18,6 +18,7 @@ use weft_cuda::{Context, Device, DeviceBuffer, Stream};
 use super::peers::GpuPeer;
 use super::windows::{PeerWindow, Window};
 use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::config::Settings;
 use crate::gpu::GpuError;
 use crate::gpu::kernels::PeerSource;
 use crate::gpu::multicast::{MulticastRegion, NvlsForm};
@@ -83,13 +84,15 @@ pub(super) struct RegionSite<'a> {
     pub(super) nvls_heads: &'a [u32],
 }
 
-/// `algo`'s region as planned on this rank, checked equal to every rank's plan. `forced`
-/// is what `WEFT_ALGO` set (for the errors). Collective: every rank calls it.
+/// `algo`'s region as planned on this rank from `settings` (the window, NVLS's channels
+/// and chunks, the kernels' threads, the NVLS form), checked equal to every rank's plan.
+/// `forced` is what `WEFT_ALGO` set (for the errors). Collective: every rank calls it.
 pub(super) fn agree_on_plan(
     bootstrap: &mut Bootstrap,
     algo: GpuAlgo,
     forced: Option<GpuAlgo>,
     site: RegionSite<'_>,
+    settings: &Settings,
 ) -> Result<RegionPlan, GpuError> {
     let RegionSite {
         rank,
@@ -107,25 +110,17 @@ pub(super) fn agree_on_plan(
     // WEFT_NVLS=1 under NCCL_NVLS_ENABLE=0 rather than quietly run the other form; every
     // rank must choose alike (compared with the plan below).
     let form = if algo == GpuAlgo::Nvls {
-        crate::gpu::multicast::nvls_form_from_env().map_err(GpuError::InvalidArgument)?
+        crate::gpu::multicast::nvls_form_of(&settings.gpu).map_err(GpuError::InvalidArgument)?
     } else {
         NvlsForm::Unicast
     };
     // At init rather than at the first call's NVRTC compile.
     if algo == GpuAlgo::Nvls {
-        crate::gpu::kernels::check_peer_threads(
-            PeerSource::Nvls,
-            crate::gpu::kernels::kernel_threads(),
-        )?;
+        crate::gpu::kernels::check_peer_threads(PeerSource::Nvls, settings.kernels.threads)?;
     }
     let (major, minor) = dev.compute_capability()?;
-    let mut plan = RegionPlan::new(
-        algo,
-        nranks,
-        nvls_heads,
-        major * 10 + minor,
-        &crate::env::process,
-    )?;
+    let mut plan =
+        RegionPlan::for_settings(algo, nranks, nvls_heads, major * 10 + minor, settings)?;
     plan.multicast = form == NvlsForm::Multicast;
     if plan.multicast && (major, minor) < weft_kernels::MULTIMEM_MIN_ARCH {
         return Err(GpuError::InvalidArgument(format!(
@@ -162,7 +157,7 @@ pub(super) fn agree_on_plan(
             }
         );
     }
-    // Each rank planned from its own environment and GPU: a rank with a larger plan
+    // Each rank planned from its own settings and GPU: a rank with a larger plan
     // would write past a smaller peer's region. Refuse any difference.
     let plans = bootstrap.all_gather(&plan.encode())?;
     if let Some((q, why)) = crate::gpu::peer::first_disagreement(&plans, |p| plan.mismatch(p)) {

@@ -98,6 +98,8 @@ impl GpuComm {
                 "rank {rank} of {nranks} ranks: need 0 <= rank < nranks"
             )));
         }
+        // What differs from the defaults, as NCCL_DEBUG=INFO lists it at init.
+        opts.settings.log_changed_once();
         let dev = Device::get(device)?;
         let ctx = Context::primary(dev)?;
         let mut settings = GpuSettings::from_options(opts)?;
@@ -115,7 +117,8 @@ impl GpuComm {
         let peers = gather_peers(&mut bootstrap, &me)?;
         // P2P where every rank reaches every other's GPU; otherwise every window lives in
         // shared host memory (SHM). Every rank decides from the same all-gathered answers.
-        let unreachable = !every_rank(&mut bootstrap, check_peers(rank, &peers)?)?;
+        let p2p_disabled = opts.settings.transport.p2p_disable;
+        let unreachable = !every_rank(&mut bootstrap, check_peers(rank, &peers, p2p_disabled)?)?;
         let n = u32::try_from(nranks)
             .map_err(|_| GpuError::InvalidArgument("too many ranks".into()))?;
         let ChannelRings {
@@ -143,7 +146,15 @@ impl GpuComm {
             settings.protocols.ll_buffer_bytes(),
         )
         .with_read(read);
-        let windows = Windows::open(&ctx, &mut bootstrap, rank, &peers, layout, via_host)?;
+        let windows = Windows::open(
+            &ctx,
+            &mut bootstrap,
+            rank,
+            &peers,
+            layout,
+            via_host,
+            &opts.settings.transport,
+        )?;
         agree_on_algo(&mut bootstrap, rank, opts.algo)?;
         let region = match region_algo(opts.algo, via_host, nranks)? {
             Some(algo) => {
@@ -155,7 +166,7 @@ impl GpuComm {
                     peers: &peers,
                     nvls_heads: &nvls_heads,
                 };
-                let plan = agree_on_plan(&mut bootstrap, algo, opts.algo, site)?;
+                let plan = agree_on_plan(&mut bootstrap, algo, opts.algo, site, &opts.settings)?;
                 Some(if plan.multicast {
                     let opt_in = weft_cuda::multicast::OptIn::from_env()?;
                     PeerRegion::open_multicast(
@@ -175,7 +186,7 @@ impl GpuComm {
             None => None,
         };
         let faults = Faults::new(&ctx, rank, opts.timeout)?;
-        let kernels = Kernels::new(&ctx)?;
+        let kernels = Kernels::with_settings(&ctx, &opts.settings.kernels)?;
         let control = write_control(&ctx, &windows, &faults, rank, nranks, 0)?;
         let comm = GpuComm {
             rank,

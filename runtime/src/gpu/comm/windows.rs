@@ -9,7 +9,7 @@
 //! connection with.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use weft_core::abi::{CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ConnInfo, Protocol, STEPS};
@@ -17,6 +17,7 @@ use weft_cuda::{Context, Device, DeviceBuffer, HostRegistration, IpcMapping};
 
 use super::peers::GpuPeer;
 use crate::bootstrap::Bootstrap;
+use crate::config::TransportSettings;
 use crate::gpu::GpuError;
 use crate::gpu::layout::{EXCHANGE_OFFSET, Edge, Layout};
 use crate::transport::shm::ShmMapping;
@@ -55,15 +56,14 @@ const WINDOW_DEVICE: u8 = 0;
 const WINDOW_HOST: u8 = 1;
 
 impl Window {
-    /// A zeroed SHM segment of `bytes`, registered with `ctx`'s device.
-    fn host(ctx: &Arc<Context>, rank: usize, bytes: usize) -> Result<Window, GpuError> {
-        let dir = std::env::var_os("WEFT_SHM_DIR")
-            .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+    /// A zeroed SHM segment of `bytes` in `dir` (`WEFT_SHM_DIR`), registered with `ctx`'s
+    /// device.
+    fn host(ctx: &Arc<Context>, rank: usize, bytes: usize, dir: &Path) -> Result<Window, GpuError> {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let path = dir.join(format!("weft-gpu-{}-{stamp:x}-r{rank}", std::process::id()));
-        let mapping = ShmMapping::create(&dir, &path, bytes)
+        let mapping = ShmMapping::create(dir, &path, bytes)
             .map_err(|e| GpuError::InvalidArgument(format!("the SHM window: {e}")))?;
         let (ptr, len) = mapping.bytes();
         // SAFETY: the mapping is page-aligned, `len` bytes long, and outlives the
@@ -184,9 +184,10 @@ pub(super) struct Windows {
 
 impl Windows {
     /// Allocates this rank's window (zeroed: every counter starts at 0) in host memory
-    /// when `via_host`, else on the GPU; shares it, maps the window of every rank a
-    /// connection of `layout` joins to this one, and agrees with every rank on direct
-    /// writes. Collective: every rank calls it.
+    /// when `via_host` (in `settings`' `WEFT_SHM_DIR`), else on the GPU; shares it, maps
+    /// the window of every rank a connection of `layout` joins to this one, and agrees with
+    /// every rank on direct writes (which `settings` may turn off). Collective: every rank
+    /// calls it.
     pub(super) fn open(
         ctx: &Arc<Context>,
         bootstrap: &mut Bootstrap,
@@ -194,11 +195,12 @@ impl Windows {
         peers: &[GpuPeer],
         layout: Layout,
         via_host: bool,
+        settings: &TransportSettings,
     ) -> Result<Windows, GpuError> {
         let r = rank as u32;
         let bytes = layout.window_bytes(r);
         let own = if via_host {
-            Window::host(ctx, rank, bytes)?
+            Window::host(ctx, rank, bytes, &settings.shm_dir)?
         } else {
             Window::device(ctx, bytes)?
         };
@@ -230,9 +232,7 @@ impl Windows {
 
         // Direct writes unless some rank turned them off (NCCL_P2P_DIRECT_DISABLE=1 or
         // WEFT_P2P_DIRECT=0): both ends of a connection must agree on where data lands.
-        let direct_here = !super::env_flag(&["NCCL_P2P_DIRECT_DISABLE"])
-            && crate::env::first_value(&crate::env::process, &["WEFT_P2P_DIRECT"])
-                .is_none_or(|v| v.trim() != "0");
+        let direct_here = settings.p2p_direct_writes();
         let direct = bootstrap
             .all_gather(&[u8::from(direct_here)])?
             .iter()
