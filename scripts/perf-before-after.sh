@@ -5,12 +5,16 @@
 # case (bench/compare_builds.py: best busbw per size of each build, after/before).
 #
 #   scripts/perf-before-after.sh BEFORE_WEFT AFTER_WEFT [--rounds 3] [--host] [--cuda] [--ranks N]
+#                                [--cuda-ranks N] [--quick]
 #
 #   --host   host memory, N local rank processes (the README's main job): all-reduce and
 #            all-gather, 8 B to 64 MiB
 #   --cuda   device memory, one rank per GPU in threads of one process (--threads), every GPU
 #            seen: all-reduce, all-gather, reduce-scatter, 8 B to 1 GiB
 #   (neither: both)
+#   --cuda-ranks N  ranks of the CUDA cases (default: one per GPU; on one GPU give 2 and set
+#            WEFT_TEST_SHARE_GPU=1: two ranks time-slice it, so only the two builds compare)
+#   --quick  all-reduce only
 # Builds nothing. On a GPU machine run it through the device tool with the two binaries
 # carried (e.g. .gpu/before/weft and .gpu/weft) and WEFT_CACHE_DIR set to a filled kernel
 # cache (`weft kernels`), or each build compiles its kernels in the first timed case.
@@ -22,13 +26,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ $# -ge 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 BEFORE=$1 AFTER=$2
 shift 2
-ROUNDS=3 HOST=0 CUDA=0 RANKS=""
+ROUNDS=3 HOST=0 CUDA=0 RANKS="" CUDA_RANKS="" QUICK=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
         --host) HOST=1; shift ;;
         --cuda) CUDA=1; shift ;;
         --ranks) RANKS=$2; shift 2 ;;
+        --cuda-ranks) CUDA_RANKS=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
         *) echo "perf-before-after: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -43,12 +49,15 @@ cases=()
 if [ "$HOST" = 1 ]; then
     r=${RANKS:-4}
     cases+=("host-all-reduce|all-reduce --ranks $r -b 8 -e 64M -f 8")
-    cases+=("host-all-gather|all-gather --ranks $r -b 8 -e 64M -f 8")
+    [ "$QUICK" = 1 ] || cases+=("host-all-gather|all-gather --ranks $r -b 8 -e 64M -f 8")
 fi
 if [ "$CUDA" = 1 ]; then
-    cases+=("cuda-all-reduce|all-reduce --device cuda --threads -b 8 -e 1G -f 4")
-    cases+=("cuda-all-gather|all-gather --device cuda --threads -b 1K -e 1G -f 4")
-    cases+=("cuda-reduce-scatter|reduce-scatter --device cuda --threads -b 1K -e 1G -f 4")
+    cr=${CUDA_RANKS:+--ranks $CUDA_RANKS}
+    cases+=("cuda-all-reduce|all-reduce --device cuda --threads $cr -b 8 -e 1G -f 4")
+    if [ "$QUICK" = 0 ]; then
+        cases+=("cuda-all-gather|all-gather --device cuda --threads $cr -b 1K -e 1G -f 4")
+        cases+=("cuda-reduce-scatter|reduce-scatter --device cuda --threads $cr -b 1K -e 1G -f 4")
+    fi
 fi
 for c in "${cases[@]}"; do
     name=${c%%|*} args=${c#*|}
