@@ -179,7 +179,8 @@ pub fn default_cache_dir_of(settings: &KernelSettings) -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|p| p.join(".cache").join("weft").join("kernels")))
 }
 
-/// [`compile`] with an explicit cache directory (`None`: no cache).
+/// [`compile`] with an explicit cache directory (`None`: no cache). A module that compiled
+/// with warnings is not kept, so every compile of it shows them.
 pub fn compile_with_cache(
     name: &str,
     source: &str,
@@ -213,7 +214,9 @@ pub fn compile_with_cache(
         }
     }
     let compiled = compile_uncached(name, source, headers, &options, opts.cubin)?;
-    if let Some(f) = &file {
+    // Only a module NVRTC compiled without a word is kept: a warning in kernel code is a
+    // bug (the kernel tests fail on one), and a module compiled again shows it again.
+    if let Some(f) = file.as_ref().filter(|_| compiled.log.trim().is_empty()) {
         if let Err(e) = store(f, &compiled.image) {
             log::warn!(
                 "weft-cuda: could not write the kernel cache {}: {e}",

@@ -4,10 +4,25 @@
 //! passes through unchecked), and are refused, with an error naming the reason, for sm_86. NVRTC needs no GPU; where
 //! it cannot be loaded the tests say so and pass, unless WEFT_REQUIRE_NVRTC=1 (scripts/test
 //! sets it).
+//!
+//! `WEFT_TEST_KERNEL_CACHE=DIR` (scripts/install-deps sets it to a folder under
+//! ~/.cache/weft-deps) keeps what these tests compiled, keyed by the source, every header,
+//! every option and NVRTC's version, as weft's kernel cache does: a later run on that machine
+//! checks the same PTX without compiling it again, unless a kernel source or header changed
+//! (these modules take tens of minutes of CPU on a 2-core machine). weft-cuda keeps only
+//! modules that compiled without a warning, so the no-warning checks below still see every
+//! warning.
 
 use weft_core::abi::{DataType, RedOp};
 use weft_cuda::CompileOptions;
 use weft_cuda::nvrtc::{Compiled, compile_with_cache, present_or_skip};
+
+/// Where compiled modules are kept between runs (`WEFT_TEST_KERNEL_CACHE`), if anywhere.
+fn cache() -> Option<std::path::PathBuf> {
+    std::env::var_os("WEFT_TEST_KERNEL_CACHE")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+}
 
 fn compile(
     dtype: DataType,
@@ -25,7 +40,7 @@ fn compile(
         weft_kernels::COLLECTIVES,
         weft_kernels::HEADERS,
         &opts,
-        None,
+        cache().as_deref(),
     )
 }
 
@@ -142,7 +157,7 @@ fn compile_source(
         defines: weft_kernels::defines(dtype),
         extra: extra.to_vec(),
     };
-    let c = compile_with_cache(name, text, weft_kernels::HEADERS, &opts, None)
+    let c = compile_with_cache(name, text, weft_kernels::HEADERS, &opts, cache().as_deref())
         .unwrap_or_else(|e| panic!("{name} {dtype:?} for sm_{}{}: {e}", arch.0, arch.1));
     assert!(
         c.log.trim().is_empty(),

@@ -22,7 +22,8 @@ pub mod source;
 pub mod sysfs;
 pub mod view;
 
-#[cfg(any(test, feature = "test-support"))]
+// A test helper, but always built: behind a feature, the crates whose tests use it (weft-cli)
+// would build this crate twice (with and without the feature) in every workspace build.
 #[doc(hidden)]
 pub mod fake_sysfs;
 
