@@ -161,6 +161,8 @@ typedef struct weft_route {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

@@ -496,4 +496,6 @@ typedef struct weft_peer_batch {
 
 
 
+
+
 #endif  /* WEFT_ABI_H */
