@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds libweft.a, compiles tests/cpp/client.cpp against the committed capi/include/weft.h (and the weft_abi.h it includes, kernels/cuda)
+# Builds libweft.a, compiles tests/cpp/client.cpp against the committed capi/include/weft.h (and the weft_abi.h it includes, kernels/include)
 # (and checks the header as C11), links, and runs it. Usage: scripts/cpp-test.sh [--release]
 # The same steps run under `cargo test` from tests/tests/cpp_client.rs.
 set -euo pipefail
@@ -16,7 +16,7 @@ target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_
 lib="$target_dir/$profile/libweft.a"
 out="$target_dir/$profile/cpp-client"
 mkdir -p "$out"
-gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I capi/include -I kernels/cuda tests/cpp/header_c.c
-g++ -std=c++17 -Wall -Wextra -Werror -I capi/include -I kernels/cuda tests/cpp/client.cpp "$lib" \
+gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I capi/include -I kernels/include tests/cpp/header_c.c
+g++ -std=c++17 -Wall -Wextra -Werror -I capi/include -I kernels/include tests/cpp/client.cpp "$lib" \
     -lpthread -ldl -lm -o "$out/client"
 "$out/client"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates weft's two C headers with the pinned cbindgen:
-#   kernels/cuda/weft_abi.h  the structs and constants weft shares with its CUDA kernels
+#   kernels/include/weft_abi.h  the structs and constants weft shares with its CUDA kernels
 #                            (weft-core's abi module, under the C names of kernels/src/abi.rs);
 #                            every kernel source includes it
 #   capi/include/weft.h      the C ABI of libweft (capi/src), which includes weft_abi.h
@@ -19,7 +19,7 @@ if [ "$have" != "$want" ]; then
     echo "gen-header: cbindgen $have found, but the headers are generated with $want (other versions format them differently): cargo install cbindgen --version $want --locked" >&2
     exit 2
 fi
-abi_out="$root/kernels/cuda/weft_abi.h"
+abi_out="$root/kernels/include/weft_abi.h"
 capi_out="$root/capi/include/weft.h"
 if [ $# -ge 1 ]; then
     mkdir -p "$1"

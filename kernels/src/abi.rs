@@ -2,7 +2,7 @@
 //!
 //! cbindgen reads only literals, so each is written out here and checked against core at
 //! compile time. `scripts/gen-header.sh` turns these and the `weft_core::abi` structs into
-//! `cuda/weft_abi.h`, the header every kernel source includes; weft-capi's `weft.h` carries
+//! `include/weft_abi.h`, the header every kernel source includes; weft-capi's `weft.h` carries
 //! the same items for C callers.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).

@@ -60,7 +60,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 
 /// The headers the main source includes, as `(include name, text)`.
 pub const HEADERS: &[(&str, &str)] = &[
-    ("weft_abi.h", include_str!("../cuda/weft_abi.h")),
+    ("weft_abi.h", include_str!("../include/weft_abi.h")),
     ("ring_program.cuh", include_str!("../cuda/ring_program.cuh")),
     ("ll.cuh", include_str!("../cuda/ll.cuh")),
     ("ll_lines.cuh", include_str!("../cuda/ll_lines.cuh")),

@@ -81,8 +81,9 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
     assert!(lib.is_file(), "{} missing after cargo build", lib.display());
 
     let include = root.join("capi/include");
-    // weft.h includes weft_abi.h, generated for the kernels beside their sources.
-    let abi_include = root.join("kernels/cuda");
+    // weft.h includes weft_abi.h, generated for the kernels (kernels/include; not
+    // kernels/cuda, whose stddef.h and stdint.h are NVRTC's stand-ins).
+    let abi_include = root.join("kernels/include");
     let out_dir = profile_dir.join("cpp-client-test");
     std::fs::create_dir_all(&out_dir).expect("create output directory");
 

@@ -1,4 +1,4 @@
-//! The committed headers (`capi/include/weft.h`, `kernels/cuda/weft_abi.h`) match what the
+//! The committed headers (`capi/include/weft.h`, `kernels/include/weft_abi.h`) match what the
 //! pinned cbindgen generates from the current sources (scripts/check-header.sh), so a C ABI
 //! change without regenerated headers fails `cargo test` and not only CI. Skipped, with a message, where cbindgen 0.29.2 is not
 //! installed.
