@@ -2,17 +2,8 @@
 //! library, as a user of the C ABI would build it, so that `cargo test --workspace` covers
 //! the C ABI end to end. Skipped, with a message, only where g++ is absent.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// `<target>/<profile>` of this test executable (which lives in `<target>/<profile>/deps`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("path of the test executable");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable under <target>/<profile>/deps")
-        .to_path_buf()
-}
+use weft_tests::{profile_dir, workspace_root};
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd
@@ -42,10 +33,7 @@ fn cpp_client_passes_against_committed_header_and_static_lib() {
         println!("cpp_client: SKIPPED: {cxx} not found; install g++ to test the C ABI");
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf();
+    let root = workspace_root();
     let profile_dir = profile_dir();
     let target_dir = profile_dir.parent().expect("<target>/<profile>");
     let profile = profile_dir

@@ -16,22 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use weft_tests::elf::{self, DynamicSymbol, SymbolKind};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is inside the workspace")
-        .to_path_buf()
-}
-
-/// `<target>/<profile>` of this test executable (which lives in `<target>/<profile>/deps`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("path of the test executable");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable under <target>/<profile>/deps")
-        .to_path_buf()
-}
+use weft_tests::{profile_dir, workspace_root};
 
 /// Builds `package`'s library with this test's profile and returns `<profile dir>/<file>`.
 fn build(package: &str, file: &str) -> PathBuf {

@@ -234,6 +234,38 @@ macro_rules! float_element {
 float_element!(f32, Float32, |n| (1.0 / f64::from(n.max(1))) as f32);
 float_element!(f64, Float64, |n| 1.0 / f64::from(n.max(1)));
 
+/// The scalar operations of the narrow float types: weft-core's (`weft_core::element`), the one
+/// definition of NCCL's rounding that the GPU path and the test reference use too. Float
+/// `Avg` pre-multiplies, so nothing is left to divide afterwards.
+macro_rules! core_scalar_ops {
+    ($t:ident) => {
+        #[inline(always)]
+        fn sum(self, other: Self) -> Self {
+            $t::sum(self, other)
+        }
+        #[inline(always)]
+        fn prod(self, other: Self) -> Self {
+            $t::prod(self, other)
+        }
+        #[inline(always)]
+        fn minimum(self, other: Self) -> Self {
+            $t::minimum(self, other)
+        }
+        #[inline(always)]
+        fn maximum(self, other: Self) -> Self {
+            $t::maximum(self, other)
+        }
+        #[inline(always)]
+        fn avg_scale(nranks: u32) -> Self {
+            $t::avg_scale(nranks)
+        }
+        #[inline(always)]
+        fn divide_ranks(self, _divisor: &RankDivisor) -> Self {
+            self
+        }
+    };
+}
+
 macro_rules! narrow_element {
     ($t:ident, $dtype:ident) => {
         impl sealed::Sealed for $t {}
@@ -241,30 +273,7 @@ macro_rules! narrow_element {
             const DTYPE: Dtype = Dtype::$dtype;
             type Stage = [$t; STAGE_BYTES / 2];
 
-            #[inline(always)]
-            fn sum(self, other: Self) -> Self {
-                $t::sum(self, other)
-            }
-            #[inline(always)]
-            fn prod(self, other: Self) -> Self {
-                $t::prod(self, other)
-            }
-            #[inline(always)]
-            fn minimum(self, other: Self) -> Self {
-                $t::minimum(self, other)
-            }
-            #[inline(always)]
-            fn maximum(self, other: Self) -> Self {
-                $t::maximum(self, other)
-            }
-            #[inline(always)]
-            fn avg_scale(nranks: u32) -> Self {
-                $t::avg_scale(nranks)
-            }
-            #[inline(always)]
-            fn divide_ranks(self, _divisor: &RankDivisor) -> Self {
-                self
-            }
+            core_scalar_ops!($t);
 
             narrow_element!(@slices $t);
         }
@@ -358,30 +367,7 @@ macro_rules! fp8_element {
             const DTYPE: Dtype = Dtype::$dtype;
             type Stage = [$t; STAGE_BYTES];
 
-            #[inline(always)]
-            fn sum(self, other: Self) -> Self {
-                $t::sum(self, other)
-            }
-            #[inline(always)]
-            fn prod(self, other: Self) -> Self {
-                $t::prod(self, other)
-            }
-            #[inline(always)]
-            fn minimum(self, other: Self) -> Self {
-                $t::minimum(self, other)
-            }
-            #[inline(always)]
-            fn maximum(self, other: Self) -> Self {
-                $t::maximum(self, other)
-            }
-            #[inline(always)]
-            fn avg_scale(nranks: u32) -> Self {
-                $t::avg_scale(nranks)
-            }
-            #[inline(always)]
-            fn divide_ranks(self, _divisor: &RankDivisor) -> Self {
-                self
-            }
+            core_scalar_ops!($t);
 
             #[inline]
             fn binary<const OP: u8, const PRE: bool>(
