@@ -442,25 +442,14 @@ __device__ __forceinline__ void p2p_part(const weft_p2p_op& op, u32 k, u64* offs
   *len = min_u64(per, op.bytes - start);
 }
 
-// One block of a point-to-point launch: its share of one send or receive, a FIFO slot per
-// slice of at most one step.
-__device__ void p2p_block(const weft_p2p_args& args) {
+// One block's share of one send or receive of a point-to-point launch (channel `k` of the
+// op's channels), a FIFO slot per slice of at most one step. Returns false when the block
+// must stop (a wait gave up: the fault is recorded).
+__device__ bool p2p_op(const weft_p2p_args& args, const weft_p2p_op& op, u32 k) {
   __shared__ Fifo fifo;
   __shared__ int stop;
   __shared__ int ll_failed;
-  __shared__ int op_index;
   const weft_dev_comm* comm = (const weft_dev_comm*)args.comm;
-  if (threadIdx.x == 0) {
-    op_index = -1;
-    for (u32 o = 0; o < args.nops && o < WEFT_P2P_MAX_OPS; o++) {
-      if (blockIdx.x >= args.ops[o].block_lo && blockIdx.x < args.ops[o].block_lo + args.ops[o].nchannels)
-        op_index = (int)o;
-    }
-  }
-  __syncthreads();
-  if (op_index < 0) return;
-  const weft_p2p_op& op = args.ops[op_index];
-  const u32 k = blockIdx.x - op.block_lo;
   const weft_dev_channel* ch = (const weft_dev_channel*)comm->channels + k;
   weft_channel_peer* peer = (weft_channel_peer*)ch->peers + op.peer;
   Block b;
@@ -476,7 +465,7 @@ __device__ void p2p_block(const weft_p2p_args& args) {
     load_fifo(fifo, op.send ? peer->send : peer->recv, op.send != 0, op.peer);
   }
   __syncthreads();
-  if (stop) return;
+  if (stop) return false;
   u64 offset, len;
   p2p_part(op, k, &offset, &len);
   char* user = (char*)op.buff + offset;
@@ -485,14 +474,15 @@ __device__ void p2p_block(const weft_p2p_args& args) {
     halt.stop = &stop;
     halt.failed = &ll_failed;
     p2p_ll(b, fifo, op.send != 0, (u8*)user, len, k, halt);
-    // Thread 0 alone reads `stop` (see LlStop).
+    // Thread 0 alone reads `stop` (see LlStop); the barrier hands its verdict to the block.
     if (threadIdx.x == 0 && stop == 0) {
       if (op.send)
         peer->send.step = fifo.step;
       else
         peer->recv.step = fifo.step;
     }
-    return;
+    __syncthreads();
+    return stop == 0;
   }
   Slicing cut;
   cut.init(len, fifo.step_size / 16 * 16, 16);
@@ -509,7 +499,7 @@ __device__ void p2p_block(const weft_p2p_args& args) {
       stop = ok ? 0 : 1;
     }
     __syncthreads();
-    if (stop) return;
+    if (stop) return false;
     char* slot = fifo.buf + (fifo.step % fifo.steps) * fifo.step_size;
     if (op.send)
       copy_bytes((const u8*)(user + off), (u8*)slot, n, false);
@@ -523,6 +513,23 @@ __device__ void p2p_block(const weft_p2p_args& args) {
       peer->send.step = fifo.step;
     else
       peer->recv.step = fifo.step;
+  }
+  return true;
+}
+
+// One block of a point-to-point launch: in order, every op whose blocks include this one.
+// The host gives each (peer, direction) one range of blocks and lists its ops in call
+// order, so a block runs the messages of its connection one after the other, each from the
+// FIFO step the previous one left (thread 0 wrote it back and reads it again), as the peer's
+// block of the same channel runs their matches.
+__device__ void p2p_block(const weft_p2p_args& args) {
+  for (u32 o = 0; o < args.nops && o < WEFT_P2P_MAX_OPS; o++) {
+    const weft_p2p_op& op = args.ops[o];
+    // Block-uniform: an op on other blocks skips this one.
+    if (blockIdx.x < op.block_lo || blockIdx.x - op.block_lo >= op.nchannels) continue;
+    if (!p2p_op(args, op, blockIdx.x - op.block_lo)) return;
+    // Every thread is done with this op's FIFO before thread 0 loads the next one's.
+    __syncthreads();
   }
 }
 

@@ -5,7 +5,7 @@
 //! consecutive calls on one stream at a time, so that consecutive calls of one kernel (one
 //! type, operator and protocol or algorithm) share a launch as NCCL fuses a group's calls
 //! (`GpuComm::collectives`); each communicator's sends and receives go together as one
-//! point-to-point group (`GpuComm::group`, one launch), after its collectives. Every kernel module the group needs is loaded before the first launch.
+//! point-to-point group (`GpuComm::group`: one launch, or a few for more messages than one holds), after its collectives. Every kernel module the group needs is loaded before the first launch.
 //! Communicators created inside the group are initialised first, each rank on its own
 //! thread, since their initialisations wait for each other.
 

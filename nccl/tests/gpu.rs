@@ -247,6 +247,85 @@ fn every_call_on(ranks: &[Rank]) {
     assert_eq!(download_i32(&rd[0], count), sum, "reduce at root 0");
 }
 
+/// Several sends and receives per peer in one group with a collective, over every
+/// communicator from one thread (PyTorch's `batch_isend_irecv` of several tensors, as
+/// nccl-tests drives every GPU): each rank sends the next rank three messages of different
+/// counts and itself two, its receives in the order the sends were made; they match in
+/// call order per peer and direction, as NCCL matches them.
+fn many_sends_per_peer_on(ranks: &[Rank]) {
+    let n = ranks.len();
+    let counts = [3usize, 70_001, 1_000];
+    let total: usize = counts.iter().sum();
+    let inputs: Vec<Vec<i32>> = (0..n).map(|r| input(r, total, 3)).collect();
+    let send: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(total * 4)).collect();
+    let recv: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(total * 4)).collect();
+    let own: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(total * 4)).collect();
+    let ar: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(total * 4)).collect();
+    for (b, v) in send.iter().zip(&inputs) {
+        upload_i32(b, v);
+    }
+    let at = |b: &DeviceBuffer, elems: usize| (b.ptr() + 4 * elems as u64) as *mut c_void;
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks.iter().enumerate() {
+        let (c, s) = (rank.comm, rank.s());
+        let (next, prev) = (((r + 1) % n) as c_int, ((r + n - 1) % n) as c_int);
+        ok(
+            ncclAllReduce(at(&send[r], 0), at(&ar[r], 0), total, INT32, SUM, c, s),
+            "ncclAllReduce",
+        );
+        let mut first = 0;
+        for (k, &count) in counts.iter().enumerate() {
+            ok(
+                ncclRecv(at(&recv[r], first), count, INT32, prev, c, s),
+                "ncclRecv",
+            );
+            ok(
+                ncclSend(at(&send[r], first), count, INT32, next, c, s),
+                "ncclSend",
+            );
+            // Two messages to itself, the first and the last part.
+            if k != 1 {
+                ok(
+                    ncclSend(at(&send[r], first), count, INT32, r as c_int, c, s),
+                    "ncclSend to itself",
+                );
+                ok(
+                    ncclRecv(at(&own[r], first), count, INT32, r as c_int, c, s),
+                    "ncclRecv from itself",
+                );
+            }
+            first += count;
+        }
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd (several sends per peer)");
+    for rank in ranks {
+        rank.stream.synchronize().expect("stream");
+    }
+    let sum: Vec<i32> = (0..total)
+        .map(|i| inputs.iter().map(|v| v[i]).sum())
+        .collect();
+    for r in 0..n {
+        assert_eq!(download_i32(&ar[r], total), sum, "all-reduce, rank {r}");
+        assert_eq!(
+            download_i32(&recv[r], total),
+            inputs[(r + n - 1) % n],
+            "three receives from the previous rank, rank {r}"
+        );
+        let got = download_i32(&own[r], total);
+        let (a, b) = (counts[0], counts[0] + counts[1]);
+        assert_eq!(
+            got[..a],
+            inputs[r][..a],
+            "first message to itself, rank {r}"
+        );
+        assert_eq!(got[b..], inputs[r][b..], "last message to itself, rank {r}");
+        assert!(
+            got[a..b].iter().all(|&x| x == 0),
+            "untouched middle, rank {r}"
+        );
+    }
+}
+
 /// In-place calls, as PyTorch and nccl-tests' in-place runs make them (all-reduce with
 /// send == recv, all-gather from recv + rank * count, reduce-scatter into send + rank *
 /// recvcount), and a reduce at the last rank rather than 0.
@@ -630,6 +709,7 @@ fn every_call_through_comm_init_all() {
     );
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
+    many_sends_per_peer_on(&ranks);
     in_place_on(&ranks);
     premul_sum_on(&ranks);
     destroy(ranks);
@@ -661,6 +741,7 @@ fn every_call_through_comm_init_rank_in_a_group() {
     ok(ncclGroupEnd(), "ncclGroupEnd (init)");
     let ranks = ranks_from(comms, &devices);
     every_call_on(&ranks);
+    many_sends_per_peer_on(&ranks);
     in_place_on(&ranks);
     premul_sum_on(&ranks);
     destroy(ranks);

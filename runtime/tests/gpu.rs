@@ -999,6 +999,153 @@ fn send_recv_groups_with(n: usize, settings: Settings, protocol: Protocol) {
     assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
 }
 
+/// Several messages per peer and direction in one group (PyTorch's `batch_isend_irecv`
+/// with many tensors): each rank sends every other rank a few messages of mixed sizes, 20
+/// to the next rank (more than one launch holds), two to itself, its calls in an order of
+/// its own (per peer and direction in order, as NCCL matches them); every byte checked.
+#[test]
+fn many_messages_per_peer_in_one_group_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    many_messages_per_peer_with(n, Settings::default());
+}
+
+/// The same with LL forced for every message.
+#[test]
+fn many_messages_per_peer_in_ll_on_every_gpu() {
+    let Some(n) = multi_ranks() else { return };
+    many_messages_per_peer_with(n, Settings::LL);
+}
+
+/// The messages `from` sends `to` in a group of [`many_messages_per_peer_with`]: their sizes.
+fn messages(from: usize, to: usize, n: usize) -> Vec<usize> {
+    const SIZES: [usize; 8] = [1, 4097, 100_003, (3 << 20) + 1, 0, 64, 1 << 19, 40_000];
+    let count = if from == to {
+        2
+    } else if to == (from + 1) % n {
+        20
+    } else {
+        3
+    };
+    (0..count)
+        .map(|i| SIZES[(i + 7 * from + 3 * to) % SIZES.len()])
+        .collect()
+}
+
+/// 256-byte aligned offsets of `sizes` laid end to end, and the total.
+fn offsets(sizes: &[usize]) -> (Vec<usize>, usize) {
+    let mut at = 0;
+    let offs = sizes
+        .iter()
+        .map(|&b| {
+            let o = at;
+            at += b.div_ceil(256) * 256;
+            o
+        })
+        .collect();
+    (offs, at.max(256))
+}
+
+fn many_messages_per_peer_with(n: usize, settings: Settings) {
+    let wrong = run_ranks_with(
+        n,
+        Duration::from_secs(60),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let seed =
+                |from: usize, to: usize, i: usize| 1000 + (from * 64 + to) as u64 * 64 + i as u64;
+            let data = |seed| TestData {
+                dtype: DataType::Uint8,
+                op: RedOp::Sum,
+                seed,
+                nranks: n,
+            };
+            // Every message this rank sends, then every one it receives, each in its own
+            // place of one buffer: (peer, index, size, offset).
+            let mut sends = Vec::new();
+            let mut recvs = Vec::new();
+            for p in 0..n {
+                for (i, b) in messages(rank, p, n).into_iter().enumerate() {
+                    sends.push((p, i, b));
+                }
+                for (i, b) in messages(p, rank, n).into_iter().enumerate() {
+                    recvs.push((p, i, b));
+                }
+            }
+            let (send_at, send_total) = offsets(&sends.iter().map(|m| m.2).collect::<Vec<_>>());
+            let (recv_at, recv_total) = offsets(&recvs.iter().map(|m| m.2).collect::<Vec<_>>());
+            let send_buf = DeviceBuffer::alloc(comm.context(), send_total).unwrap();
+            let recv_buf = DeviceBuffer::alloc(comm.context(), recv_total).unwrap();
+            prepare(&mut comm);
+            let mut host = vec![0u8; send_total];
+            for (&(p, i, b), &at) in sends.iter().zip(&send_at) {
+                data(seed(rank, p, i)).fill(rank, 0, &mut host[at..at + b]);
+            }
+            send_buf.copy_from_host(&host).unwrap();
+            recv_buf.copy_from_host(&vec![0xa5u8; recv_total]).unwrap();
+            let mut queues: Vec<Vec<GpuP2p>> = Vec::new();
+            for p in 0..n {
+                queues.push(
+                    sends
+                        .iter()
+                        .zip(&send_at)
+                        .filter(|(m, _)| m.0 == p)
+                        .map(|(&(peer, _, bytes), &at)| GpuP2p::Send {
+                            peer,
+                            buf: send_buf.ptr() + at as u64,
+                            bytes,
+                        })
+                        .collect(),
+                );
+                queues.push(
+                    recvs
+                        .iter()
+                        .zip(&recv_at)
+                        .filter(|(m, _)| m.0 == p)
+                        .map(|(&(peer, _, bytes), &at)| GpuP2p::Recv {
+                            peer,
+                            buf: recv_buf.ptr() + at as u64,
+                            bytes,
+                        })
+                        .collect(),
+                );
+            }
+            // This rank's call order: the queues taken in turns from a rank-dependent start.
+            let mut ops = Vec::new();
+            let mut turn = rank * 5;
+            while queues.iter().any(|q| !q.is_empty()) {
+                let q = turn % queues.len();
+                if !queues[q].is_empty() {
+                    ops.push(queues[q].remove(0));
+                }
+                turn += 1 + rank;
+            }
+            // SAFETY: every message lies inside its buffer, which outlives the synchronize.
+            unsafe { comm.group(&ops, &stream) }.unwrap();
+            comm.synchronize(&stream)
+                .unwrap_or_else(|e| panic!("rank {rank}: {} messages: {e}", ops.len()));
+            let mut out = vec![0u8; recv_total];
+            recv_buf.copy_to_host(&mut out).unwrap();
+            let mut wrong = 0usize;
+            for (&(p, i, b), &at) in recvs.iter().zip(&recv_at) {
+                let bad = data(seed(p, rank, i)).count_wrong(
+                    Expect::Recv { from: p },
+                    rank,
+                    b,
+                    &out[at..at + b],
+                );
+                if bad > 0 {
+                    eprintln!("rank {rank}: message {i} of {b} bytes from rank {p}: {bad} wrong");
+                }
+                wrong += bad;
+            }
+            comm.finalize().unwrap();
+            wrong
+        },
+    );
+    assert_eq!(wrong, vec![0; n], "wrong bytes per rank");
+}
+
 /// The GPU's fp8 arithmetic (hardware conversions, saturation, infinities, NaNs, signed
 /// zeros) against the CPU executor's, bit for bit, on every operand pair: rank 0 holds
 /// every code 256 times, rank 1 each code 256 times in a row, and an all-reduce combines

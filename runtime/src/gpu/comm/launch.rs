@@ -8,7 +8,7 @@ use weft_core::abi::{
 };
 use weft_cuda::{Context, DeviceBuffer, Stream};
 
-use super::p2p::P2pLaunch;
+use super::p2p::P2pPlan;
 use super::plan::{FuseKey, Planned};
 use crate::gpu::GpuError;
 use crate::gpu::batch;
@@ -213,45 +213,35 @@ impl Launcher {
         }
     }
 
-    /// Enqueues a checked point-to-point group: its copies to this rank, then one launch
-    /// of the send/receive kernel, if anything goes to or comes from another rank.
+    /// Enqueues a planned point-to-point group: its copies to this rank, then its launches
+    /// of the send/receive kernel (none when nothing goes to or comes from another rank).
     ///
     /// # Safety
     ///
     /// As [`GpuComm::group`](super::GpuComm::group): each buffer is device memory valid
     /// for its bytes until the stream reaches this call's end.
-    pub(super) unsafe fn launch_p2p(
-        &self,
-        group: P2pLaunch,
-        stream: &Stream,
-    ) -> Result<(), GpuError> {
-        let P2pLaunch {
-            mut args,
-            blocks,
-            copies,
-        } = group;
+    pub(super) unsafe fn launch_p2p(&self, plan: P2pPlan, stream: &Stream) -> Result<(), GpuError> {
         // A rank's message to itself is a copy on the stream.
-        for (dst, src, n) in copies {
+        for (dst, src, n) in plan.copies {
             // SAFETY: both are the caller's device buffers of `n` bytes.
             unsafe { weft_cuda::copy_async(dst, src, n, stream)? };
         }
-        if args.nops == 0 {
-            return Ok(());
-        }
-        args.comm = self.control.ptr();
-        // Every op of this launch runs on one dtype-independent kernel; the uint8 module
-        // is as good as any.
-        let kernels = self.kernels.get(DataType::Uint8)?;
-        let mut params = [(&mut args as *mut P2pArgs).cast::<core::ffi::c_void>()];
-        // SAFETY: the kernel takes one `weft_p2p_args` by value; buffers as promised.
-        unsafe {
-            kernels.p2p().launch(
-                (blocks, 1, 1),
-                (kernels.threads(), 1, 1),
-                0,
-                stream,
-                &mut params,
-            )?;
+        for mut launch in plan.launches {
+            launch.args.comm = self.control.ptr();
+            // Every op of this launch runs on one dtype-independent kernel; the uint8
+            // module is as good as any.
+            let kernels = self.kernels.get(DataType::Uint8)?;
+            let mut params = [(&mut launch.args as *mut P2pArgs).cast::<core::ffi::c_void>()];
+            // SAFETY: the kernel takes one `weft_p2p_args` by value; buffers as promised.
+            unsafe {
+                kernels.p2p().launch(
+                    (launch.blocks, 1, 1),
+                    (kernels.threads(), 1, 1),
+                    0,
+                    stream,
+                    &mut params,
+                )?;
+            }
         }
         Ok(())
     }

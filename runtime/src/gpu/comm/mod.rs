@@ -57,7 +57,7 @@ pub use channels::DEFAULT_CHANNELS;
 pub use faults::AbortHandle;
 use faults::Faults;
 use launch::{Launcher, check_stream};
-use p2p::P2pLaunch;
+use p2p::P2pPlan;
 pub use p2p::{GpuP2p, P2P_CHANNELS, p2p_channels_for, validate_p2p_group};
 use plan::Planner;
 pub use plan::{DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, PlannedGroup};
@@ -367,9 +367,10 @@ impl GpuComm {
     }
 
     /// Enqueues a group of sends and receives on `stream`, run at once (NCCL's
-    /// `ncclGroupStart` / `ncclSend` / `ncclRecv` / `ncclGroupEnd`). A peer takes at most
-    /// one send and one receive per group; the matching call on the peer must have the
-    /// same byte count.
+    /// `ncclGroupStart` / `ncclSend` / `ncclRecv` / `ncclGroupEnd`). A peer takes any
+    /// number of sends and receives; the n-th send to a peer meets the peer's n-th receive
+    /// from this rank (call order per peer and direction, as in NCCL), which must have the
+    /// same byte count. One launch, or a few for groups larger than one launch holds.
     ///
     /// # Safety
     ///
@@ -380,14 +381,14 @@ impl GpuComm {
         check_stream(&self.ctx, self.rank, stream)?;
         validate_p2p_group(self.rank, self.nranks, ops)?;
         // Everything is checked before anything is enqueued.
-        let launch = P2pLaunch::plan(
+        let plan = P2pPlan::plan(
             self.rank,
             ops,
             self.windows.layout().p2p_channels(),
             &self.planner.protocols,
         )?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.launcher.launch_p2p(launch, stream) }
+        unsafe { self.launcher.launch_p2p(plan, stream) }
     }
 
     /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue
