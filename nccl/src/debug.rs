@@ -14,6 +14,8 @@ use weft_config::{DebugLevel, Settings};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     None,
+    /// The version line alone (`NCCL_DEBUG=VERSION`).
+    Version,
     Warn,
     Info,
 }
@@ -25,7 +27,8 @@ pub fn print_level(level: Option<DebugLevel>) -> Level {
     match level {
         Some(DebugLevel::Info | DebugLevel::Debug | DebugLevel::Trace) => Level::Info,
         Some(DebugLevel::Warn | DebugLevel::Abort) => Level::Warn,
-        Some(DebugLevel::Version) | None => Level::None,
+        Some(DebugLevel::Version) => Level::Version,
+        None => Level::None,
     }
 }
 
@@ -83,10 +86,11 @@ pub fn version_line() -> String {
     )
 }
 
-/// Prints [`version_line`] once per process.
+/// Prints [`version_line`] once per process, at `VERSION` and above (NCCL prints it at
+/// `NCCL_DEBUG=VERSION` too: scripts check which library answered with it).
 pub fn version_once(dev: usize) {
     static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| info(dev, &version_line()));
+    DONE.get_or_init(|| emit(Level::Version, "INFO", dev, &version_line()));
 }
 
 #[cfg(test)]
@@ -105,7 +109,7 @@ mod tests {
         assert_eq!(parse_level(Some("TRACE")), Level::Info);
         assert_eq!(parse_level(Some("WARN")), Level::Warn);
         assert_eq!(parse_level(Some("ABORT")), Level::Warn);
-        assert_eq!(parse_level(Some("VERSION")), Level::None);
+        assert_eq!(parse_level(Some("VERSION")), Level::Version);
         assert_eq!(parse_level(Some("")), Level::None);
         assert_eq!(parse_level(Some("LOUD")), Level::None);
         assert_eq!(parse_level(None), Level::None);
