@@ -298,7 +298,7 @@ mod test {
         // SAFETY: the out-pointer is a &mut to a local, so aligned and writable for the call.
         assert_eq!(unsafe { weft_abi_layout_get(&mut l) }, weft_status::WEFT_OK);
         assert_eq!(l.abi_version, ABI_VERSION);
-        assert_eq!(l.conn_info_size, 96);
+        assert_eq!(l.conn_info_size, 104);
         assert_eq!(l.coll_work_size, 88);
         assert_eq!(l.dev_channel_size, 64);
         assert_eq!(VERSION.to_str().unwrap(), env!("CARGO_PKG_VERSION"));

@@ -54,6 +54,8 @@ struct Fifo {
   // Its steps are this connection's steps too: LL and SIMPLE share `step` and the head.
   u64* ll_buf;
   u64 ll_step_lines;
+  // Point-to-point message tags, one per slot, in the receiver's memory (null: none).
+  u64* tags;
 };
 
 // The block's data movement for one slice: out1 (and out2 if set) = finish(pre(a) OP fifo),
@@ -185,6 +187,53 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
   f.ops = c.direct_ops;
   f.ll_buf = (u64*)c.buffs[PROTO_LL];
   f.ll_step_lines = ll_step_lines(c.buff_sizes[PROTO_LL], c.steps);
+  f.tags = (u64*)c.tags;
+}
+
+// The tag a point-to-point message leaves in the slot of its first step on a channel
+// (core::abi::p2p_tag): its bytes in the low 48 bits, the step in the high 16.
+__device__ __forceinline__ u64 p2p_tag(u64 bytes, u64 step) {
+  return (bytes & ((1ull << 48) - 1)) | (step << 48);
+}
+
+// The sender's half, by one thread, before the step is posted (SIMPLE: before the release
+// of the tail, which publishes it; LL: before the lines, without a fence).
+__device__ __forceinline__ void post_p2p_tag(const Fifo& f, u64 bytes) {
+  if (f.tags != nullptr) ((volatile u64*)f.tags)[f.step % f.steps] = p2p_tag(bytes, f.step);
+}
+
+// The receiver's half, by one thread, once the first step's data is there and before the
+// slot is freed (the sender writes the slot's next tag only after that): the tag must be
+// this message's. A tag of this step with another size is a mismatch at once; one of an
+// older step is too when `settled` (SIMPLE: the release of the tail published the tag with
+// the data), else (LL: the tag may show a moment after the lines) it is waited for until
+// the deadline. A mismatch is recorded (FAULT_MISMATCH) and raises the abort flag.
+__device__ bool check_p2p_tag(const Block& b, const Fifo& f, u64 bytes, u32 channel, bool settled) {
+  if (f.tags == nullptr) return true;
+  const volatile u64* slot = (const volatile u64*)f.tags + f.step % f.steps;
+  const u64 want = p2p_tag(bytes, f.step);
+  const u64 start = global_timer();
+  u32 spins = 0;
+  for (;;) {
+    const u64 got = *slot;
+    if (got == want) return true;
+    bool give = settled || (got >> 48) == (want >> 48);
+    u32 code = WEFT_FAULT_MISMATCH;
+    if (!give && ++spins >= SPINS_PER_CHECK) {
+      spins = 0;
+      const u64 now = global_timer();
+      if (*b.abort_flag != 0) {
+        give = true;
+        code = WEFT_FAULT_ABORTED;
+      } else if (b.comm->timeout_ns != 0 && now - start > b.comm->timeout_ns) {
+        give = true;
+      }
+    }
+    if (give) {
+      give_up(b, code, channel, f.peer, WEFT_WAIT_P2P_TAG, got, want);
+      return false;
+    }
+  }
 }
 
 }  // namespace weft
@@ -473,7 +522,7 @@ __device__ bool p2p_op(const weft_p2p_args& args, const weft_p2p_op& op, u32 k) 
     LlStop halt;
     halt.stop = &stop;
     halt.failed = &ll_failed;
-    p2p_ll(b, fifo, op.send != 0, (u8*)user, len, k, halt);
+    p2p_ll(b, fifo, op.send != 0, (u8*)user, len, op.bytes, k, halt);
     // Thread 0 alone reads `stop` (see LlStop); the barrier hands its verdict to the block.
     if (threadIdx.x == 0 && stop == 0) {
       if (op.send)
@@ -495,7 +544,8 @@ __device__ bool p2p_op(const weft_p2p_args& args, const weft_p2p_op& op, u32 k) 
         ok = fifo.step + 1 <= fifo.steps ||
              wait_for(b, fifo.counter_mine, fifo.step + 1 - fifo.steps, op.peer, WEFT_WAIT_SEND, k);
       else
-        ok = wait_for(b, fifo.counter_mine, fifo.step + 1, op.peer, WEFT_WAIT_RECV, k);
+        ok = wait_for(b, fifo.counter_mine, fifo.step + 1, op.peer, WEFT_WAIT_RECV, k) &&
+             (s != 0 || check_p2p_tag(b, fifo, op.bytes, k, true));
       stop = ok ? 0 : 1;
     }
     __syncthreads();
@@ -506,7 +556,10 @@ __device__ bool p2p_op(const weft_p2p_args& args, const weft_p2p_op& op, u32 k) 
     else
       copy_bytes((const u8*)slot, (u8*)(user + off), n, true);
     __syncthreads();
-    if (threadIdx.x == 0) store_release(fifo.counter_peer, ++fifo.step);
+    if (threadIdx.x == 0) {
+      if (op.send && s == 0) post_p2p_tag(fifo, op.bytes);
+      store_release(fifo.counter_peer, ++fifo.step);
+    }
   }
   if (threadIdx.x == 0) {
     if (op.send)

@@ -176,10 +176,11 @@ __device__ bool run_step_ll(const Block& b, const Reduction<T, OP>& red, u32 cha
   return true;
 }
 
-// One block's part of a point-to-point message under LL: bytes in pieces of at most one LL
-// step's payload (16-byte aligned, as SIMPLE cuts them), one step each. A failure in the last
-// piece is left in `stop` for thread 0.
-__device__ void p2p_ll(const Block& b, Fifo& fifo, bool send, u8* user, u64 len, u32 channel,
+// One block's part of a point-to-point message of `bytes` under LL: `len` bytes in pieces of
+// at most one LL step's payload (16-byte aligned, as SIMPLE cuts them), one step each, the
+// first carrying the message's tag (check_p2p_tag). A failure in the last piece is left in
+// `stop` for thread 0.
+__device__ void p2p_ll(const Block& b, Fifo& fifo, bool send, u8* user, u64 len, u64 bytes, u32 channel,
                        LlStop halt) {
   Reduction<u8, OP_SUM> copy;
   copy.init(0, 0, 1);
@@ -189,12 +190,17 @@ __device__ void p2p_ll(const Block& b, Fifo& fifo, bool send, u8* user, u64 len,
     const u64 off = cut.start(s, len);
     const u64 n = cut.size(s, len);
     if (!ll_acquire(b, fifo, send, channel, halt)) return;
+    if (send && s == 0 && threadIdx.x == 0) post_p2p_tag(fifo, bytes);
     if (send)
       ll_step<u8, OP_SUM, true, false, true, false>(b, copy, false, false, user + off, nullptr, n, fifo, fifo,
                                                    channel, halt);
     else
       ll_step<u8, OP_SUM, false, true, false, true>(b, copy, false, false, nullptr, user + off, n, fifo, fifo,
                                                    channel, halt);
+    // Thread 0 checks the tag before ll_finish frees the slot (it reads `failed` after the
+    // block's barrier there).
+    if (!send && s == 0 && threadIdx.x == 0 && *halt.failed == 0 && !check_p2p_tag(b, fifo, bytes, channel, false))
+      *halt.failed = 1;
     ll_finish(fifo, fifo, send, !send, halt);
   }
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 // Layout version of the shared structs (`weft_abi_version()` gives the library's).
-#define WEFT_ABI_VERSION 6
+#define WEFT_ABI_VERSION 7
 
 // FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 #define WEFT_NUM_PROTOCOLS 3
@@ -65,6 +65,10 @@
 // block's warp groups share one record; the first to give up names the peer).
 #define WEFT_FAULT_CLAIMED 3
 
+// `weft_kernel_fault.code`: a point-to-point receive found no tag of its size from the
+// peer (`wait` is `WEFT_WAIT_P2P_TAG`).
+#define WEFT_FAULT_MISMATCH 4
+
 // `weft_kernel_fault.wait`: waiting for the peer's data.
 #define WEFT_WAIT_RECV 0
 
@@ -82,6 +86,10 @@
 
 // `weft_kernel_fault.wait`: NVLS, waiting for a slot to be freed.
 #define WEFT_WAIT_NVLS_FREED 5
+
+// `weft_kernel_fault.wait`: a point-to-point receive found no tag of its size from the
+// peer (`step`: the tag found, `waited_ns`: the tag expected).
+#define WEFT_WAIT_P2P_TAG 6
 
 // Most ranks a `weft_peer_work` addresses.
 #define WEFT_PEER_MAX_RANKS 8
@@ -238,6 +246,12 @@ typedef struct weft_conn_info {
   // the next count with its pointer, the sender waits for the count it expects. Lives
   // here, in device memory, so that CUDA graph replays count too.
   uint64_t direct_ops;
+  // Address of `steps` `u64` message tags, one per slot, in the receiver's memory (0:
+  // none). The sender of a point-to-point message writes [`p2p_tag`] of the message's
+  // bytes and its first step into that step's slot, on each channel it uses; the
+  // receiver compares it with its own before taking the data, so that a send and a
+  // receive of different sizes end in an error naming the peer, not in garbage.
+  uint64_t tags;
 } weft_conn_info;
 
 // Where the receiver of a `CONN_DIRECT_WRITE` connection publishes its output buffer:
@@ -383,7 +397,7 @@ typedef struct weft_dev_comm {
 // Why a kernel stopped early: written once (by the first block that gives up, guarded by
 // `code`) into host-mapped memory, so that the host can say which peer and which wait.
 typedef struct weft_kernel_fault {
-  // [`FAULT_NONE`], [`FAULT_TIMEOUT`] or [`FAULT_ABORTED`].
+  // [`FAULT_NONE`], [`FAULT_TIMEOUT`], [`FAULT_ABORTED`] or [`FAULT_MISMATCH`].
   uint32_t code;
   // The channel (block) that gave up.
   uint32_t channel;

@@ -6,7 +6,7 @@
 //! the same items for C callers.
 
 /// Layout version of the shared structs (`weft_abi_version()` gives the library's).
-pub const WEFT_ABI_VERSION: u32 = 6;
+pub const WEFT_ABI_VERSION: u32 = 7;
 /// FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const WEFT_NUM_PROTOCOLS: usize = 3;
 /// Slots in each connection's FIFO: NCCL's `NCCL_STEPS`.
@@ -42,6 +42,9 @@ pub const WEFT_FAULT_ABORTED: u32 = 2;
 /// `weft_kernel_fault.code`: a kernel thread claimed the record and is writing it (the
 /// block's warp groups share one record; the first to give up names the peer).
 pub const WEFT_FAULT_CLAIMED: u32 = 3;
+/// `weft_kernel_fault.code`: a point-to-point receive found no tag of its size from the
+/// peer (`wait` is `WEFT_WAIT_P2P_TAG`).
+pub const WEFT_FAULT_MISMATCH: u32 = 4;
 /// `weft_kernel_fault.wait`: waiting for the peer's data.
 pub const WEFT_WAIT_RECV: u32 = 0;
 /// `weft_kernel_fault.wait`: waiting for the peer to free a FIFO slot.
@@ -54,6 +57,9 @@ pub const WEFT_WAIT_PEER_FLAG: u32 = 3;
 pub const WEFT_WAIT_NVLS_POSTED: u32 = 4;
 /// `weft_kernel_fault.wait`: NVLS, waiting for a slot to be freed.
 pub const WEFT_WAIT_NVLS_FREED: u32 = 5;
+/// `weft_kernel_fault.wait`: a point-to-point receive found no tag of its size from the
+/// peer (`step`: the tag found, `waited_ns`: the tag expected).
+pub const WEFT_WAIT_P2P_TAG: u32 = 6;
 /// Most ranks a `weft_peer_work` addresses.
 pub const WEFT_PEER_MAX_RANKS: usize = 8;
 /// `weft_peer_work.algorithm`: one-shot all-reduce.
@@ -94,12 +100,14 @@ const _: () = {
     assert!(WEFT_FAULT_TIMEOUT == core_abi::FAULT_TIMEOUT);
     assert!(WEFT_FAULT_ABORTED == core_abi::FAULT_ABORTED);
     assert!(WEFT_FAULT_CLAIMED == core_abi::FAULT_CLAIMED);
+    assert!(WEFT_FAULT_MISMATCH == core_abi::FAULT_MISMATCH);
     assert!(WEFT_WAIT_RECV == core_abi::WAIT_RECV);
     assert!(WEFT_WAIT_SEND == core_abi::WAIT_SEND);
     assert!(WEFT_WAIT_PEER_START == core_abi::WAIT_PEER_START);
     assert!(WEFT_WAIT_PEER_FLAG == core_abi::WAIT_PEER_FLAG);
     assert!(WEFT_WAIT_NVLS_POSTED == core_abi::WAIT_NVLS_POSTED);
     assert!(WEFT_WAIT_NVLS_FREED == core_abi::WAIT_NVLS_FREED);
+    assert!(WEFT_WAIT_P2P_TAG == core_abi::WAIT_P2P_TAG);
     assert!(WEFT_PEER_MAX_RANKS == core_abi::PEER_MAX_RANKS);
     assert!(WEFT_PEER_ALGO_ONE_SHOT == core_abi::PEER_ALGO_ONE_SHOT);
     assert!(WEFT_PEER_ALGO_TWO_SHOT == core_abi::PEER_ALGO_TWO_SHOT);

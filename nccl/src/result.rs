@@ -110,6 +110,9 @@ impl From<GpuError> for ApiError {
             GpuError::Bootstrap(e) => bootstrap_code(e),
             GpuError::Unreachable { .. } => NCCL_SYSTEM_ERROR,
             GpuError::PeerTimeout { .. } | GpuError::Aborted(_) => NCCL_REMOTE_ERROR,
+            // Sends and receives that do not match: the program's calls, as NCCL's
+            // argument checks call what they catch.
+            GpuError::P2pMismatch { .. } => NCCL_INVALID_USAGE,
             _ => NCCL_INTERNAL_ERROR,
         };
         ApiError::new(code, err.to_string())

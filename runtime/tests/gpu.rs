@@ -1352,6 +1352,117 @@ fn a_skipped_call_is_named(settings: Settings) {
     eprintln!("{settings:?}: rank 0 gave up after {took:?}: {text}");
 }
 
+/// Sends and receives that do not match, SIMPLE and LL: rank 1's receive is refused with
+/// an error naming rank 0 (at once where a tag of the step shows another size, at the
+/// deadline where no send comes), never a hang and never garbage taken as data.
+#[test]
+fn mismatched_sends_and_receives_are_named() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    for (settings, name) in [(Settings::default(), "SIMPLE"), (Settings::LL, "LL")] {
+        // Sizes that differ: 1000 bytes sent, 1200 expected.
+        let r = p2p_mismatch(settings, &[1000], &[&[1200]]);
+        let text = expect_named(&r[0], name);
+        assert!(
+            text.contains("1200 bytes") && text.contains("1000"),
+            "{name}: {text}"
+        );
+        // A large send met by a smaller receive (more channels on the sender's side).
+        let r = p2p_mismatch(settings, &[3 << 20], &[&[1 << 20]]);
+        let text = expect_named(&r[0], name);
+        assert!(text.contains(&format!("{}", 1 << 20)), "{name}: {text}");
+        // A receive whose sender never calls: the deadline.
+        let r = p2p_mismatch(settings, &[], &[&[4096]]);
+        let text = expect_named(&r[0], name);
+        assert!(text.contains("gave up"), "{name}: {text}");
+        // Two sends, one receive: the second send waits for rank 1's next receive (NCCL
+        // matches in call order across groups too), whose other size is then refused.
+        let r = p2p_mismatch(settings, &[100, 100], &[&[100], &[200]]);
+        assert!(r[0].is_ok(), "{name}: the first receive: {:?}", r[0]);
+        let text = expect_named(&r[1], name);
+        assert!(
+            text.contains("200 bytes") && text.contains("100 bytes"),
+            "{name}: {text}"
+        );
+    }
+}
+
+type Outcome = Result<(), (Option<usize>, String)>;
+
+/// Rank 1's outcome, named and within the test's deadline: its error's text.
+fn expect_named(r: &Outcome, name: &str) -> String {
+    let (culprit, text) = r.clone().expect_err("rank 1's receive must fail");
+    assert_eq!(culprit, Some(0), "{name}: {text}");
+    assert!(text.contains("rank 0"), "{name}: {text}");
+    eprintln!("{name}: rank 1: {text}");
+    text
+}
+
+/// Rank 0 sends rank 1 messages of `sends` bytes in one group; rank 1 receives `groups`
+/// (a group each, in order) from rank 0 and stops at its first failure. Rank 1's outcome per
+/// group; both leave without finalize (their FIFOs disagree).
+fn p2p_mismatch(settings: Settings, sends: &[usize], groups: &[&[usize]]) -> Vec<Outcome> {
+    let sends = sends.to_vec();
+    let groups: Vec<Vec<usize>> = groups.iter().map(|g| g.to_vec()).collect();
+    let gate = Arc::new(Barrier::new(2));
+    let results = run_ranks_with(
+        2,
+        Duration::from_secs(3),
+        settings,
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let buf = DeviceBuffer::alloc(comm.context(), 8 << 20).unwrap();
+            comm.prepare(&[DataType::Uint8]).unwrap();
+            comm.barrier().unwrap();
+            let mut outcomes = Vec::new();
+            let t = Instant::now();
+            if rank == 0 && !sends.is_empty() {
+                let ops: Vec<GpuP2p> = sends
+                    .iter()
+                    .map(|&bytes| GpuP2p::Send {
+                        peer: 1,
+                        buf: buf.ptr(),
+                        bytes,
+                    })
+                    .collect();
+                // SAFETY: the buffer holds every message and outlives the synchronize.
+                let _ =
+                    unsafe { comm.group(&ops, &stream) }.and_then(|()| comm.synchronize(&stream));
+            }
+            if rank == 1 {
+                for g in &groups {
+                    let ops: Vec<GpuP2p> = g
+                        .iter()
+                        .map(|&bytes| GpuP2p::Recv {
+                            peer: 0,
+                            buf: buf.ptr(),
+                            bytes,
+                        })
+                        .collect();
+                    // SAFETY: as above.
+                    let r = unsafe { comm.group(&ops, &stream) }
+                        .and_then(|()| comm.synchronize(&stream))
+                        .map_err(|e: GpuError| (e.culprit(), e.to_string()));
+                    let failed = r.is_err();
+                    outcomes.push(r);
+                    if failed {
+                        break;
+                    }
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(15),
+                    "rank 1 took {:?}: {outcomes:?}",
+                    t.elapsed()
+                );
+            }
+            gate.wait();
+            outcomes
+        },
+    );
+    results[1].clone()
+}
+
 /// The cases of a peer-pointer algorithm: the collectives it runs, every type and operator,
 /// in and out of place, counts from one element (8 bytes for a 64-bit type) to odd ones,
 /// and [`large_cases`]: a call of 256 MiB per rank for each collective and type.

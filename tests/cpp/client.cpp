@@ -68,7 +68,7 @@ static_assert(WEFT_OK == 0 && WEFT_ERR_NULL_ARG == 1 && WEFT_ERR_TRUNCATED == 2 
                   WEFT_ERR_INTERNAL == 9 && WEFT_ERR_BAD_LENGTH == 10 &&
                   WEFT_ERR_BUFFER_TOO_SMALL == 11,
               "status codes never change meaning");
-static_assert(sizeof(weft_conn_info) == 96 && offsetof(weft_conn_info, head) == 40 &&
+static_assert(sizeof(weft_conn_info) == 104 && offsetof(weft_conn_info, head) == 40 &&
                   offsetof(weft_conn_info, step) == 72,
               "weft_conn_info layout");
 static_assert(sizeof(weft_coll_work) == 88 && offsetof(weft_coll_work, dtype) == 44 &&

@@ -3,7 +3,7 @@
  * tests/tests/cpp_client.rs. */
 #include "weft.h"
 
-_Static_assert(sizeof(weft_conn_info) == 96, "weft_conn_info layout");
+_Static_assert(sizeof(weft_conn_info) == 104, "weft_conn_info layout");
 _Static_assert(sizeof(weft_coll_work) == 88, "weft_coll_work layout");
 _Static_assert(sizeof(weft_status) == 4, "weft_status is a uint32_t in C");
 _Static_assert(WEFT_DATA_TYPE_BFLOAT16 == 9, "ncclBfloat16");

@@ -87,9 +87,9 @@ pub struct ChannelPeer {
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<ChannelPeer>() == 192);
+    assert!(size_of::<ChannelPeer>() == 208);
     assert!(offset_of!(ChannelPeer, send) == 0);
-    assert!(offset_of!(ChannelPeer, recv) == 96);
+    assert!(offset_of!(ChannelPeer, recv) == 104);
 };
 
 /// One channel as a kernel block sees it.
@@ -202,7 +202,7 @@ const _: () = {
     Debug, Clone, Copy, PartialEq, Eq, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct KernelFault {
-    /// [`FAULT_NONE`], [`FAULT_TIMEOUT`] or [`FAULT_ABORTED`].
+    /// [`FAULT_NONE`], [`FAULT_TIMEOUT`], [`FAULT_ABORTED`] or [`FAULT_MISMATCH`].
     pub code: u32,
     /// The channel (block) that gave up.
     pub channel: u32,
@@ -239,6 +239,9 @@ pub const FAULT_ABORTED: u32 = 2;
 /// before writing, so a sibling's ABORTED never overwrites the TIMEOUT that names the peer.
 /// The host reads such a record as not there yet.
 pub const FAULT_CLAIMED: u32 = 3;
+/// [`KernelFault::code`]: a point-to-point receive found no tag of its size from `peer`
+/// (`wait` is [`WAIT_P2P_TAG`]; `step` holds the tag found, `waited_ns` the tag expected).
+pub const FAULT_MISMATCH: u32 = 4;
 /// [`KernelFault::wait`]: waiting for the peer's data (the receiver side of a connection).
 pub const WAIT_RECV: u32 = 0;
 /// [`KernelFault::wait`]: waiting for the peer to free a slot (the sender side).
@@ -255,6 +258,9 @@ pub const WAIT_NVLS_POSTED: u32 = 4;
 /// [`KernelFault::wait`]: NVLS, waiting for a slot to be freed (by head `peer`, or by the
 /// ranks that read a head's broadcast).
 pub const WAIT_NVLS_FREED: u32 = 5;
+/// [`KernelFault::wait`] of a [`FAULT_MISMATCH`]: a point-to-point receive checked, in the
+/// slot of its first step, the tag `peer` leaves there (`core::abi::p2p_tag`).
+pub const WAIT_P2P_TAG: u32 = 6;
 
 #[cfg(test)]
 mod test {
@@ -325,11 +331,11 @@ mod test {
     proptest! {
         #[test]
         fn layouts_round_trip_and_validate_never_panics(
-            raw in proptest::collection::vec(any::<u8>(), 192),
+            raw in proptest::collection::vec(any::<u8>(), 208),
         ) {
             let peer = ChannelPeer::read_from_bytes(&raw).unwrap();
             prop_assert_eq!(peer.as_bytes(), &raw[..]);
-            prop_assert_eq!(peer.recv.as_bytes(), &raw[96..]);
+            prop_assert_eq!(peer.recv.as_bytes(), &raw[104..]);
             let ch = DevChannel::read_from_bytes(&raw[..64]).unwrap();
             prop_assert_eq!(ch.as_bytes(), &raw[..64]);
             prop_assert_eq!(ch.ring.next, i32::from_ne_bytes(raw[12..16].try_into().unwrap()));

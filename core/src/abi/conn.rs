@@ -69,7 +69,24 @@ pub struct ConnInfo {
     /// the next count with its pointer, the sender waits for the count it expects. Lives
     /// here, in device memory, so that CUDA graph replays count too.
     pub direct_ops: u64,
+    /// Address of `steps` `u64` message tags, one per slot, in the receiver's memory (0:
+    /// none). The sender of a point-to-point message writes [`p2p_tag`] of the message's
+    /// bytes and its first step into that step's slot, on each channel it uses; the
+    /// receiver compares it with its own before taking the data, so that a send and a
+    /// receive of different sizes end in an error naming the peer, not in garbage.
+    pub tags: u64,
 }
+
+/// The tag a point-to-point message leaves in the slot of its first step on a channel:
+/// its byte count in the low 48 bits and the step in the high 16, so that the tag a slot
+/// kept from an earlier message (8 or more steps back) never matches (the kernels compute
+/// the same: `weft_p2p_tag`).
+pub const fn p2p_tag(bytes: u64, step: u64) -> u64 {
+    (bytes & P2P_TAG_BYTES) | (step << 48)
+}
+
+/// The bits of [`p2p_tag`] that hold the byte count.
+pub const P2P_TAG_BYTES: u64 = (1 << 48) - 1;
 
 /// Where the receiver of a `CONN_DIRECT_WRITE` connection publishes its output buffer:
 /// it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
@@ -88,7 +105,7 @@ const _: () = assert!(core::mem::size_of::<PtrExchange>() == 16);
 
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<ConnInfo>() == 96);
+    assert!(size_of::<ConnInfo>() == 104);
     assert!(align_of::<ConnInfo>() == 8);
     assert!(offset_of!(ConnInfo, buffs) == 0);
     assert!(offset_of!(ConnInfo, buff_sizes) == 24);
@@ -101,6 +118,7 @@ const _: () = {
     assert!(offset_of!(ConnInfo, flags) == 80);
     assert!(offset_of!(ConnInfo, steps) == 84);
     assert!(offset_of!(ConnInfo, direct_ops) == 88);
+    assert!(offset_of!(ConnInfo, tags) == 96);
 };
 
 impl ConnInfo {
@@ -198,7 +216,7 @@ mod test {
         (
             any::<[u64; 3]>(),
             any::<[u32; 3]>(),
-            any::<[u64; 6]>(),
+            any::<[u64; 7]>(),
             any::<[u32; 3]>(),
         )
             .prop_map(|(buffs, buff_sizes, w, n)| ConnInfo {
@@ -213,6 +231,7 @@ mod test {
                 flags: n[1],
                 steps: n[2],
                 direct_ops: w[5],
+                tags: w[6],
             })
     }
 
@@ -228,7 +247,7 @@ mod test {
         #[test]
         fn fields_sit_at_their_offsets(c in arb_conn()) {
             let b = c.as_bytes();
-            prop_assert_eq!(b.len(), 96);
+            prop_assert_eq!(b.len(), 104);
             for p in 0..3 {
                 prop_assert_eq!(ne64(b, 8 * p), c.buffs[p]);
                 prop_assert_eq!(ne32(b, 24 + 4 * p), c.buff_sizes[p]);
@@ -242,6 +261,7 @@ mod test {
             prop_assert_eq!(ne32(b, 80), c.flags);
             prop_assert_eq!(ne32(b, 84), c.steps);
             prop_assert_eq!(ne64(b, 88), c.direct_ops);
+            prop_assert_eq!(ne64(b, 96), c.tags);
             prop_assert_eq!(ConnInfo::read_from_bytes(b).unwrap(), c);
         }
 
@@ -275,7 +295,19 @@ mod test {
             flags: CONN_DIRECT_READ | CONN_HOST_MEMORY,
             steps: STEPS,
             direct_ops: 0,
+            tags: 0,
         }
+    }
+
+    #[test]
+    fn p2p_tags_hold_the_bytes_and_the_step() {
+        let t = p2p_tag(1200, 3);
+        assert_eq!((t & P2P_TAG_BYTES, t >> 48), (1200, 3));
+        // An older message in the same slot (8 steps back) never carries this step's tag.
+        assert_ne!(p2p_tag(1200, 3), p2p_tag(1200, 11));
+        assert_ne!(p2p_tag(1200, 3), p2p_tag(1000, 3));
+        // Bytes past 48 bits keep their low bits; the step's high bits fall off.
+        assert_eq!(p2p_tag((1 << 48) + 5, 1 << 16) & P2P_TAG_BYTES, 5);
     }
 
     #[test]

@@ -25,13 +25,13 @@ pub mod peer_work;
 pub mod work;
 
 pub use channel::{
-    ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT,
-    KernelFault, RingInfo, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG,
-    WAIT_PEER_START, WAIT_RECV, WAIT_SEND,
+    ChannelPeer, DevChannel, DevComm, FAULT_ABORTED, FAULT_CLAIMED, FAULT_MISMATCH, FAULT_NONE,
+    FAULT_TIMEOUT, KernelFault, RingInfo, TreeInfo, WAIT_NVLS_FREED, WAIT_NVLS_POSTED,
+    WAIT_P2P_TAG, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV, WAIT_SEND,
 };
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,
-    CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo, PtrExchange,
+    CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo, P2P_TAG_BYTES, PtrExchange, p2p_tag,
 };
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
 pub use peer_work::{
@@ -46,7 +46,7 @@ pub use work::{
 /// Version of the layouts in this module. Bumped on any change to a struct, a field's
 /// meaning or an enum's numbers, so a kernel or C caller built against another `weft.h`
 /// can refuse to run instead of misreading memory.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Number of FIFO protocols (LL, LL128, SIMPLE): NCCL's `NCCL_NUM_PROTOCOLS`.
 pub const NUM_PROTOCOLS: usize = 3;

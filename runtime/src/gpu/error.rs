@@ -28,6 +28,16 @@ pub enum GpuError {
         waiting_for: &'static str,
         waited: Duration,
     },
+    /// A point-to-point receive from `peer` did not meet a send of its size: the tag in
+    /// the slot of its first step on `channel` (`core::abi::p2p_tag`) was `found` where
+    /// this rank expected `wanted`.
+    P2pMismatch {
+        rank: usize,
+        peer: usize,
+        channel: u32,
+        found: u64,
+        wanted: u64,
+    },
     /// The communicator was aborted (by the user, or after an earlier failure).
     Aborted(String),
 }
@@ -49,7 +59,9 @@ impl GpuError {
     pub fn culprit(&self) -> Option<usize> {
         match self {
             GpuError::Bootstrap(e) => e.culprit(),
-            GpuError::Unreachable { peer, .. } | GpuError::PeerTimeout { peer, .. } => Some(*peer),
+            GpuError::Unreachable { peer, .. }
+            | GpuError::PeerTimeout { peer, .. }
+            | GpuError::P2pMismatch { peer, .. } => Some(*peer),
             _ => None,
         }
     }
@@ -79,6 +91,35 @@ impl fmt::Display for GpuError {
                  WEFT_TIMEOUT if rank {peer} is only slow",
                 waited.as_secs_f64()
             ),
+            GpuError::P2pMismatch {
+                rank,
+                peer,
+                channel,
+                found,
+                wanted,
+            } => {
+                let bytes = |tag: u64| tag & weft_core::abi::P2P_TAG_BYTES;
+                if found >> 48 == wanted >> 48 {
+                    write!(
+                        f,
+                        "rank {rank}: a receive of {} bytes from rank {peer} met a send of {} \
+                         bytes (channel {channel}): a send and its receive must have the same \
+                         size (they match in call order per peer and direction, as in NCCL)",
+                        bytes(*wanted),
+                        bytes(*found)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "rank {rank}: a receive of {} bytes from rank {peer} found no message \
+                         of rank {peer} starting there (channel {channel}): rank {peer} sent \
+                         a message of another size before it, or more or fewer sends than \
+                         this rank's receives from it, or called a collective where this rank \
+                         receives; a send and its receive must have the same size and order",
+                        bytes(*wanted)
+                    )
+                }
+            }
             GpuError::Aborted(why) => write!(f, "the communicator was aborted: {why}"),
         }
     }

@@ -5,6 +5,7 @@
 //! connection `a -> b` on channel `c` keeps, as NCCL's P2P transport in write mode:
 //!
 //! - in the receiver `b`'s window, a *receive slot*: the tail counter (slots `a` posted), the
+//!   tags of `a`'s point-to-point messages (one word per FIFO slot, [`TAGS_OFFSET`]), the
 //!   FIFO of `STEPS` slots of `step_bytes`, which `a` writes over NVLink, and after it the LL
 //!   buffer of `ll_bytes` (8 slots of flagged lines, no tail: `weft_core::fifo::ll`);
 //! - in the sender `a`'s window, the head counter (slots `b` freed), which `b` writes, and
@@ -30,6 +31,10 @@ use weft_core::abi::STEPS;
 
 /// Bytes from a receive slot's start to its FIFO (the tail counter sits at 0).
 pub const FIFO_OFFSET: usize = 4096;
+/// Bytes from a receive slot's start to its point-to-point message tags (`ConnInfo::tags`:
+/// `STEPS` words, after the tail's cache line and before the FIFO).
+pub const TAGS_OFFSET: usize = 128;
+const _: () = assert!(TAGS_OFFSET + STEPS as usize * 8 <= FIFO_OFFSET);
 /// Bytes between two head counters (each on its own cache line and then some).
 pub const HEAD_STRIDE: usize = 128;
 /// Bytes from a head counter to its connection's `weft_ptr_exchange` (direct writes): the
@@ -63,7 +68,7 @@ pub struct Layout {
 /// The addresses one connection end uses, as offsets into two windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EdgePlace {
-    /// Offset of the receive slot (tail at +0, FIFO at +[`FIFO_OFFSET`], LL buffer at
+    /// Offset of the receive slot (tail at +0, tags at +[`TAGS_OFFSET`], FIFO at +[`FIFO_OFFSET`], LL buffer at
     /// +[`Layout::ll_offset`]) in the receiver's window.
     pub slot: usize,
     /// Offset of the head counter in the sender's window.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_core::abi::{
-    FAULT_ABORTED, FAULT_CLAIMED, FAULT_NONE, FAULT_TIMEOUT, KernelFault, MAX_CHANNELS,
-    WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
+    FAULT_ABORTED, FAULT_CLAIMED, FAULT_MISMATCH, FAULT_NONE, FAULT_TIMEOUT, KernelFault,
+    MAX_CHANNELS, WAIT_NVLS_FREED, WAIT_NVLS_POSTED, WAIT_PEER_FLAG, WAIT_PEER_START, WAIT_RECV,
 };
 use weft_cuda::{Context, HostMapped, Stream};
 use zerocopy::{FromBytes, IntoBytes};
@@ -142,8 +142,13 @@ impl Faults {
             })
             // FAULT_CLAIMED: a kernel thread is still writing it (the next check reads it).
             .filter(|f| f.code != FAULT_NONE && f.code != FAULT_CLAIMED)
-            // The timed-out wait is the root cause; the others saw its abort.
-            .min_by_key(|f| (f.code != FAULT_TIMEOUT, std::cmp::Reverse(f.waited_ns)))
+            // The timed-out wait or the mismatch is the root cause; the others saw its
+            // abort. A mismatch first: a peer waiting on this rank may time out after it.
+            .min_by_key(|f| match f.code {
+                FAULT_MISMATCH => (0, 0),
+                FAULT_TIMEOUT => (1, u64::MAX - f.waited_ns),
+                _ => (2, u64::MAX - f.waited_ns),
+            })
     }
 
     fn fault_error(&self, f: &KernelFault) -> GpuError {
@@ -159,6 +164,13 @@ impl Faults {
             _ => "a free FIFO slot from",
         };
         match f.code {
+            FAULT_MISMATCH => GpuError::P2pMismatch {
+                rank: self.rank,
+                peer: f.peer.max(0) as usize,
+                channel: f.channel,
+                found: f.step,
+                wanted: f.waited_ns,
+            },
             FAULT_TIMEOUT => GpuError::PeerTimeout {
                 rank: self.rank,
                 peer: f.peer.max(0) as usize,

@@ -19,7 +19,7 @@ use super::peers::GpuPeer;
 use crate::bootstrap::Bootstrap;
 use crate::config::TransportSettings;
 use crate::gpu::GpuError;
-use crate::gpu::layout::{EXCHANGE_OFFSET, Edge, Layout};
+use crate::gpu::layout::{EXCHANGE_OFFSET, Edge, Layout, TAGS_OFFSET};
 use crate::transport::shm::ShmMapping;
 
 /// Where a peer's window is mapped in this process.
@@ -342,6 +342,7 @@ impl Windows {
             },
             steps: STEPS,
             direct_ops: 0,
+            tags: slot + TAGS_OFFSET as u64,
         })
     }
 }
