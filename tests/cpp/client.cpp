@@ -80,7 +80,7 @@ static_assert(sizeof(weft_kernel_args) == 16 + 88 * WEFT_COLL_BATCH_MAX &&
 static_assert(sizeof(weft_peer_work) == 272 && sizeof(weft_peer_batch) == 8 + 272 * WEFT_PEER_BATCH_MAX &&
                   offsetof(weft_peer_batch, works) == 8,
               "weft_peer_batch layout");
-static_assert(sizeof(weft_channel_peer) == 192 &&
+static_assert(sizeof(weft_channel_peer) == 208 &&
                   sizeof(weft_dev_channel) == 64 && sizeof(weft_dev_comm) == 48 && sizeof(weft_kernel_fault) == 32,
               "device struct sizes");
 
