@@ -191,9 +191,10 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
 }
 
 // The tag a point-to-point message leaves in the slot of its first step on a channel
-// (core::abi::p2p_tag): its bytes in the low 48 bits, the step in the high 16.
+// (core::abi::p2p_tag): its bytes in the low 47 bits, bit 47 set (zeroed memory is no tag),
+// the step in the high 16.
 __device__ __forceinline__ u64 p2p_tag(u64 bytes, u64 step) {
-  return (bytes & ((1ull << 48) - 1)) | (step << 48);
+  return (bytes & ((1ull << 47) - 1)) | (1ull << 47) | (step << 48);
 }
 
 // The sender's half, by one thread, before the step is posted (SIMPLE: before the release
@@ -217,7 +218,7 @@ __device__ bool check_p2p_tag(const Block& b, const Fifo& f, u64 bytes, u32 chan
   for (;;) {
     const u64 got = *slot;
     if (got == want) return true;
-    bool give = settled || (got >> 48) == (want >> 48);
+    bool give = settled || (got >> 47) == (want >> 47);
     u32 code = WEFT_FAULT_MISMATCH;
     if (!give && ++spins >= SPINS_PER_CHECK) {
       spins = 0;

@@ -1110,15 +1110,19 @@ fn many_messages_per_peer_with(n: usize, settings: Settings) {
                         .collect(),
                 );
             }
-            // This rank's call order: the queues taken in turns from a rank-dependent start.
+            // This rank's call order: a queue that still holds calls, picked by a generator
+            // seeded per rank (each queue's calls stay in order).
             let mut ops = Vec::new();
-            let mut turn = rank * 5;
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ rank as u64;
             while queues.iter().any(|q| !q.is_empty()) {
-                let q = turn % queues.len();
-                if !queues[q].is_empty() {
-                    ops.push(queues[q].remove(0));
-                }
-                turn += 1 + rank;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let live: Vec<usize> = (0..queues.len())
+                    .filter(|&q| !queues[q].is_empty())
+                    .collect();
+                let q = live[(x % live.len() as u64) as usize];
+                ops.push(queues[q].remove(0));
             }
             // SAFETY: every message lies inside its buffer, which outlives the synchronize.
             unsafe { comm.group(&ops, &stream) }.unwrap();

@@ -78,15 +78,18 @@ pub struct ConnInfo {
 }
 
 /// The tag a point-to-point message leaves in the slot of its first step on a channel:
-/// its byte count in the low 48 bits and the step in the high 16, so that the tag a slot
-/// kept from an earlier message (8 or more steps back) never matches (the kernels compute
-/// the same: `weft_p2p_tag`).
+/// its byte count in the low 47 bits, [`P2P_TAG_MARK`] (so that memory never written, all
+/// zeros, is no tag), and the step in the high 16 bits (so that the tag a slot kept from an
+/// earlier message, 8 or more steps back, never matches). The kernels compute the same
+/// (`p2p_tag` in collectives.cu).
 pub const fn p2p_tag(bytes: u64, step: u64) -> u64 {
-    (bytes & P2P_TAG_BYTES) | (step << 48)
+    (bytes & P2P_TAG_BYTES) | P2P_TAG_MARK | (step << 48)
 }
 
 /// The bits of [`p2p_tag`] that hold the byte count.
-pub const P2P_TAG_BYTES: u64 = (1 << 48) - 1;
+pub const P2P_TAG_BYTES: u64 = (1 << 47) - 1;
+/// The bit every [`p2p_tag`] sets.
+pub const P2P_TAG_MARK: u64 = 1 << 47;
 
 /// Where the receiver of a `CONN_DIRECT_WRITE` connection publishes its output buffer:
 /// it writes `ptr`, then `ops` (a release); the sender acquires `ops` and reads `ptr`.
@@ -303,11 +306,14 @@ mod test {
     fn p2p_tags_hold_the_bytes_and_the_step() {
         let t = p2p_tag(1200, 3);
         assert_eq!((t & P2P_TAG_BYTES, t >> 48), (1200, 3));
+        // Zeroed memory is no tag, not even of an empty message at step 0.
+        assert_ne!(p2p_tag(0, 0), 0);
         // An older message in the same slot (8 steps back) never carries this step's tag.
         assert_ne!(p2p_tag(1200, 3), p2p_tag(1200, 11));
         assert_ne!(p2p_tag(1200, 3), p2p_tag(1000, 3));
-        // Bytes past 48 bits keep their low bits; the step's high bits fall off.
-        assert_eq!(p2p_tag((1 << 48) + 5, 1 << 16) & P2P_TAG_BYTES, 5);
+        // Bytes past 47 bits keep their low bits; the step's high bits fall off.
+        assert_eq!(p2p_tag((1 << 47) + 5, 1 << 16) & P2P_TAG_BYTES, 5);
+        assert_eq!(p2p_tag(5, 1 << 16) >> 47, 1);
     }
 
     #[test]

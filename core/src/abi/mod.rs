@@ -31,7 +31,8 @@ pub use channel::{
 };
 pub use conn::{
     CONN_DIRECT_READ, CONN_DIRECT_WRITE, CONN_HOST_MEMORY, CONN_KNOWN_FLAGS, CONN_NVLS,
-    CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo, P2P_TAG_BYTES, PtrExchange, p2p_tag,
+    CONN_PROXY_DRIVEN, CONN_SHARED_BUFFERS, ConnInfo, P2P_TAG_BYTES, P2P_TAG_MARK, PtrExchange,
+    p2p_tag,
 };
 pub use kinds::{Algorithm, CollKind, DataType, Protocol, RedOp, UnknownName};
 pub use peer_work::{

@@ -99,7 +99,8 @@ impl fmt::Display for GpuError {
                 wanted,
             } => {
                 let bytes = |tag: u64| tag & weft_core::abi::P2P_TAG_BYTES;
-                if found >> 48 == wanted >> 48 {
+                // A tag of this step (and marked: not zeroed memory) is the peer's message.
+                if found >> 47 == wanted >> 47 {
                     write!(
                         f,
                         "rank {rank}: a receive of {} bytes from rank {peer} met a send of {} \
