@@ -1399,7 +1399,7 @@ fn expect_named(r: &Outcome, name: &str) -> String {
     let (culprit, text) = r.clone().expect_err("rank 1's receive must fail");
     assert_eq!(culprit, Some(0), "{name}: {text}");
     assert!(text.contains("rank 0"), "{name}: {text}");
-    eprintln!("{name}: rank 1: {text}");
+    eprintln!("{name}: {text}");
     text
 }
 
