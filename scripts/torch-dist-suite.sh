@@ -159,6 +159,7 @@ t=$(step_timeout 150)
 mkdir -p "$LOGS/tmp-collect" && touch "$LOGS/tmp-collect/barrier"
 (
     cd "$FILE_DIR" && env BACKEND=nccl WORLD_SIZE="$WORLD" TEMP_DIR="$LOGS/tmp-collect" \
+        INIT_METHOD="file://$LOGS/tmp-collect/" \
         timeout "$t" "$PY" -m pytest --collect-only -q -p no:cacheprovider --rootdir . \
         ${K:+-k "$K"} "$FILE_NAME"
 ) >"$LOGS/collect.log" 2>&1 &
@@ -235,7 +236,12 @@ for side in $SIDES; do
         # NCCL_DEBUG=WARN on both sides: a rank that dies or hangs leaves its library's
         # warnings in the captured output, where the merge looks for its error line.
         # PYTORCH_PRINT_REPRO_ON_FAILURE=0: no "To execute this test, run ..." after each failure.
-        envs=("${SIDE_ENV[@]}" BACKEND=nccl WORLD_SIZE="$WORLD" TEMP_DIR="$tmp"
+        # INIT_METHOD as PyTorch's run_test.py sets it for this file's init-file run: the
+        # test class's name depends on it (…NCCLNoInitFile under env://), and each test's
+        # setUp (initialize_temp_directories) sets a file:// one before spawning its ranks,
+        # which then look for the class under the other name and fail to start (2026-11-27,
+        # two H100: every test failed so on both sides).
+        envs=("${SIDE_ENV[@]}" BACKEND=nccl WORLD_SIZE="$WORLD" TEMP_DIR="$tmp" INIT_METHOD="file://$tmp/"
             TORCH_DIST_SUITE_LOG="$LOGS/$side-$j.jsonl" NCCL_DEBUG=WARN PYTORCH_PRINT_REPRO_ON_FAILURE=0)
         [ "$SETS" -gt 1 ] && envs+=(CUDA_VISIBLE_DEVICES="$(gpu_set "$k")")
         [ "$RANK_DEADLINE" -ge 20 ] && envs+=(DISTRIBUTED_TESTS_DEFAULT_TIMEOUT="$RANK_DEADLINE")
