@@ -52,7 +52,7 @@ use super::error::GpuError;
 use super::protocol::GpuProtocols;
 use super::redop::GpuRedOp;
 pub use super::redop::avg_scale_bits;
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, BootstrapError};
 pub use channels::DEFAULT_CHANNELS;
 pub use faults::AbortHandle;
 use faults::Faults;
@@ -402,10 +402,23 @@ impl GpuComm {
 
     /// Ends the communicator in step with the others: waits for this rank's work, then for
     /// every rank, so that no window is freed while a peer's kernel still writes into it.
+    /// A peer whose process has exited (its bootstrap connection closed) is not waited for:
+    /// its kernels ended with its context, so it writes nothing any more, and NCCL's own
+    /// finalize waits for no peer at all (PyTorch destroys the process group on the ranks
+    /// that remain after its watchdog took one down, and expects that to succeed).
     pub fn finalize(&mut self) -> Result<(), GpuError> {
         self.ctx.synchronize()?;
-        self.bootstrap.barrier()?;
-        Ok(())
+        match self.bootstrap.barrier() {
+            Err(BootstrapError::PeerLost { peer, what, .. }) => {
+                log::warn!(
+                    "weft: rank {}: finalize: {peer} is gone ({what}: connection closed); \
+                     finalizing without it",
+                    self.rank
+                );
+                Ok(())
+            }
+            r => Ok(r?),
+        }
     }
 }
 
