@@ -1083,32 +1083,26 @@ fn many_messages_per_peer_with(n: usize, settings: Settings) {
             }
             send_buf.copy_from_host(&host).unwrap();
             recv_buf.copy_from_host(&vec![0xa5u8; recv_total]).unwrap();
+            // One queue per peer and direction, in message order.
+            let queue =
+                |msgs: &[(usize, usize, usize)], at: &[usize], base: u64, p: usize, send: bool| {
+                    msgs.iter()
+                        .zip(at)
+                        .filter(|(m, _)| m.0 == p)
+                        .map(|(&(peer, _, bytes), &o)| {
+                            let buf = base + o as u64;
+                            if send {
+                                GpuP2p::Send { peer, buf, bytes }
+                            } else {
+                                GpuP2p::Recv { peer, buf, bytes }
+                            }
+                        })
+                        .collect::<Vec<GpuP2p>>()
+                };
             let mut queues: Vec<Vec<GpuP2p>> = Vec::new();
             for p in 0..n {
-                queues.push(
-                    sends
-                        .iter()
-                        .zip(&send_at)
-                        .filter(|(m, _)| m.0 == p)
-                        .map(|(&(peer, _, bytes), &at)| GpuP2p::Send {
-                            peer,
-                            buf: send_buf.ptr() + at as u64,
-                            bytes,
-                        })
-                        .collect(),
-                );
-                queues.push(
-                    recvs
-                        .iter()
-                        .zip(&recv_at)
-                        .filter(|(m, _)| m.0 == p)
-                        .map(|(&(peer, _, bytes), &at)| GpuP2p::Recv {
-                            peer,
-                            buf: recv_buf.ptr() + at as u64,
-                            bytes,
-                        })
-                        .collect(),
-                );
+                queues.push(queue(&sends, &send_at, send_buf.ptr(), p, true));
+                queues.push(queue(&recvs, &recv_at, recv_buf.ptr(), p, false));
             }
             // This rank's call order: a queue that still holds calls, picked by a generator
             // seeded per rank (each queue's calls stay in order).
