@@ -156,5 +156,35 @@ mod tests {
         assert_eq!(e.code, NCCL_REMOTE_ERROR);
         let e: ApiError = CudaError::InvalidArgument("too long".into()).into();
         assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+        // A receive that met a send of another size, and one that found no send at all.
+        let tag = weft_core::abi::p2p_tag;
+        let e: ApiError = GpuError::P2pMismatch {
+            rank: 1,
+            peer: 0,
+            channel: 2,
+            found: tag(1000, 5),
+            wanted: tag(1200, 5),
+        }
+        .into();
+        assert_eq!(e.code, NCCL_INVALID_USAGE);
+        assert!(
+            e.message
+                .contains("a receive of 1200 bytes from rank 0 met a send of 1000 bytes"),
+            "{}",
+            e.message
+        );
+        let e: ApiError = GpuError::P2pMismatch {
+            rank: 1,
+            peer: 0,
+            channel: 0,
+            found: 0,
+            wanted: tag(64, 3),
+        }
+        .into();
+        assert!(
+            e.message.contains("found no message of rank 0"),
+            "{}",
+            e.message
+        );
     }
 }
