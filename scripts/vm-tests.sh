@@ -50,19 +50,23 @@ for t in "${tests[@]}"; do
     echo "== $name ($vms VMs)"
     start=$(date +%s)
     status=FAILED
-    for attempt in 1 2; do
+    # Up to three runs, a new one only when a guest kernel crashed (exit 3, rdma-vms.sh says
+    # which VM). Soft-RoCE in the guests' kernel (Debian's 6.12) panics in its rxe_wq work
+    # (rxe_init_packet, rxe_xmit_packet) in about one test run in ten: on 2026-11-27 two CI
+    # runs had two and three such crashes in 19 tests, one test twice in a row. Any other
+    # failure is final at once.
+    for attempt in 1 2 3; do
         rc=0
         # shellcheck disable=SC2086 # the options are words
         scripts/rdma-vms.sh --vms "$vms" ${options:-} --deadline "$deadline" \
             --work "$run_root/$name-$attempt" -- "$command" || rc=$?
         if [ "$rc" = 0 ]; then
             status=ok
-            [ "$attempt" = 2 ] && status="ok (2nd run: the 1st hit a guest kernel crash)"
+            [ "$attempt" -gt 1 ] && status="ok (run $attempt: the earlier hit a guest kernel crash)"
             break
         fi
-        # Run again only when a guest kernel crashed (exit 3, rdma-vms.sh says which VM).
         [ "$rc" = 3 ] || break
-        echo "== $name: a guest kernel crashed; running it again"
+        [ "$attempt" -lt 3 ] && echo "== $name: a guest kernel crashed; running it again"
     done
     [ "$status" = FAILED ] && failed=1
     results+=("$(printf '%-18s %4d s  %s' "$name" $(($(date +%s) - start)) "$status")")
