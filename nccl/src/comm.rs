@@ -147,7 +147,8 @@ impl Comm {
                     Some(flag) if flag.is_raised() => Err(ApiError::new(
                         NCCL_REMOTE_ERROR,
                         format!(
-                            "rank {}: the communicator was aborted or one of its kernels gave                              up; the details come once its call in progress returns",
+                            "rank {}: the communicator was aborted or one of its kernels gave \
+                             up; the details come once its call in progress returns",
                             self.rank
                         ),
                     )),

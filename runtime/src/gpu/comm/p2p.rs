@@ -1,6 +1,7 @@
 //! Point-to-point groups on device memory: checking a group of sends and receives, and
-//! turning it into one launch of the send/receive kernel (each message over as many of
-//! the send/recv channels as its size warrants) plus copies for a rank's messages to itself.
+//! turning it into launches of the send/receive kernel (one, unless the group holds more
+//! messages than a launch; each message over as many of the send/recv channels as its size
+//! warrants) plus copies for a rank's messages to itself.
 
 use weft_core::abi::{P2P_MAX_OPS, P2pArgs, P2pOp};
 
@@ -74,7 +75,9 @@ pub fn validate_p2p_group(rank: usize, nranks: usize, ops: &[GpuP2p]) -> Result<
     // Each launch holds one message of each (peer, direction) at least: its first round.
     if lanes.len() > P2P_MAX_OPS {
         return Err(GpuError::InvalidArgument(format!(
-            "sends and receives with {} (peer, direction) pairs in one group, more than the              {P2P_MAX_OPS} one launch holds (an all-to-all over more than {} ranks needs              more): split the group",
+            "sends and receives with {} (peer, direction) pairs in one group, more than the \
+             {P2P_MAX_OPS} one launch holds (an all-to-all over more than {} ranks needs \
+             more): split the group",
             lanes.len(),
             P2P_MAX_OPS / 2 + 1
         )));
