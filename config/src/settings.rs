@@ -258,6 +258,8 @@ pub struct KernelSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugSettings {
     pub level: Option<DebugLevel>,
+    /// `NCCL_DEBUG_SUBSYS` as given (libnccl reads the names it knows).
+    pub subsys: Option<String>,
 }
 
 /// Each group's `Default`: its part of [`Settings::default`] (every variable unset), so
@@ -469,6 +471,7 @@ impl Settings {
         };
         let debug = DebugSettings {
             level: r.optional(&t::DEBUG),
+            subsys: r.optional(&t::DEBUG_SUBSYS),
         };
         Settings {
             net,

@@ -871,6 +871,15 @@ pub static DEBUG: Var<DebugLevel> = var(
     Ignore,
     parse::debug_level,
 );
+pub static DEBUG_SUBSYS: Var<String> = var(
+    &["WEFT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"],
+    Debug,
+    Means("INIT,BOOTSTRAP,ENV (NCCL's)"),
+    "subsystem names, comma-separated (INIT, COLL, P2P, ..., ALL); `^` first excludes them",
+    "Which INFO lines weft prints; COLL (and ALL) add a line per collective, send and receive, in NCCL's form, with what weft made of it.",
+    Ignore,
+    parse::text,
+);
 
 /// Every variable, in the order of the listing.
 pub static TABLE: &[&dyn Entry] = &[
@@ -947,6 +956,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &CACHE_DIR,
     &NVRTC,
     &DEBUG,
+    &DEBUG_SUBSYS,
 ];
 
 /// The entry that has `name` among its names.

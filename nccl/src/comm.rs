@@ -4,7 +4,7 @@
 //! than a wild pointer).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 use weft_config::{Group, Settings};
@@ -53,6 +53,8 @@ pub struct Comm {
     /// Operators from `ncclRedOpCreatePreMulSum` on this communicator. Apart from `state`,
     /// so that creating or using one never waits for a call holding the GPU communicator.
     user_ops: Mutex<UserRedOps>,
+    /// Calls issued on it, for `NCCL_DEBUG_SUBSYS=COLL` lines (NCCL's `opCount`).
+    pub op_count: AtomicU64,
 }
 
 impl Comm {
@@ -67,6 +69,7 @@ impl Comm {
             abort: OnceLock::new(),
             async_reported: Mutex::new(None),
             user_ops: Mutex::new(UserRedOps::default()),
+            op_count: AtomicU64::new(0),
         }
     }
 

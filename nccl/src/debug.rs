@@ -41,6 +41,31 @@ fn level() -> Level {
     })
 }
 
+/// Whether `NCCL_DEBUG_SUBSYS` lets INFO lines of subsystem `name` through, by NCCL's rule:
+/// unset means INIT,BOOTSTRAP,ENV; a list names the subsystems (ALL: every one); a list
+/// starting with `^` names those left out.
+pub fn subsys_enabled(subsys: Option<&str>, name: &str) -> bool {
+    let list = subsys.unwrap_or("INIT,BOOTSTRAP,ENV").trim();
+    let (invert, list) = match list.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, list),
+    };
+    let named = list
+        .split(',')
+        .map(str::trim)
+        .any(|s| s.eq_ignore_ascii_case(name) || s.eq_ignore_ascii_case("ALL"));
+    named != invert
+}
+
+/// Whether the per-call lines (`NCCL_DEBUG_SUBSYS` naming COLL) print: read once.
+pub fn coll_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let s = Settings::from_lookup_or_defaults(&weft_config::lookup::process);
+        level() >= Level::Info && subsys_enabled(s.debug.subsys.as_deref(), "COLL")
+    })
+}
+
 fn host() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
@@ -113,6 +138,18 @@ mod tests {
         assert_eq!(parse_level(Some("")), Level::None);
         assert_eq!(parse_level(Some("LOUD")), Level::None);
         assert_eq!(parse_level(None), Level::None);
+    }
+
+    #[test]
+    fn subsystems_follow_nccl_rules() {
+        assert!(!subsys_enabled(None, "COLL"));
+        assert!(subsys_enabled(None, "INIT"));
+        assert!(subsys_enabled(Some("INIT,COLL"), "COLL"));
+        assert!(subsys_enabled(Some("coll"), "COLL"));
+        assert!(subsys_enabled(Some("ALL"), "COLL"));
+        assert!(!subsys_enabled(Some("^COLL"), "COLL"));
+        assert!(subsys_enabled(Some("^P2P"), "COLL"));
+        assert!(!subsys_enabled(Some("INIT,P2P"), "COLL"));
     }
 
     #[test]

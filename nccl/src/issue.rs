@@ -12,13 +12,16 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use weft_core::abi::DataType;
+use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
 use weft_runtime::bootstrap::UniqueId;
-use weft_runtime::gpu::{GpuCollective, GpuP2p, PlannedGroup};
+use weft_runtime::gpu::{GpuCollective, GpuP2p, GpuRedOp, PlannedGroup};
 
 use crate::comm::{Comm, CommState};
+use crate::debug;
 use crate::group::GroupState;
 use crate::result::ApiError;
 
@@ -219,7 +222,15 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
                     ))
                 })
             })?;
+            if debug::coll_enabled() {
+                log_collectives(&comm, raw, &calls, &group);
+            }
             planned.push((comm.clone(), raw, group));
+        }
+    }
+    if debug::coll_enabled() {
+        for (comm, raw, ops) in &p2p {
+            log_p2p(comm, *raw, ops);
         }
     }
     for (comm, raw, group) in planned {
@@ -241,6 +252,58 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
         })?;
     }
     Ok(())
+}
+
+/// NCCL's line per collective (`NCCL_DEBUG_SUBSYS=COLL`), with what weft made of it: what
+/// a reader compares across ranks when calls seem to meet the wrong partner.
+fn log_collectives(comm: &Comm, stream: usize, calls: &[GpuCollective], group: &PlannedGroup) {
+    for (call, plan) in calls.iter().zip(group.describe()) {
+        let (name, root) = match call.collective {
+            Collective::AllReduce => ("AllReduce", 0),
+            Collective::ReduceScatter => ("ReduceScatter", 0),
+            Collective::AllGather => ("AllGather", 0),
+            Collective::Broadcast { root } => ("Broadcast", root),
+            Collective::Reduce { root } => ("Reduce", root),
+        };
+        let op = match call.op {
+            GpuRedOp::Builtin(op) => (op as u32).to_string(),
+            GpuRedOp::PreMulSum(_) => "premulsum".to_string(),
+        };
+        let n = comm.op_count.fetch_add(1, Ordering::Relaxed);
+        debug::info(
+            comm.device,
+            &format!(
+                "{name}: opCount {n:x} sendbuff {:#x} recvbuff {:#x} count {} datatype {} op {op} \
+                 root {root} comm {:p} [nranks={}] stream {stream:#x} rank {}: weft: {plan}",
+                call.send,
+                call.recv,
+                call.count,
+                call.dtype as u32,
+                comm as *const Comm,
+                comm.nranks,
+                comm.rank
+            ),
+        );
+    }
+}
+
+/// NCCL's line per send and receive (`NCCL_DEBUG_SUBSYS=COLL`).
+fn log_p2p(comm: &Comm, stream: usize, ops: &[GpuP2p]) {
+    for op in ops {
+        let (name, peer, buf, bytes) = match *op {
+            GpuP2p::Send { peer, buf, bytes } => ("Send", peer, buf, bytes),
+            GpuP2p::Recv { peer, buf, bytes } => ("Recv", peer, buf, bytes),
+        };
+        let n = comm.op_count.fetch_add(1, Ordering::Relaxed);
+        debug::info(
+            comm.device,
+            &format!(
+                "{name}: opCount {n:x} buff {buf:#x} bytes {bytes} peer {peer} comm {:p} \
+                 [nranks={}] stream {stream:#x} rank {}",
+                comm as *const Comm, comm.nranks, comm.rank
+            ),
+        );
+    }
 }
 
 /// Initialises communicators created inside a group, each on its own thread (they wait

@@ -9,7 +9,7 @@ use weft_core::abi::{
 use weft_cuda::{Context, DeviceBuffer, Stream};
 
 use super::p2p::P2pPlan;
-use super::plan::{FuseKey, Planned};
+use super::plan::{Planned, launch_ranges};
 use crate::gpu::GpuError;
 use crate::gpu::batch;
 use crate::gpu::kernels::{Kernels, PeerSource};
@@ -67,13 +67,8 @@ impl Launcher {
         nchannels: u32,
         stream: &Stream,
     ) -> Result<usize, GpuError> {
-        let keys: Vec<Option<FuseKey>> = planned.iter().map(Planned::fuse_key).collect();
-        let ranges = batch::launches(&keys, |k| match k {
-            FuseKey::Ring { .. } => COLL_BATCH_MAX,
-            FuseKey::Direct { .. } => PEER_BATCH_MAX,
-        });
         let mut launches = 0;
-        for range in ranges {
+        for range in launch_ranges(planned) {
             // SAFETY: the caller's promise for every call, passed on.
             launches += unsafe { self.launch(&planned[range], nchannels, stream) }?;
         }

@@ -2,8 +2,11 @@
 //! of the ring kernel, or a work of a peer-pointer kernel), checked before anything of its
 //! group is launched; and which calls may share a launch.
 
+use std::ops::Range;
+
 use weft_core::abi::{
-    Algorithm, CollKind, CollWork, DataType, PEER_LANES, PeerWork, Protocol, RedOp,
+    Algorithm, COLL_BATCH_MAX, CollKind, CollWork, DataType, PEER_ALGO_ONE_SHOT,
+    PEER_ALGO_TWO_SHOT, PEER_BATCH_MAX, PEER_LANES, PeerWork, Protocol, RedOp,
 };
 use weft_core::algo::{Call, GpuAlgo, PeerCaps};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
@@ -11,10 +14,10 @@ use weft_core::sched::{ChunkSizing, Collective, channels_for};
 use super::launch::Launcher;
 use super::region::PeerRegion;
 use super::windows::Windows;
-use crate::gpu::GpuError;
 use crate::gpu::kernels::PeerSource;
 use crate::gpu::protocol::GpuProtocols;
 use crate::gpu::redop::{GpuRedOp, KernelRedOp};
+use crate::gpu::{GpuError, batch};
 
 /// The fewest slices a SIMPLE ring primitive is cut into (`CollWork::min_slices`) unless
 /// `WEFT_MIN_SLICES` says otherwise: 1, a step that fits one FIFO slot goes whole. NCCL
@@ -49,6 +52,68 @@ pub struct PlannedGroup {
     /// The communicator's control block address: a group launched on another is refused.
     pub(super) owner: u64,
     pub(super) planned: Vec<Planned>,
+}
+
+/// The calls of `planned` that share a launch ([`batch::launches`] over their fuse keys).
+pub(super) fn launch_ranges(planned: &[Planned]) -> Vec<Range<usize>> {
+    let keys: Vec<Option<FuseKey>> = planned.iter().map(Planned::fuse_key).collect();
+    batch::launches(&keys, |k| match k {
+        FuseKey::Ring { .. } => COLL_BATCH_MAX,
+        FuseKey::Direct { .. } => PEER_BATCH_MAX,
+    })
+}
+
+impl PlannedGroup {
+    /// What each call became, in call order, for libnccl's `NCCL_DEBUG_SUBSYS=COLL` lines:
+    /// the kernel (or copy), protocol or algorithm, channels, and which launch it shares
+    /// with its neighbours. Every rank must make the same of matching calls: comparing
+    /// these lines across ranks is how a desync shows (issue 27's DDP join run).
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.planned.len());
+        for range in launch_ranges(&self.planned) {
+            let n = range.len();
+            let spread_lanes: Vec<u32> = {
+                let counts: Vec<u32> = self.planned[range.clone()]
+                    .iter()
+                    .map(|p| match p {
+                        Planned::Peer { work, .. } => work.nchannels,
+                        _ => 0,
+                    })
+                    .collect();
+                batch::spread(&counts, PEER_LANES)
+            };
+            for (k, p) in self.planned[range].iter().enumerate() {
+                let what = match *p {
+                    Planned::Nothing => "nothing".to_string(),
+                    Planned::Copy { bytes, .. } => format!("copy of {bytes} bytes"),
+                    Planned::Ring { protocol, work, .. } => format!(
+                        "ring {protocol:?}, {} channel(s), chunk {} bytes",
+                        work.channel_count, work.chunk_size
+                    ),
+                    Planned::Peer {
+                        source,
+                        work,
+                        spread,
+                        ..
+                    } => {
+                        let algo = match work.algorithm {
+                            PEER_ALGO_ONE_SHOT => "one-shot",
+                            PEER_ALGO_TWO_SHOT => "two-shot",
+                            _ => "nvls",
+                        };
+                        let lo = if spread { spread_lanes[k] } else { 0 };
+                        format!("{algo} ({source:?}), lanes {lo}..{}", lo + work.nchannels)
+                    }
+                };
+                out.push(if n > 1 {
+                    format!("{what}, call {} of {n} in one launch", k + 1)
+                } else {
+                    what
+                });
+            }
+        }
+        out
+    }
 }
 
 /// What a collective becomes on a communicator, before anything is launched.
