@@ -2,11 +2,14 @@
 
 use std::sync::Arc;
 
-use weft_sys::cuda::types::{CU_STREAM_NON_BLOCKING, CUresult, CUstream};
+use weft_sys::cuda::types::{
+    CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING, CUresult, CUstream,
+    CUstreamCaptureStatus,
+};
 
 use crate::context::Context;
 use crate::device::driver;
-use crate::error::{Result, check};
+use crate::error::{CudaError, Result, check};
 use crate::event::Event;
 
 /// A stream; `Drop` destroys it unless it was borrowed ([`Stream::from_raw`]).
@@ -90,6 +93,22 @@ impl Stream {
         }
         check(r, "cuStreamQuery", self.ordinal())?;
         Ok(true)
+    }
+
+    /// Whether the stream is being captured into a graph (an invalidated capture counts:
+    /// it is still open). An error where the handle is no longer a stream.
+    pub fn is_capturing(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        let d = driver()?;
+        let is_capturing = d.cuStreamIsCapturing().map_err(CudaError::from)?;
+        let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        check(
+            // SAFETY: `status` is a valid out-pointer; the stream is the caller's.
+            unsafe { is_capturing(self.raw, &mut status) },
+            "cuStreamIsCapturing",
+            self.ordinal(),
+        )?;
+        Ok(status != CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     /// Makes later work on this stream wait for `event`.

@@ -674,6 +674,122 @@ fn ll_and_simple_calls_interleave_on_one_stream() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Calls of one communicator on two streams run in call order, as NCCL's do (PyTorch runs
+/// a synchronous collective on the current stream and an asynchronous one on its NCCL
+/// stream; DDP's join mode mixes both). Every rank issues a float SUM on stream 1, then an
+/// int64 MAX on stream 2; rank 0's stream 1 is first kept busy with copies, so that its MAX
+/// would run first, against the other ranks' SUM, if nothing ordered the two. One-shot,
+/// ring SIMPLE and ring LL; every element of both results checked, ten rounds each.
+#[test]
+fn calls_on_two_streams_run_in_call_order() {
+    let Some(n) = multi_ranks() else { return };
+    let cases = [
+        ("one-shot", Settings::algo(GpuAlgo::OneShot)),
+        ("ring SIMPLE", Settings::SIMPLE),
+        ("ring LL", Settings::LL),
+    ];
+    let mut failures = Vec::new();
+    for (name, settings) in cases {
+        let wrong = run_ranks_with(
+            n,
+            Duration::from_secs(60),
+            settings,
+            move |rank, mut comm| {
+                let ctx = comm.context().clone();
+                let (s1, s2) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+                prepare(&mut comm);
+                let sum = TestData {
+                    dtype: DataType::Float32,
+                    op: RedOp::Sum,
+                    seed: 400,
+                    nranks: n,
+                };
+                let max = TestData {
+                    dtype: DataType::Int64,
+                    op: RedOp::Max,
+                    seed: 401,
+                    nranks: n,
+                };
+                let calls = [(sum, 1000usize, &s1), (max, 7usize, &s2)];
+                let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = calls
+                    .iter()
+                    .map(|(d, c, _)| {
+                        let bytes = c * d.dtype.size_of_elem();
+                        let mut input = vec![0u8; bytes];
+                        d.fill(rank, 0, &mut input);
+                        let send = DeviceBuffer::alloc(&ctx, bytes).unwrap();
+                        send.copy_from_host(&input).unwrap();
+                        (send, DeviceBuffer::alloc(&ctx, bytes).unwrap())
+                    })
+                    .collect();
+                // Rank 0's stream 1 copies 2 GiB first (milliseconds on an H100).
+                const BUSY: usize = 256 << 20;
+                let busy = (rank == 0).then(|| {
+                    (
+                        DeviceBuffer::alloc(&ctx, BUSY).unwrap(),
+                        DeviceBuffer::alloc(&ctx, BUSY).unwrap(),
+                    )
+                });
+                let mut failures = Vec::new();
+                for round in 0..10 {
+                    for ((d, c, _), (_, out)) in calls.iter().zip(&bufs) {
+                        out.copy_from_host(&vec![0xa5u8; c * d.dtype.size_of_elem()])
+                            .unwrap();
+                    }
+                    comm.barrier().unwrap();
+                    if let Some((a, b)) = &busy {
+                        for _ in 0..8 {
+                            // SAFETY: both buffers hold BUSY bytes and outlive the sync below.
+                            unsafe { weft_cuda::copy_async(b.ptr(), a.ptr(), BUSY, &s1) }.unwrap();
+                        }
+                    }
+                    for ((d, c, stream), (send, out)) in calls.iter().zip(&bufs) {
+                        // SAFETY: the buffers outlive the synchronize below.
+                        unsafe {
+                            comm.collective(
+                                Collective::AllReduce,
+                                send.ptr(),
+                                out.ptr(),
+                                *c,
+                                d.dtype,
+                                d.op,
+                                stream,
+                            )
+                        }
+                        .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                    }
+                    let synced = comm.synchronize(&s1).and_then(|()| comm.synchronize(&s2));
+                    if let Err(e) = synced {
+                        failures.push(format!("rank {rank}: round {round}: {e}"));
+                        break;
+                    }
+                    for ((d, c, _), (_, out)) in calls.iter().zip(&bufs) {
+                        let mut host = vec![0u8; c * d.dtype.size_of_elem()];
+                        out.copy_to_host(&mut host).unwrap();
+                        let w = d.count_wrong(Expect::from(Collective::AllReduce), rank, *c, &host);
+                        if w > 0 {
+                            failures.push(format!(
+                                "rank {rank}: round {round}: {:?} {:?} of {c}: {w} wrong",
+                                d.dtype, d.op
+                            ));
+                        }
+                    }
+                }
+                if failures.is_empty() {
+                    comm.finalize().unwrap();
+                }
+                failures
+            },
+        );
+        failures.extend(wrong.into_iter().flatten().map(|f| format!("{name}: {f}")));
+    }
+    eprintln!(
+        "{n} GPU(s): calls on two streams, one-shot and ring: {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// LL across the 32-bit flag's wrap and NCCL's cleaning steps (`(s & 0x7ffffff8) ==
 /// 0x7ffffff8`: the 8 steps before 2^31 and before 2^32), reached by restarting every
 /// connection just before them (`restart_steps_for_test`): small all-reduces in LL, a

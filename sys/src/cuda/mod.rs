@@ -166,6 +166,10 @@ fn_table! {
                 fn(CUstream, CUstreamCaptureMode) -> CUresult;
             cuStreamEndCapture = "cuStreamEndCapture" since "CUDA 10.0+":
                 fn(CUstream, *mut CUgraph) -> CUresult;
+            /// Whether a stream is being captured (a communicator orders its launches on
+            /// several streams with events, which must not cross a capture's edge).
+            cuStreamIsCapturing = "cuStreamIsCapturing" since "CUDA 10.0+":
+                fn(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
             cuGraphInstantiate = "cuGraphInstantiateWithFlags" since "CUDA 11.4+":
                 fn(*mut CUgraphExec, CUgraph, c_ulonglong) -> CUresult;
             cuGraphLaunch = "cuGraphLaunch" since "CUDA 10.0+": fn(CUgraphExec, CUstream) -> CUresult;

@@ -63,6 +63,14 @@ pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode = 0;
 pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode = 1;
 /// No call is checked.
 pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
+/// `CUstreamCaptureStatus`: whether a stream is capturing.
+pub type CUstreamCaptureStatus = c_uint;
+/// Not capturing.
+pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+/// Capturing.
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
+/// Capturing, but the capture has failed (an illegal call); it must still be ended.
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
 /// A physical allocation (`cuMemCreate`) or a multicast object (`cuMulticastCreate`).
 pub type CUmemGenericAllocationHandle = c_ulonglong;
 

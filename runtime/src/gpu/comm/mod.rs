@@ -34,6 +34,7 @@ mod channels;
 mod control;
 mod faults;
 mod launch;
+mod order;
 mod p2p;
 mod peers;
 mod plan;
@@ -57,6 +58,7 @@ pub use channels::DEFAULT_CHANNELS;
 pub use faults::AbortHandle;
 use faults::Faults;
 use launch::{Launcher, check_stream};
+use order::StreamOrder;
 use p2p::P2pPlan;
 pub use p2p::{GpuP2p, P2P_CHANNELS, p2p_channels_for, validate_p2p_group};
 use plan::Planner;
@@ -82,6 +84,8 @@ pub struct GpuComm {
     bootstrap: Bootstrap,
     /// What calls become: protocols, algorithm, the peer region.
     planner: Planner,
+    /// Launches run in call order whatever streams they come on.
+    order: StreamOrder,
 }
 
 impl GpuComm {
@@ -266,9 +270,10 @@ impl GpuComm {
     /// call's end. Between ranks of one process (direct writes), the previous rank's GPU
     /// stores into `recv` too: it must be memory that peer access covers (`cuMemAlloc`);
     /// for pool (`cudaMallocAsync`) or VMM memory without access granted to the peer GPUs,
-    /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); every rank must enqueue the same collectives in the same order; and the
-    /// calls of one communicator must not run concurrently: enqueue them on one stream, or
-    /// order their streams with events (they share the connections' FIFOs and counters).
+    /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); and every rank must enqueue the same
+    /// collectives in the same order. Calls may come on different streams: each launch of
+    /// a communicator runs after its previous one, as NCCL's do. A stream given
+    /// to this communicator must stay alive until the next call on another stream.
     /// `op` is a [`weft_core::abi::RedOp`] or a [`GpuRedOp`] (NCCL's `PreMulSum`); with a
     /// [`super::PreMulScalar::Device`] scalar, that address must also stay valid until the
     /// stream reaches this call's end.
@@ -318,10 +323,27 @@ impl GpuComm {
         check_stream(&self.ctx, self.rank, stream)?;
         let group = self.plan_group(calls)?;
         // SAFETY: the caller's promise for every call, passed on.
-        unsafe {
+        unsafe { self.launch_planned(&group, stream) }
+    }
+
+    /// Launches a planned group on `stream`, after this communicator's previous launch.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`], for every call of the group.
+    unsafe fn launch_planned(
+        &mut self,
+        group: &PlannedGroup,
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        self.order.before_launch(stream)?;
+        // SAFETY: the caller's promise for every call, passed on.
+        let launches = unsafe {
             self.launcher
                 .launch_planned(&group.planned, self.nchannels(), stream)
-        }
+        }?;
+        self.order.after_launch(stream)?;
+        Ok(launches)
     }
 
     /// Checks and plans `calls` (what [`GpuComm::collectives`] does before launching),
@@ -360,10 +382,7 @@ impl GpuComm {
             )));
         }
         // SAFETY: the caller's promise for every call, passed on.
-        unsafe {
-            self.launcher
-                .launch_planned(&group.planned, self.nchannels(), stream)
-        }
+        unsafe { self.launch_planned(group, stream) }
     }
 
     /// Enqueues a group of sends and receives on `stream`, run at once (NCCL's
@@ -387,8 +406,10 @@ impl GpuComm {
             self.windows.layout().p2p_channels(),
             &self.planner.protocols,
         )?;
+        self.order.before_launch(stream)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.launcher.launch_p2p(plan, stream) }
+        unsafe { self.launcher.launch_p2p(plan, stream) }?;
+        self.order.after_launch(stream)
     }
 
     /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue

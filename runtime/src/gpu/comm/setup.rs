@@ -20,6 +20,7 @@ use super::channels::{ChannelRings, channel_rings};
 use super::control::write_control;
 use super::faults::Faults;
 use super::launch::Launcher;
+use super::order::StreamOrder;
 use super::p2p::p2p_channel_count;
 use super::peers::{GpuPeer, check_peers, read_by_default};
 use super::plan::{DEFAULT_MIN_SLICES, Planner};
@@ -192,6 +193,7 @@ impl GpuComm {
             rank,
             nranks,
             launcher: Launcher::new(kernels, control),
+            order: StreamOrder::new(ctx.clone()),
             ctx,
             faults,
             windows,
