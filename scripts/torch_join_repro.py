@@ -4,7 +4,10 @@ cut down to find where weft's libnccl and NVIDIA's part (issue 27; docs/nccl-api
 On two H100 (2026-11-27) the suite's test_ddp_uneven_inputs failed on weft only: on the rank
 still training, DDP's `_find_common_rank` (an all-reduce MAX of one int64) returned
 1065353216, the bits of float 1.0, and the buffer broadcast then refused that root. This
-script runs, under torchrun with one process per GPU:
+script reproduced it (part 1 on the one-shot, part 2 on the ring) and found the cause:
+PyTorch runs the synchronous calls on the current stream and the asynchronous one on its
+NCCL stream, and weft did not order launches across streams (fixed: docs/nccl-api.md,
+"Streams"); it passes on both libraries since. It runs, under torchrun with one process per GPU:
 
 1. the collectives of the join pattern alone, in the order each rank issues them: the
    training rank an async float SUM of ones then an int64 MAX of its rank, the joined rank
