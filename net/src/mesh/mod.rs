@@ -203,6 +203,7 @@ impl MeshNet {
                 prefix_len,
                 speed_mbps: p.speed_mbps,
                 port: Some(ports.len()),
+                reserve: false,
             });
             ports.push(p.clone());
         }
@@ -224,9 +225,11 @@ impl MeshNet {
                     addr,
                     prefix_len,
                     port: None,
+                    reserve: false,
                 });
             }
         }
+        mark_reserve(&mut nics, &config, socket_config.ifname.as_deref());
         MeshNet::with_nics(ib, ports, socket_config, config, nics, &skipped)
     }
 
@@ -290,9 +293,14 @@ impl MeshNet {
     }
 
     fn describe_nic(&self, n: &MeshNic) -> String {
+        let reserve = if n.reserve {
+            ", the bootstrap's network: data only where no other NIC reaches a peer"
+        } else {
+            ""
+        };
         match n.port.and_then(|p| self.ports.get(p)) {
-            Some(p) => format!("{}/{} ({})", n.addr, n.prefix_len, p.describe()),
-            None => format!("{}/{} on {} (sockets)", n.addr, n.prefix_len, n.name),
+            Some(p) => format!("{}/{} ({}{reserve})", n.addr, n.prefix_len, p.describe()),
+            None => format!("{}/{} on {} (sockets{reserve})", n.addr, n.prefix_len, n.name),
         }
     }
 
@@ -319,6 +327,25 @@ impl MeshNet {
         self.ib
             .as_ref()
             .map_or(socket, |ib| ib.config().connect_timeout.max(socket))
+    }
+}
+
+/// Marks the bootstrap's network as a last resort for data ([`MeshNic::reserve`]): the NICs
+/// that `NCCL_SOCKET_IFNAME` (`socket_ifname`) names, unless `WEFT_MESH_IFNAME` is set (it
+/// says which NICs carry data, and those are equals). Where every NIC is the bootstrap's,
+/// none is held back.
+fn mark_reserve(nics: &mut [MeshNic], config: &MeshConfig, socket_ifname: Option<&str>) {
+    let (None, Some(ifname)) = (&config.ifname, socket_ifname) else {
+        return;
+    };
+    let bootstrap = IfnameFilter::parse(ifname);
+    for n in nics.iter_mut() {
+        n.reserve = bootstrap.matches(&n.name);
+    }
+    if nics.iter().all(|n| n.reserve) {
+        for n in nics.iter_mut() {
+            n.reserve = false;
+        }
     }
 }
 

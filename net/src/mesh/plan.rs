@@ -5,6 +5,10 @@
 //! are tried first; only when none shares a subnet are all addresses compared, and a pair
 //! with no RDMA port at either end goes over sockets. Several disjoint pairs of the best
 //! speed become several rails (`weft_core::net::stripe`), up to `WEFT_MESH_RAILS`.
+//! Reserve NICs (the bootstrap's network, see [`MeshNic::reserve`]) are left out of all that
+//! and used only where no other NIC reaches the peer: on the seed's triangle, with a
+//! management bridge shared by every host beside the direct links, striping over both gave
+//! the management network half of every message.
 
 use std::net::IpAddr;
 
@@ -28,6 +32,10 @@ pub struct MeshNic {
     pub speed_mbps: u32,
     /// The RDMA port behind it (an index into the mesh's ports), if any.
     pub port: Option<usize>,
+    /// A last resort for data: the bootstrap's network (`NCCL_SOCKET_IFNAME` names it and
+    /// `WEFT_MESH_IFNAME` is unset). On a mesh the direct links are the data path; a rail
+    /// takes this NIC only where no other NIC reaches the peer ([`plan`]).
+    pub reserve: bool,
 }
 
 /// How one rail travels.
@@ -50,9 +58,10 @@ pub struct Rail {
     pub kind: RailKind,
 }
 
-fn local_of(nics: &[MeshNic], only_rdma: bool) -> Vec<LocalNic> {
+fn local_of(nics: &[MeshNic], only_rdma: bool, with_reserve: bool) -> Vec<LocalNic> {
     nics.iter()
         .filter(|n| !only_rdma || n.port.is_some())
+        .filter(|n| with_reserve || !n.reserve)
         .map(|n| LocalNic {
             index: n.index,
             addr: n.addr,
@@ -100,61 +109,70 @@ pub fn plan(
         Transport::Socket => &[false],
     };
     let mut error = None;
-    for &only_rdma in attempts {
-        let local = local_of(nics, only_rdma);
-        let peers = peers_of(entries, only_rdma);
-        match stripe(&local, &peers, max_rails.max(1)) {
-            Ok(p) => {
-                let rails = p
-                    .rails()
-                    .take(max_rails.max(1))
-                    .filter_map(|r| {
-                        let nic = nic_of(r.local.addr)?;
-                        Some(Rail {
-                            nic,
-                            peer: r.peer.addr,
-                            over: r.subnet.to_string(),
-                            kind: kind_of(&nics[nic], verbs_of(r.peer.addr), transport),
+    // Without the reserve NICs first, every transport attempt; then with them.
+    let reserve_rounds: &[bool] = if nics.iter().any(|n| n.reserve) {
+        &[false, true]
+    } else {
+        &[true]
+    };
+    for &with_reserve in reserve_rounds {
+        for &only_rdma in attempts {
+            let local = local_of(nics, only_rdma, with_reserve);
+            let peers = peers_of(entries, only_rdma);
+            match stripe(&local, &peers, max_rails.max(1)) {
+                Ok(p) => {
+                    let rails = p
+                        .rails()
+                        .take(max_rails.max(1))
+                        .filter_map(|r| {
+                            let nic = nic_of(r.local.addr)?;
+                            Some(Rail {
+                                nic,
+                                peer: r.peer.addr,
+                                over: r.subnet.to_string(),
+                                kind: kind_of(&nics[nic], verbs_of(r.peer.addr), transport),
+                            })
                         })
-                    })
-                    .collect::<Vec<_>>();
-                if !rails.is_empty() {
-                    return Ok(rails);
+                        .collect::<Vec<_>>();
+                    if !rails.is_empty() {
+                        return Ok(rails);
+                    }
                 }
-            }
-            // The handle describes this host (two ranks of one host): an address it shares
-            // cannot reach another host, so connecting to it is safe; the NIC holding it
-            // serves both ends.
-            Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
-                let same = nics
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, n)| !only_rdma || n.port.is_some())
-                    .find(|(_, n)| {
-                        entries
-                            .iter()
-                            .any(|e| e.addr == n.addr && (!only_rdma || e.gid_index != NO_VERBS))
-                    });
-                if let Some((nic, n)) = same {
-                    return Ok(vec![Rail {
-                        nic,
-                        peer: n.addr,
-                        over: "this host".to_string(),
-                        kind: kind_of(n, verbs_of(n.addr), transport),
-                    }]);
+                // The handle describes this host (two ranks of one host): an address it
+                // shares cannot reach another host, so connecting to it is safe; the NIC
+                // holding it serves both ends.
+                Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
+                    let same = nics
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| !only_rdma || n.port.is_some())
+                        .filter(|(_, n)| with_reserve || !n.reserve)
+                        .find(|(_, n)| {
+                            entries.iter().any(|e| {
+                                e.addr == n.addr && (!only_rdma || e.gid_index != NO_VERBS)
+                            })
+                        });
+                    if let Some((nic, n)) = same {
+                        return Ok(vec![Rail {
+                            nic,
+                            peer: n.addr,
+                            over: "this host".to_string(),
+                            kind: kind_of(n, verbs_of(n.addr), transport),
+                        }]);
+                    }
+                    error = Some(no);
                 }
-                error = Some(no);
-            }
-            Err(no) => {
-                // The last attempt compares every address: its error is the one to show.
-                error = Some(no);
+                Err(no) => {
+                    // The last attempt compares every address: its error is the one to show.
+                    error = Some(no);
+                }
             }
         }
     }
     Err(error.unwrap_or_else(|| {
         NoRoute::new(
             NoRouteReason::NoSharedSubnet,
-            &local_of(nics, false),
+            &local_of(nics, false, true),
             &peers_of(entries, false),
         )
     }))
@@ -172,6 +190,7 @@ mod tests {
             prefix_len: 24,
             speed_mbps: 10_000,
             port,
+            reserve: false,
         }
     }
 
@@ -271,6 +290,49 @@ mod tests {
             (rails[0].over.as_str(), rails[0].kind),
             ("this host", RailKind::Socket)
         );
+    }
+
+    /// Host a of the seed's triangle with a management bridge every host shares (it carries
+    /// the bootstrap): eth0 to b, eth1 to c, mgmt0 on 10.0.0/24.
+    fn triangle_with_management(management_is_reserve: bool) -> Vec<MeshNic> {
+        let mut a = vec![
+            nic("eth0", 0, "192.168.101.1", None),
+            nic("eth1", 1, "192.168.100.1", None),
+            nic("mgmt0", 2, "10.0.0.1", Some(0)),
+        ];
+        a[2].reserve = management_is_reserve;
+        a
+    }
+
+    #[test]
+    fn the_bootstrap_network_carries_data_only_where_nothing_else_reaches() {
+        // b: its direct link to a, its link to c, the management bridge.
+        let b = [
+            entry("192.168.101.2", 0, false),
+            entry("192.168.102.2", 1, false),
+            entry("10.0.0.2", 2, false),
+        ];
+        let over = |rails: &[Rail]| rails.iter().map(|r| r.over.clone()).collect::<Vec<_>>();
+        // Unmarked, the management bridge is a second rail of the same speed: half the bytes.
+        let striped = plan(&triangle_with_management(false), &b, Transport::Auto, 8).unwrap();
+        assert_eq!(over(&striped), ["192.168.101.0/24", "10.0.0.0/24"]);
+        // Marked, only the direct link carries data, over sockets, even though the management
+        // NIC has an RDMA port (verbs pairs are preferred only among non-reserve NICs).
+        let direct = plan(&triangle_with_management(true), &b, Transport::Auto, 8).unwrap();
+        assert_eq!(over(&direct), ["192.168.101.0/24"]);
+        assert_eq!(direct[0].kind, RailKind::Socket);
+        // A host reached over the bridge alone still gets a rail there, verbs where both
+        // ends have them.
+        let d = [entry("10.0.0.4", 0, true)];
+        let last_resort = plan(&triangle_with_management(true), &d, Transport::Auto, 8).unwrap();
+        assert_eq!(over(&last_resort), ["10.0.0.0/24"]);
+        assert_eq!(last_resort[0].kind, RailKind::Ib { port: 0 });
+        // No route at all names every address, the reserve ones included.
+        let e = [entry("172.16.0.9", 0, false)];
+        let no = plan(&triangle_with_management(true), &e, Transport::Auto, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(no.contains("10.0.0.1") && no.contains("172.16.0.9"), "{no}");
     }
 
     #[test]

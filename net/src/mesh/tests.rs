@@ -80,6 +80,7 @@ fn socket_mesh(addrs: &[(&str, &str, u8)]) -> MeshNet {
             prefix_len,
             speed_mbps: 10_000,
             port: None,
+            reserve: false,
         })
         .collect();
     let socket = SocketConfig {
@@ -622,4 +623,47 @@ fn a_failed_rail_closes_the_others_before_the_error_returns() {
     b.dereg_mr(smr).unwrap();
     let _ = b.close_send(send);
     let _ = a.close_recv(recv);
+}
+
+#[test]
+fn the_bootstrap_interface_is_held_back_unless_the_mesh_names_its_nics() {
+    let nics = |names: &[&str]| -> Vec<MeshNic> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| MeshNic {
+                name: name.to_string(),
+                index: i as u8,
+                addr: format!("10.0.{i}.1").parse().unwrap(),
+                prefix_len: 24,
+                speed_mbps: 0,
+                port: None,
+                reserve: false,
+            })
+            .collect()
+    };
+    let reserved = |n: &[MeshNic]| -> Vec<String> {
+        n.iter()
+            .filter(|n| n.reserve)
+            .map(|n| n.name.clone())
+            .collect()
+    };
+    let unset = mesh_config(&[]).unwrap();
+    let mut n = nics(&["eth0", "eth1", "mgmt0"]);
+    mark_reserve(&mut n, &unset, Some("mgmt"));
+    assert_eq!(reserved(&n), ["mgmt0"]);
+    // NCCL_SOCKET_IFNAME unset: the bootstrap's pick is not known to be a management
+    // network; nothing is held back.
+    let mut n = nics(&["eth0", "eth1", "mgmt0"]);
+    mark_reserve(&mut n, &unset, None);
+    assert!(reserved(&n).is_empty());
+    // WEFT_MESH_IFNAME chose the data NICs itself.
+    let named = mesh_config(&[("WEFT_MESH_IFNAME", "eth,mgmt")]).unwrap();
+    let mut n = nics(&["eth0", "eth1", "mgmt0"]);
+    mark_reserve(&mut n, &named, Some("mgmt"));
+    assert!(reserved(&n).is_empty());
+    // Every NIC is the bootstrap's: none is held back.
+    let mut n = nics(&["eth0", "eth1"]);
+    mark_reserve(&mut n, &unset, Some("eth"));
+    assert!(reserved(&n).is_empty());
 }
