@@ -79,3 +79,14 @@ fi
 echo "ok  a program linked with -lnccl needs libnccl.so.2"
 # No GPU here: hide one the machine might have, so the no-GPU checks mean what they say.
 CUDA_VISIBLE_DEVICES="" LD_LIBRARY_PATH="$out/lib" timeout 120 "$out/api_nogpu"
+# NCCL_DEBUG_FILE takes the lines NCCL_DEBUG asks for (%h: host, %p: pid), stdout none.
+rm -f "$out"/debug.*.log
+CUDA_VISIBLE_DEVICES="" LD_LIBRARY_PATH="$out/lib" NCCL_DEBUG=WARN \
+    NCCL_DEBUG_FILE="$out/debug.%h.%p.log" timeout 120 "$out/api_nogpu" >"$out/api_nogpu.out"
+logs=("$out"/debug."$(hostname -s 2>/dev/null || hostname)".*.log)
+if [ ! -f "${logs[0]}" ] || ! grep -q ' NCCL WARN ' "${logs[0]}" || grep -q ' NCCL WARN ' "$out/api_nogpu.out"; then
+    echo "FAIL: NCCL_DEBUG_FILE: expected the WARN lines in $out/debug.<host>.<pid>.log and none on stdout" >&2
+    ls "$out" >&2
+    exit 1
+fi
+echo "ok  NCCL_DEBUG_FILE took $(grep -c ' NCCL WARN ' "${logs[0]}") WARN line(s) (${logs[0]##*/}), stdout none"

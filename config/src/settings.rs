@@ -260,6 +260,8 @@ pub struct DebugSettings {
     pub level: Option<DebugLevel>,
     /// `NCCL_DEBUG_SUBSYS` as given (libnccl reads the names it knows).
     pub subsys: Option<String>,
+    /// `NCCL_DEBUG_FILE` as given (`%h` and `%p` not yet replaced).
+    pub file: Option<String>,
 }
 
 /// Each group's `Default`: its part of [`Settings::default`] (every variable unset), so
@@ -472,6 +474,7 @@ impl Settings {
         let debug = DebugSettings {
             level: r.optional(&t::DEBUG),
             subsys: r.optional(&t::DEBUG_SUBSYS),
+            file: r.optional(&t::DEBUG_FILE),
         };
         Settings {
             net,

@@ -871,6 +871,15 @@ pub static DEBUG: Var<DebugLevel> = var(
     Ignore,
     parse::debug_level,
 );
+pub static DEBUG_FILE: Var<String> = var(
+    &["WEFT_DEBUG_FILE", "NCCL_DEBUG_FILE"],
+    Debug,
+    Means("stdout"),
+    "a file name; %h becomes the host name, %p the process id",
+    "Where libnccl writes its NCCL_DEBUG lines (NCCL's rule: the file is created anew; stdout if it cannot be).",
+    Ignore,
+    parse::text,
+);
 pub static DEBUG_SUBSYS: Var<String> = var(
     &["WEFT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"],
     Debug,
@@ -957,6 +966,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &NVRTC,
     &DEBUG,
     &DEBUG_SUBSYS,
+    &DEBUG_FILE,
 ];
 
 /// The entry that has `name` among its names.

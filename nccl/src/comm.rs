@@ -206,6 +206,9 @@ pub fn init_gpu(
     settings: &CommSettings,
 ) -> Result<GpuComm, ApiError> {
     debug::version_once(device);
+    for line in &settings.set_lines {
+        debug::info(device, line);
+    }
     for note in &settings.notes {
         debug::info(device, &format!("config: {note}"));
     }
@@ -227,6 +230,17 @@ pub fn init_gpu(
     let mut opts = CommOptions::from_settings(&env);
     opts.channel_bounds = settings.channel_bounds;
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
+    // NCCL names the network it loaded; weft's GPU path connects GPUs of one host without
+    // one, and says so after the name it would take (netName, else NCCL_NET, else sockets).
+    let net = settings
+        .net_name
+        .clone()
+        .or_else(|| env.net.nccl_net.clone())
+        .unwrap_or_else(|| "Socket".to_string());
+    debug::info(
+        device,
+        &format!("Using network {net} (weft: GPUs of one host connect without it)"),
+    );
     let name = settings.name.as_deref().unwrap_or("");
     debug::info(
         device,

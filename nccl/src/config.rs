@@ -74,6 +74,11 @@ pub struct CommSettings {
     pub channel_bounds: Option<ChannelBounds>,
     /// Hints taken without effect, each with why, for the INFO log.
     pub notes: Vec<String>,
+    /// NCCL's INFO line for each field the caller set (`Comm config Max CTAs set to 4`), in
+    /// NCCL's order: scripts and tests look for them.
+    pub set_lines: Vec<String>,
+    /// `netName`, as given.
+    pub net_name: Option<String>,
 }
 
 /// Reads `config` (NULL: every default).
@@ -125,6 +130,28 @@ pub fn parse(
     comm_name: Option<String>,
 ) -> Result<CommSettings, ApiError> {
     let set = |v: c_int| v != UNDEF_INT;
+    // NCCL's INFO line for each field set, in its order (init.cc's NCCL_CONFIG_DEFAULT).
+    let int = |v: c_int| set(v).then(|| v.to_string());
+    let fields = [
+        ("Blocking", int(c.blocking)),
+        ("CGA cluster size", int(c.cga_cluster_size)),
+        ("Min CTAs", int(c.min_ctas)),
+        ("Max CTAs", int(c.max_ctas)),
+        ("Net name", net_name.clone()),
+        ("Split share", int(c.split_share)),
+        ("Traffic class", int(c.traffic_class)),
+        ("Comm name", comm_name.clone()),
+        ("Collnet enable", int(c.collnet_enable)),
+        ("CTA policy flags", int(c.cta_policy)),
+        ("shrinkShare", int(c.shrink_share)),
+        ("nvlsCTAs", int(c.nvls_ctas)),
+        ("nChannelsPerNetPeer", int(c.n_channels_per_net_peer)),
+        ("nvlinkCentricSched", int(c.nvlink_centric_sched)),
+    ];
+    let set_lines: Vec<String> = fields
+        .into_iter()
+        .filter_map(|(name, v)| Some(format!("Comm config {name} set to {}", v?)))
+        .collect();
     let refuse = |field: &str, value: c_int, why: &str| {
         Err(ApiError::invalid_usage(format!(
             "ncclConfig_t.{field} = {value}: {why}; leave it at NCCL_CONFIG_UNDEF_INT"
@@ -234,7 +261,7 @@ pub fn parse(
             c.traffic_class
         ));
     }
-    if let Some(net) = net_name {
+    if let Some(net) = &net_name {
         notes.push(format!(
             "netName {net:?} taken without effect: weft's GPU path uses no network"
         ));
@@ -243,6 +270,8 @@ pub fn parse(
         name: comm_name,
         channel_bounds,
         notes,
+        set_lines,
+        net_name,
     })
 }
 
@@ -272,6 +301,37 @@ mod tests {
             // SAFETY: null is allowed.
             unsafe { read(std::ptr::null()) }.unwrap(),
             CommSettings::default()
+        );
+    }
+
+    #[test]
+    fn each_field_set_gets_nccls_info_line() {
+        // What PyTorch's test_pass_nccl_options_config sets, and reads back from the log.
+        let c = NcclConfig {
+            max_ctas: 4,
+            min_ctas: 2,
+            cga_cluster_size: 2,
+            split_share: 1,
+            ..NcclConfig::default()
+        };
+        let s = parse(&c, Some("Socket".into()), Some("pg".into())).unwrap();
+        assert_eq!(
+            s.set_lines,
+            [
+                "Comm config CGA cluster size set to 2",
+                "Comm config Min CTAs set to 2",
+                "Comm config Max CTAs set to 4",
+                "Comm config Net name set to Socket",
+                "Comm config Split share set to 1",
+                "Comm config Comm name set to pg",
+            ]
+        );
+        assert_eq!(s.net_name.as_deref(), Some("Socket"));
+        assert!(
+            parse(&NcclConfig::default(), None, None)
+                .unwrap()
+                .set_lines
+                .is_empty()
         );
     }
 

@@ -5,8 +5,9 @@
 //! channels, the variables set to other than their defaults); `WEFT_DEBUG`, when set, wins
 //! over it (weft-config's rule for every pair of names). Lines go to stdout, as NCCL's do.
 
+use std::fs::File;
 use std::io::Write;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use weft_config::{DebugLevel, Settings};
 
@@ -81,6 +82,58 @@ pub fn format_line(host: &str, pid: u32, tid: i64, dev: usize, kind: &str, text:
     format!("{host}:{pid}:{tid} [{dev}] NCCL {kind} {text}\n")
 }
 
+/// `NCCL_DEBUG_FILE`'s name with NCCL's substitutions: `%h` the host name, `%p` the process
+/// id, `%%` a percent sign; any other `%` stays as it is.
+pub fn debug_file_name(pattern: &str, host: &str, pid: u32) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('%', Some('h')) => {
+                out.push_str(host);
+                chars.next();
+            }
+            ('%', Some('p')) => {
+                out.push_str(&pid.to_string());
+                chars.next();
+            }
+            ('%', Some('%')) => {
+                out.push('%');
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Where the lines go: `NCCL_DEBUG_FILE`'s file, created at the first line (as NCCL does),
+/// or stdout (unset, or the file cannot be created: then the first line says so).
+fn file() -> Option<&'static Mutex<File>> {
+    static FILE: OnceLock<Option<Mutex<File>>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let s = Settings::from_lookup_or_defaults(&weft_config::lookup::process);
+        let pattern = s.debug.file?;
+        let name = debug_file_name(&pattern, host(), std::process::id());
+        match File::create(&name) {
+            Ok(f) => Some(Mutex::new(f)),
+            Err(e) => {
+                let line = format_line(
+                    host(),
+                    std::process::id(),
+                    0,
+                    0,
+                    "WARN",
+                    &format!("NCCL_DEBUG_FILE {name}: {e}; writing to stdout"),
+                );
+                let _ = std::io::stdout().lock().write_all(line.as_bytes());
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
 fn emit(at: Level, kind: &str, dev: usize, text: &str) {
     if level() < at {
         return;
@@ -88,8 +141,16 @@ fn emit(at: Level, kind: &str, dev: usize, text: &str) {
     // SAFETY: gettid takes no arguments and cannot fail.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) };
     let line = format_line(host(), std::process::id(), tid, dev, kind, text);
-    // A closed stdout must not fail the call that logs.
-    let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    // A closed stdout or a full disk must not fail the call that logs.
+    match file() {
+        Some(f) => {
+            let mut f = f.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = f.write_all(line.as_bytes());
+        }
+        None => {
+            let _ = std::io::stdout().lock().write_all(line.as_bytes());
+        }
+    }
 }
 
 pub fn info(dev: usize, text: &str) {
@@ -138,6 +199,16 @@ mod tests {
         assert_eq!(parse_level(Some("")), Level::None);
         assert_eq!(parse_level(Some("LOUD")), Level::None);
         assert_eq!(parse_level(None), Level::None);
+    }
+
+    #[test]
+    fn debug_file_names_take_host_and_pid() {
+        assert_eq!(
+            debug_file_name("/tmp/nccl.%h.%p.log", "gpu7", 4242),
+            "/tmp/nccl.gpu7.4242.log"
+        );
+        assert_eq!(debug_file_name("a%%b%x%", "h", 1), "a%b%x%");
+        assert_eq!(debug_file_name("plain", "h", 1), "plain");
     }
 
     #[test]

@@ -104,6 +104,50 @@ pub fn group_end() -> Result<(), ApiError> {
     }
 }
 
+/// Closes one group level as `ncclGroupSimulateEnd` does: at the outermost level the
+/// queued calls are not issued but costed ([`estimate`]), and `check` (the caller's
+/// `ncclSimInfo_t` header) runs first; nested, it only closes the level (`None`).
+pub fn group_simulate(
+    check: impl FnOnce() -> Result<(), ApiError>,
+) -> Result<Option<f64>, ApiError> {
+    let ops = GROUP.with(|g| g.borrow_mut().end())?;
+    match ops {
+        Some(calls) => {
+            check()?;
+            estimate(calls).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
+/// What `calls` would take, in microseconds, summed over them (NCCL reports its estimate
+/// per call; a sum says the same for one call and more for several), launching nothing.
+/// Communicators created in the group are initialised, as NCCL's simulation does.
+fn estimate(calls: Vec<Call>) -> Result<f64, ApiError> {
+    let inits: Vec<(Arc<Comm>, UniqueId)> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Init { comm, id } => Some((comm.clone(), *id)),
+            _ => None,
+        })
+        .collect();
+    init_all(&inits)?;
+    let mut total = 0.0;
+    for c in &calls {
+        total += match c {
+            Call::Init { .. } => 0.0,
+            Call::Coll { comm, call, .. } => comm.with_gpu(|gpu| Ok(gpu.predict_us(call)?))?,
+            Call::P2p { comm, op, .. } => {
+                let bytes = match *op {
+                    GpuP2p::Send { bytes, .. } | GpuP2p::Recv { bytes, .. } => bytes,
+                };
+                comm.with_gpu(|gpu| Ok(gpu.predict_p2p_us(bytes)))?
+            }
+        };
+    }
+    Ok(total)
+}
+
 /// A caller's stream for `comm`'s GPU.
 fn stream(gpu: &weft_runtime::gpu::GpuComm, raw: usize) -> Stream {
     // SAFETY: NCCL's contract: the stream belongs to the communicator's device and

@@ -658,6 +658,75 @@ fn premul_sum_on(ranks: &[Rank]) {
     );
 }
 
+/// `ncclGroupSimulateEnd` costs a group's calls without running them (PyTorch's
+/// `_time_estimator`): an all-reduce and a send/receive pair per rank get a positive
+/// estimate, larger for a larger all-reduce, and the output buffers keep their poison.
+fn simulate_on(ranks: &[Rank]) {
+    #[repr(C)]
+    struct SimInfo {
+        size: usize,
+        magic: u32,
+        version: u32,
+        estimated_time: f32,
+    }
+    let n = ranks.len();
+    let estimate = |count: usize, out: &[DeviceBuffer]| -> f32 {
+        let mut sim = SimInfo {
+            size: size_of::<SimInfo>(),
+            magic: 0x7468_5283,
+            version: 22_803,
+            estimated_time: -1.0,
+        };
+        ok(ncclGroupStart(), "ncclGroupStart");
+        for (r, rank) in ranks.iter().enumerate() {
+            let p = out[r].ptr() as *mut c_void;
+            // The buffers hold `count` int32 elements and outlive the group.
+            ok(
+                ncclAllReduce(p, p, count, 2, 0, rank.comm, rank.s()),
+                "ncclAllReduce (simulated)",
+            );
+            let peer = ((r + 1) % n) as c_int;
+            ok(
+                ncclSend(p, count, 2, peer, rank.comm, rank.s()),
+                "ncclSend (simulated)",
+            );
+            let from = ((r + n - 1) % n) as c_int;
+            ok(
+                ncclRecv(p, count, 2, from, rank.comm, rank.s()),
+                "ncclRecv (simulated)",
+            );
+        }
+        // SAFETY: a whole ncclSimInfo_t.
+        ok(
+            unsafe { ncclGroupSimulateEnd((&mut sim as *mut SimInfo).cast()) },
+            "ncclGroupSimulateEnd",
+        );
+        sim.estimated_time
+    };
+    let count = 1 << 20;
+    let out: Vec<DeviceBuffer> = ranks.iter().map(|r| r.buffer(count * 4)).collect();
+    let poison = vec![0x5a5a_5a5a_i32; count];
+    for b in &out {
+        upload_i32(b, &poison);
+    }
+    let small = estimate(1000, &out);
+    let large = estimate(count, &out);
+    assert!(
+        small > 0.0 && large > small,
+        "estimates {small} us and {large} us"
+    );
+    for r in ranks {
+        r.stream.synchronize().unwrap();
+    }
+    for (r, b) in out.iter().enumerate() {
+        assert!(
+            download_i32(b, count) == poison,
+            "rank {r}: a simulated group wrote its output"
+        );
+    }
+    eprintln!("simulated: 1000 elements {small} us, {count} elements {large} us");
+}
+
 fn ranks_from(comms: Vec<NcclComm>, devices: &[usize]) -> Vec<Rank> {
     comms
         .into_iter()
@@ -712,6 +781,7 @@ fn every_call_through_comm_init_all() {
     many_sends_per_peer_on(&ranks);
     in_place_on(&ranks);
     premul_sum_on(&ranks);
+    simulate_on(&ranks);
     destroy(ranks);
 }
 

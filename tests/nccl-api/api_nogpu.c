@@ -169,12 +169,17 @@ int main(void) {
     expect("ncclCommWindowRegister", ncclCommWindowRegister(NULL, buf, 16, NULL, 0),
            ncclInvalidUsage, "not supported");
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-    expect("ncclGroupSimulateEnd", ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
-    /* It closes the group it ends: the next end has nothing to match. */
+    expect("ncclGroupSimulateEnd outside a group", ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
+           "without a matching");
+    /* An empty group costs nothing, and the simulation closes it like an end. */
     expect("ncclGroupStart", ncclGroupStart(), ncclSuccess, NULL);
-    expect("ncclGroupSimulateEnd in a group", ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
-           "discarded");
+    expect("ncclGroupSimulateEnd in a group", ncclGroupSimulateEnd(&sim), ncclSuccess, NULL);
+    CHECK(sim.estimatedTime == 0.0f, "an empty group's estimate is %f", (double)sim.estimatedTime);
     expect("ncclGroupEnd after it", ncclGroupEnd(), ncclInvalidUsage, "without a matching");
+    ncclSimInfo_t raw = {0};
+    expect("ncclGroupStart", ncclGroupStart(), ncclSuccess, NULL);
+    expect("ncclGroupSimulateEnd(not initialised)", ncclGroupSimulateEnd(&raw),
+           ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
     ncclUniqueId ids[2] = {a, b};
     expect("ncclCommInitRankScalable(nId 2)",
            ncclCommInitRankScalable(&comm, 2, 0, 2, ids, NULL), ncclInvalidUsage, "nId 2");

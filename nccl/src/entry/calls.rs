@@ -537,27 +537,56 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
     run("ncclGroupEnd", issue::group_end)
 }
 
-/// Not supported: weft has no cost model to report a group's estimated time. Like an
-/// end, it closes one level of the group (a caller that simulates then starts a fresh
-/// group must not find the old one still open), and the queued calls are discarded.
+/// `ncclSimInfo_t`'s magic (`NCCL_SIM_INFO_INITIALIZER`).
+const SIM_INFO_MAGIC: u32 = 0x7468_5283;
+/// Bytes of `ncclSimInfo_t` up to and with `estimatedTime` (size, magic, version, time).
+const SIM_INFO_BYTES: usize = 20;
+
+/// Ends a group as NCCL's simulation does: the queued calls are not launched; their
+/// predicted time (weft's model: NCCL's ring model over NVLink for each call's protocol and
+/// channels, summed over the calls) goes into `estimatedTime`, in microseconds. Nested, it
+/// closes one level only. A null `simInfo` is a plain `ncclGroupEnd`, as in NCCL; one not
+/// made with `NCCL_SIM_INFO_INITIALIZER` is refused (the group is closed and its calls
+/// dropped, as NCCL does).
 ///
 /// # Safety
 ///
-/// No pointer is read.
+/// `sim_info`, when not null, must point to an `ncclSimInfo_t` of at least the `size` it
+/// states.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclGroupSimulateEnd(_sim_info: *mut c_void) -> NcclResult {
+pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> NcclResult {
+    if sim_info.is_null() {
+        return ncclGroupEnd();
+    }
     run("ncclGroupSimulateEnd", || {
-        let dropped = issue::group_abandon().map_err(|e| {
-            ApiError::invalid_usage(format!(
-                "ncclGroupSimulateEnd is not supported (weft has no cost model), and {}",
-                e.message
-            ))
-        })?;
-        Err(ApiError::invalid_usage(format!(
-            "ncclGroupSimulateEnd is not supported (weft has no cost model): the group level \
-             was closed and its {dropped} queued call(s) discarded, not issued; call \
-             ncclGroupEnd instead"
-        )))
+        let mut header = [0u8; 16];
+        let check = || {
+            // SAFETY: the caller's promise covers the size, magic and version (16 bytes);
+            // nothing past `size` is read or written.
+            unsafe {
+                std::ptr::copy_nonoverlapping(sim_info.cast::<u8>(), header.as_mut_ptr(), 16)
+            };
+            let magic = u32::from_ne_bytes(header[8..12].try_into().unwrap_or_default());
+            if magic != SIM_INFO_MAGIC {
+                return Err(ApiError::invalid_argument(format!(
+                    "ncclSimInfo_t magic {magic:#x} is not {SIM_INFO_MAGIC:#x}: initialise it \
+                     with NCCL_SIM_INFO_INITIALIZER (the group was closed and its calls \
+                     dropped)"
+                )));
+            }
+            Ok(())
+        };
+        let Some(us) = issue::group_simulate(check)? else {
+            return Ok(());
+        };
+        let size = usize::from_ne_bytes(header[0..8].try_into().unwrap_or_default());
+        if size >= SIM_INFO_BYTES {
+            let time = (us as f32).to_ne_bytes();
+            let field = sim_info.cast::<u8>().wrapping_add(16);
+            // SAFETY: `size` covers `estimatedTime` at offset 16 (4 bytes).
+            unsafe { std::ptr::copy_nonoverlapping(time.as_ptr(), field, 4) };
+        }
+        Ok(())
     })
 }
 
@@ -645,23 +674,48 @@ mod tests {
     }
 
     #[test]
-    fn simulate_end_closes_the_group_and_discards_its_calls() {
+    fn simulate_end_costs_the_group_without_issuing_it() {
+        #[repr(C)]
+        struct SimInfo {
+            size: usize,
+            magic: u32,
+            version: u32,
+            estimated_time: f32,
+        }
+        let fresh = || SimInfo {
+            size: size_of::<SimInfo>(),
+            magic: SIM_INFO_MAGIC,
+            version: crate::NCCL_VERSION_CODE as u32,
+            estimated_time: -1.0,
+        };
+        let sim = |s: &mut SimInfo| {
+            // SAFETY: a whole ncclSimInfo_t.
+            unsafe { ncclGroupSimulateEnd((s as *mut SimInfo).cast()) }
+        };
+        // An empty group costs nothing; nested, only the level closes.
         assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
         assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
-        // SAFETY: no pointer is read.
-        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
-        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        let mut s = fresh();
+        assert_eq!(sim(&mut s), crate::result::NCCL_SUCCESS);
         assert!(issue::in_group());
-        // SAFETY: as above.
-        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
-        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        assert_eq!(s.estimated_time, -1.0);
+        assert_eq!(sim(&mut s), crate::result::NCCL_SUCCESS);
         assert!(!issue::in_group());
-        // Without a group open, it is the same misuse as an unmatched end.
-        // SAFETY: as above.
-        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
-        assert_eq!(rc, crate::result::NCCL_INVALID_USAGE);
+        assert_eq!(s.estimated_time, 0.0);
+        // Not initialised: refused, and the group is closed all the same.
         assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
-        assert_eq!(ncclGroupEnd(), crate::result::NCCL_SUCCESS);
+        let mut bad = fresh();
+        bad.magic = 0;
+        assert_eq!(sim(&mut bad), crate::result::NCCL_INVALID_ARGUMENT);
+        assert!(!issue::in_group());
+        // Without a group open, the same misuse as an unmatched end.
+        assert_eq!(sim(&mut fresh()), crate::result::NCCL_INVALID_USAGE);
+        // Null: a plain end.
+        assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
+        // SAFETY: null is allowed.
+        let rc = unsafe { ncclGroupSimulateEnd(std::ptr::null_mut()) };
+        assert_eq!(rc, crate::result::NCCL_SUCCESS);
+        assert!(!issue::in_group());
     }
 
     #[test]

@@ -248,6 +248,44 @@ impl GpuComm {
             .protocol_for(collective, count, dtype, self.windows.layout().nchannels())
     }
 
+    /// The time weft predicts for `call` on this communicator, in microseconds (what NCCL's
+    /// `ncclGroupSimulateEnd` reports): NCCL's ring model over NVLink for its protocol and
+    /// channels ([`weft_core::tune::TuningModel::nvlink`]), whichever algorithm runs it.
+    pub fn predict_us(&self, call: &GpuCollective) -> Result<f64, GpuError> {
+        if call.count == 0 {
+            return Ok(0.0);
+        }
+        let nchannels = self.windows.layout().nchannels();
+        let protocol = self.protocol_for(call.collective, call.count, call.dtype)?;
+        let bytes = weft_core::tune::call_bytes(
+            call.collective,
+            call.count,
+            call.dtype.size_of_elem(),
+            self.nranks,
+        );
+        Ok(predict_ring_us(
+            call.collective,
+            bytes,
+            self.nranks,
+            nchannels,
+            protocol,
+        ))
+    }
+
+    /// The time weft predicts for a send or receive of `bytes`, in microseconds: one hop of
+    /// the same model, on the channels and protocol the message takes.
+    pub fn predict_p2p_us(&self, bytes: usize) -> f64 {
+        let channels = p2p_channels_for(bytes, self.windows.layout().p2p_channels());
+        let protocol = self.planner.protocols.p2p(bytes, channels);
+        predict_ring_us(
+            Collective::Broadcast { root: 0 },
+            bytes,
+            2,
+            channels,
+            protocol,
+        )
+    }
+
     /// The protocol settings every call chooses from (the same on every rank).
     pub fn protocols(&self) -> GpuProtocols {
         self.planner.protocols
@@ -443,6 +481,33 @@ impl GpuComm {
     }
 }
 
+/// NCCL's ring model over NVLink ([`weft_core::tune::TuningModel::nvlink`]) for one call, in
+/// microseconds; LL128, which the model lacks, is costed as SIMPLE.
+fn predict_ring_us(
+    collective: Collective,
+    bytes: usize,
+    nranks: usize,
+    nchannels: u32,
+    protocol: Protocol,
+) -> f64 {
+    let protocol = match protocol {
+        Protocol::Ll128 => Protocol::Simple,
+        p => p,
+    };
+    let choice = weft_core::tune::Candidate {
+        protocol,
+        one_shot: false,
+    };
+    weft_core::tune::TuningModel::nvlink(nchannels)
+        .predict_ns(
+            collective,
+            u64::try_from(bytes).unwrap_or(u64::MAX),
+            nranks,
+            choice,
+        )
+        .map_or(0.0, |ns| ns as f64 / 1000.0)
+}
+
 impl Drop for GpuComm {
     fn drop(&mut self) {
         // Kernels still running would write into freed memory: let them end (their waits
@@ -460,6 +525,21 @@ impl Drop for GpuComm {
 mod test {
     use super::*;
     use weft_core::abi::RedOp;
+
+    #[test]
+    fn predictions_follow_nccls_ring_model() {
+        // 8 bytes over two ranks in LL: NCCL's base latency 6.6 us, two hops of 0.6 us.
+        let small = predict_ring_us(Collective::AllReduce, 8, 2, 16, Protocol::Ll);
+        assert!((small - 7.8).abs() < 0.01, "{small}");
+        // 1 GiB in SIMPLE over 16 channels (320 GB/s bus): about 3.4 ms, and more with fewer.
+        let big = predict_ring_us(Collective::AllReduce, 1 << 30, 2, 16, Protocol::Simple);
+        assert!(big > 3000.0 && big < 3500.0, "{big}");
+        assert!(predict_ring_us(Collective::AllReduce, 1 << 30, 2, 4, Protocol::Simple) > big);
+        assert_eq!(
+            predict_ring_us(Collective::AllReduce, 1 << 20, 4, 8, Protocol::Ll128),
+            predict_ring_us(Collective::AllReduce, 1 << 20, 4, 8, Protocol::Simple)
+        );
+    }
 
     #[test]
     fn avg_scales_match_the_cpu_executor() {
