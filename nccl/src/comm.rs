@@ -263,6 +263,9 @@ pub fn init_gpu(
             ),
         );
     }
+    for line in gpu.connection_lines() {
+        debug::info(device, line);
+    }
     debug::info(
         device,
         &format!("comm rank {rank} nRanks {nranks} - Init COMPLETE"),

@@ -86,6 +86,8 @@ pub struct GpuComm {
     planner: Planner,
     /// Launches run in call order whatever streams they come on.
     order: StreamOrder,
+    /// NCCL's INFO line per ring connection this rank sends on.
+    connections: Vec<String>,
 }
 
 impl GpuComm {
@@ -151,6 +153,12 @@ impl GpuComm {
     /// "SHM" (host memory), as NCCL's `NCCL_DEBUG=INFO` names its transports.
     pub fn transport_name(&self) -> &'static str {
         self.windows.transport_name()
+    }
+
+    /// NCCL's INFO line per ring connection this rank sends on (`Channel 00/0 : 0[0] ->
+    /// 1[1] via P2P/IPC/read`), for libnccl's `NCCL_DEBUG=INFO`.
+    pub fn connection_lines(&self) -> &[String] {
+        &self.connections
     }
 
     /// Whether P2P connections run in read mode (SIMPLE FIFOs in the senders' memory).

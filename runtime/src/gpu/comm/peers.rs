@@ -197,9 +197,81 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
     Ok(None)
 }
 
+/// NCCL's INFO line per ring connection this rank sends on (`Channel 00/0 : 0[0] -> 1[1]
+/// via P2P/IPC/read`), from channel `c`'s ring order in `rings`: `SHM/direct` for windows
+/// in shared host memory, `P2P/direct pointer` to a GPU of this process, `P2P/IPC` to
+/// another process's; `/read` in read mode. Ranks are `rank[CUDA ordinal]` as in NCCL.
+pub(super) fn connection_lines(
+    rank: usize,
+    peers: &[GpuPeer],
+    rings: &[Vec<u32>],
+    via_host: bool,
+    read: bool,
+) -> Vec<String> {
+    let dev = |r: usize| peers.get(r).map_or(0, |p| p.device);
+    let mut out = Vec::new();
+    for (c, ring) in rings.iter().enumerate() {
+        let Some(at) = ring.iter().position(|&r| r as usize == rank) else {
+            continue;
+        };
+        let next = ring[(at + 1) % ring.len()] as usize;
+        if next == rank {
+            continue;
+        }
+        let read = if read { "/read" } else { "" };
+        let how = if via_host {
+            "SHM/direct".to_string()
+        } else if peers.get(next).map(|p| (p.host_hash, p.pid))
+            == peers.get(rank).map(|p| (p.host_hash, p.pid))
+        {
+            format!("P2P/direct pointer{read}")
+        } else {
+            format!("P2P/IPC{read}")
+        };
+        out.push(format!(
+            "Channel {c:02}/0 : {rank}[{}] -> {next}[{}] via {how}",
+            dev(rank),
+            dev(next)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn connection_lines_have_nccls_form() {
+        let peer = |pid: u32, device: u32| GpuPeer {
+            host_hash: 7,
+            pid,
+            device,
+            bus_id: String::new(),
+            nchannels: 0,
+            step_bytes: 0,
+            min_slices: 1,
+        };
+        // Ranks 0 and 1 in one process on GPUs 0 and 1, rank 2 in another on GPU 0.
+        let peers = [peer(10, 0), peer(10, 1), peer(11, 0)];
+        let rings = vec![vec![0, 1, 2], vec![2, 1, 0]];
+        assert_eq!(
+            connection_lines(1, &peers, &rings, false, true),
+            [
+                "Channel 00/0 : 1[1] -> 2[0] via P2P/IPC/read",
+                "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer/read",
+            ]
+        );
+        assert_eq!(
+            connection_lines(2, &peers, &rings, true, false),
+            [
+                "Channel 00/0 : 2[0] -> 0[0] via SHM/direct",
+                "Channel 01/0 : 2[0] -> 1[1] via SHM/direct",
+            ]
+        );
+        // One rank: nothing to connect.
+        assert!(connection_lines(0, &peers[..1], &[vec![0]], false, false).is_empty());
+    }
 
     #[test]
     fn peer_record_round_trips() {

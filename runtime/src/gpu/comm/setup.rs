@@ -22,7 +22,7 @@ use super::faults::Faults;
 use super::launch::Launcher;
 use super::order::StreamOrder;
 use super::p2p::p2p_channel_count;
-use super::peers::{GpuPeer, check_peers, read_by_default};
+use super::peers::{GpuPeer, check_peers, connection_lines, read_by_default};
 use super::plan::{DEFAULT_MIN_SLICES, Planner};
 use super::region::{PeerRegion, RegionSite, agree_on_plan, region_algo};
 use super::windows::Windows;
@@ -139,6 +139,7 @@ impl GpuComm {
         settings.protocols.ll_by_default = !via_host;
         let p2p_channels = p2p_channel_count(n, rings.len());
         let read = read_mode(&mut bootstrap, opts.p2p_read, via_host, &dev, rank, &peers)?;
+        let connections = connection_lines(rank, &peers, &rings, via_host, read);
         let layout = Layout::new(
             rings,
             n,
@@ -194,6 +195,7 @@ impl GpuComm {
             nranks,
             launcher: Launcher::new(kernels, control),
             order: StreamOrder::new(ctx.clone()),
+            connections,
             ctx,
             faults,
             windows,
