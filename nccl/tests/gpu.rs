@@ -662,21 +662,9 @@ fn premul_sum_on(ranks: &[Rank]) {
 /// `_time_estimator`): an all-reduce and a send/receive pair per rank get a positive
 /// estimate, larger for a larger all-reduce, and the output buffers keep their poison.
 fn simulate_on(ranks: &[Rank]) {
-    #[repr(C)]
-    struct SimInfo {
-        size: usize,
-        magic: u32,
-        version: u32,
-        estimated_time: f32,
-    }
     let n = ranks.len();
     let estimate = |count: usize, out: &[DeviceBuffer]| -> f32 {
-        let mut sim = SimInfo {
-            size: size_of::<SimInfo>(),
-            magic: 0x7468_5283,
-            version: 22_803,
-            estimated_time: -1.0,
-        };
+        let mut sim = NcclSimInfo::default();
         ok(ncclGroupStart(), "ncclGroupStart");
         for (r, rank) in ranks.iter().enumerate() {
             let p = out[r].ptr() as *mut c_void;
@@ -698,7 +686,7 @@ fn simulate_on(ranks: &[Rank]) {
         }
         // SAFETY: a whole ncclSimInfo_t.
         ok(
-            unsafe { ncclGroupSimulateEnd((&mut sim as *mut SimInfo).cast()) },
+            unsafe { ncclGroupSimulateEnd((&mut sim as *mut NcclSimInfo).cast()) },
             "ncclGroupSimulateEnd",
         );
         sim.estimated_time

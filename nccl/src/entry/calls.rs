@@ -538,9 +538,31 @@ pub extern "C" fn ncclGroupEnd() -> NcclResult {
 }
 
 /// `ncclSimInfo_t`'s magic (`NCCL_SIM_INFO_INITIALIZER`).
-const SIM_INFO_MAGIC: u32 = 0x7468_5283;
-/// Bytes of `ncclSimInfo_t` up to and with `estimatedTime` (size, magic, version, time).
-const SIM_INFO_BYTES: usize = 20;
+pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
+/// Bytes of `ncclSimInfo_t` up to and with `estimatedTime`.
+const SIM_INFO_BYTES: usize = std::mem::offset_of!(NcclSimInfo, estimated_time) + 4;
+
+/// NCCL's `ncclSimInfo_t`; `Default` is `NCCL_SIM_INFO_INITIALIZER`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NcclSimInfo {
+    pub size: usize,
+    pub magic: u32,
+    pub version: u32,
+    /// Microseconds; `NCCL_UNDEF_FLOAT` (-1) until a simulation sets it.
+    pub estimated_time: f32,
+}
+
+impl Default for NcclSimInfo {
+    fn default() -> Self {
+        NcclSimInfo {
+            size: std::mem::size_of::<NcclSimInfo>(),
+            magic: SIM_INFO_MAGIC,
+            version: crate::NCCL_VERSION_CODE as u32,
+            estimated_time: -1.0,
+        }
+    }
+}
 
 /// Ends a group as NCCL's simulation does: the queued calls are not launched; their
 /// predicted time (weft's model: NCCL's ring model over NVLink for each call's protocol and
@@ -675,22 +697,10 @@ mod tests {
 
     #[test]
     fn simulate_end_costs_the_group_without_issuing_it() {
-        #[repr(C)]
-        struct SimInfo {
-            size: usize,
-            magic: u32,
-            version: u32,
-            estimated_time: f32,
-        }
-        let fresh = || SimInfo {
-            size: size_of::<SimInfo>(),
-            magic: SIM_INFO_MAGIC,
-            version: crate::NCCL_VERSION_CODE as u32,
-            estimated_time: -1.0,
-        };
-        let sim = |s: &mut SimInfo| {
+        let fresh = NcclSimInfo::default;
+        let sim = |s: &mut NcclSimInfo| {
             // SAFETY: a whole ncclSimInfo_t.
-            unsafe { ncclGroupSimulateEnd((s as *mut SimInfo).cast()) }
+            unsafe { ncclGroupSimulateEnd((s as *mut NcclSimInfo).cast()) }
         };
         // An empty group costs nothing; nested, only the level closes.
         assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
