@@ -318,8 +318,8 @@ impl GpuComm {
     /// for pool (`cudaMallocAsync`) or VMM memory without access granted to the peer GPUs,
     /// set `NCCL_P2P_DIRECT_DISABLE=1` (as with NCCL); and every rank must enqueue the same
     /// collectives in the same order. Calls may come on different streams: each launch of
-    /// a communicator runs after its previous one, as NCCL's do. A stream given
-    /// to this communicator must stay alive until the next call on another stream.
+    /// a communicator runs after its previous one, as NCCL's do (launches into a graph
+    /// capture aside).
     /// `op` is a [`weft_core::abi::RedOp`] or a [`GpuRedOp`] (NCCL's `PreMulSum`); with a
     /// [`super::PreMulScalar::Device`] scalar, that address must also stay valid until the
     /// stream reaches this call's end.
@@ -382,13 +382,16 @@ impl GpuComm {
         group: &PlannedGroup,
         stream: &Stream,
     ) -> Result<usize, GpuError> {
-        self.order.before_launch(stream)?;
+        let captured = self.order.before_launch(stream)?;
         // SAFETY: the caller's promise for every call, passed on.
-        let launches = unsafe {
+        let launched = unsafe {
             self.launcher
                 .launch_planned(&group.planned, self.nchannels(), stream)
-        }?;
-        self.order.after_launch(stream)?;
+        };
+        // Marked even after a failure: an earlier launch of the group may be queued.
+        let marked = self.order.after_launch(stream, captured);
+        let launches = launched?;
+        marked?;
         Ok(launches)
     }
 
@@ -452,10 +455,13 @@ impl GpuComm {
             self.windows.layout().p2p_channels(),
             &self.planner.protocols,
         )?;
-        self.order.before_launch(stream)?;
+        let captured = self.order.before_launch(stream)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.launcher.launch_p2p(plan, stream) }?;
-        self.order.after_launch(stream)
+        let launched = unsafe { self.launcher.launch_p2p(plan, stream) };
+        // Marked even after a failure: a copy or an earlier launch may be queued.
+        let marked = self.order.after_launch(stream, captured);
+        launched?;
+        marked
     }
 
     /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue

@@ -10,50 +10,49 @@
 //! bytes of the float all-reduce before it). NCCL orders every launch of a communicator
 //! after the previous one (its "strong stream"); weft does the same with one event:
 //!
-//! - While every launch comes on one stream, nothing is added (the stream orders them).
-//! - At the first launch on another stream, the event is recorded on the previous stream
-//!   (at its end: everything enqueued there so far, the last launch included) and the new
-//!   stream waits for it. From then on the event is recorded after every launch, so a
-//!   later switch waits for exactly the last launch.
-//! - No event crosses a graph capture's edge (CUDA forbids waiting, in a capture, for an
-//!   event recorded outside it, and the reverse): a switch between a capturing stream and
-//!   one that is not is left unordered, as the two cannot be ordered anyway (a captured
-//!   call runs when its graph is launched). Between two capturing streams the event orders
-//!   the captured launches.
+//! - after every launch the event is recorded on the launch's stream, while the call is
+//!   being made (so no stream is ever touched after the call that was given it: the caller
+//!   may destroy it);
+//! - a launch on another stream than the previous one first makes its stream wait for the
+//!   event, that is for exactly the previous launch.
 //!
-//! A previous stream the caller has destroyed meanwhile (its handle no longer valid) is
-//! skipped: the work left on it is not waited for.
+//! Launches into a graph capture are left out: CUDA forbids waiting, in a capture, for an
+//! event recorded outside it and the reverse, and a captured call runs when its graph is
+//! launched, ordered by that launch's stream. So a call captured on one stream and a call
+//! run eagerly on another are not ordered against each other, and an eager launch after a
+//! capture is ordered after the last eager launch.
+//!
+//! Streams are told apart by their handle: the per-thread default stream
+//! (`CU_STREAM_PER_THREAD`) has one handle for every thread, so calls of one communicator on
+//! two threads' per-thread default streams are not ordered (nor may a communicator be used
+//! from two threads at once anyway).
 
 use std::sync::Arc;
 
-use weft_cuda::{CUstream, Context, Event, Stream};
+use weft_cuda::{Context, Event, Stream};
 
 use crate::gpu::GpuError;
 
-/// Where the last launch went, and whether the event marks its end.
+/// The last eager launch: its stream's handle, and whether the event marks its end.
 #[derive(Debug, Clone, Copy)]
 struct Last {
-    stream: CUstream,
-    /// The event was recorded right after the launch on `stream`.
+    stream: usize,
     recorded: bool,
-    /// Whether `stream` was capturing then.
-    capturing: bool,
 }
 
 /// One communicator's launch order ([module docs](self)).
 #[derive(Debug)]
 pub(super) struct StreamOrder {
     ctx: Arc<Context>,
-    /// Created at the first switch of streams.
+    /// Created at the first launch.
     event: Option<Event>,
     last: Option<Last>,
 }
 
-// SAFETY: the raw stream handle is only passed back to the driver, from any thread
-// (CUstream handles are not tied to a thread).
-unsafe impl Send for StreamOrder {}
-// SAFETY: as above; `&self` methods touch no handle.
-unsafe impl Sync for StreamOrder {}
+/// Whether a launch goes into a graph capture (`before_launch`'s answer, for
+/// `after_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Captured(bool);
 
 impl StreamOrder {
     pub(super) fn new(ctx: Arc<Context>) -> StreamOrder {
@@ -64,53 +63,58 @@ impl StreamOrder {
         }
     }
 
-    /// Before a launch on `stream`: makes it wait for the previous launch where that went
-    /// to another stream.
-    pub(super) fn before_launch(&mut self, stream: &Stream) -> Result<(), GpuError> {
+    /// Before a launch on `stream`: makes it wait for the previous eager launch when that
+    /// went to another stream.
+    pub(super) fn before_launch(&mut self, stream: &Stream) -> Result<Captured, GpuError> {
+        if stream.is_capturing()? {
+            return Ok(Captured(true));
+        }
         let Some(last) = self.last else {
-            return Ok(());
+            return Ok(Captured(false));
         };
-        if last.stream == stream.raw() {
+        if last.stream == stream.raw() as usize {
+            return Ok(Captured(false));
+        }
+        match (&self.event, last.recorded) {
+            (Some(event), true) => stream.wait_event(event)?,
+            _ => {
+                return Err(GpuError::InvalidArgument(
+                    "this communicator's previous launch could not be marked (cuEventRecord \
+                     failed then), so a launch on another stream cannot be ordered after it: \
+                     synchronize the previous stream first, or use one stream"
+                        .to_string(),
+                ));
+            }
+        }
+        Ok(Captured(false))
+    }
+
+    /// After a launch on `stream` (also after one that failed part way: something may be
+    /// queued): marks its end for the next launch on another stream.
+    pub(super) fn after_launch(
+        &mut self,
+        stream: &Stream,
+        captured: Captured,
+    ) -> Result<(), GpuError> {
+        if captured.0 {
             return Ok(());
         }
-        let capturing = stream.is_capturing()?;
+        // Remembered before the record, which can fail: the next switch of streams must
+        // not take an older mark for this launch's.
+        self.last = Some(Last {
+            stream: stream.raw() as usize,
+            recorded: false,
+        });
         if self.event.is_none() {
             self.event = Some(Event::new(&self.ctx, false)?);
         }
-        let event = self.event.as_ref().expect("just created");
-        if !last.recorded {
-            // The first switch: mark the previous stream's end now, unless it is gone or
-            // on the other side of a capture's edge.
-            // SAFETY: a handle this communicator was given for its GPU; if the caller has
-            // destroyed it since, the driver refuses it and nothing is recorded.
-            let prev = unsafe { Stream::from_raw(&self.ctx, last.stream) };
-            match prev.is_capturing() {
-                Ok(c) if c == capturing => event.record(&prev)?,
-                _ => return Ok(()),
-            }
-        } else if last.capturing != capturing {
-            return Ok(());
-        }
-        stream.wait_event(event)?;
-        Ok(())
-    }
-
-    /// After a launch on `stream`: remembers it, and, once launches have come on more than
-    /// one stream, marks its end with the event.
-    pub(super) fn after_launch(&mut self, stream: &Stream) -> Result<(), GpuError> {
-        let switched = self.last.is_some_and(|l| l.stream != stream.raw());
-        let multi = switched || self.last.is_some_and(|l| l.recorded);
-        let mut last = Last {
-            stream: stream.raw(),
-            recorded: false,
-            capturing: false,
-        };
-        if multi && let Some(event) = &self.event {
-            last.capturing = stream.is_capturing()?;
+        if let Some(event) = &self.event {
             event.record(stream)?;
-            last.recorded = true;
+            self.last = Some(Last {
+                stream: stream.raw() as usize,
+                recorded: true,
+            });
         }
-        self.last = Some(last);
         Ok(())
     }
 }
