@@ -47,23 +47,6 @@ impl<T> GroupState<T> {
         }
     }
 
-    /// Closes one level and discards every queued call (and, at the outermost level, the
-    /// remembered failure): the number of calls discarded.
-    pub fn abandon(&mut self) -> Result<usize, ApiError> {
-        if self.depth == 0 {
-            return Err(ApiError::invalid_usage(
-                "ncclGroupSimulateEnd without a matching ncclGroupStart on this thread",
-            ));
-        }
-        self.depth -= 1;
-        if self.depth == 0 {
-            self.error = None;
-        }
-        let n = self.queued.len();
-        self.queued.clear();
-        Ok(n)
-    }
-
     /// Closes one level: `Ok(None)` while still nested, `Ok(Some(ops))` at the outermost
     /// end (the ops in call order), the group's first failure instead if there was one.
     pub fn end(&mut self) -> Result<Option<Vec<T>>, ApiError> {
@@ -95,24 +78,6 @@ impl<T> GroupState<T> {
 mod tests {
     use super::*;
     use crate::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE};
-
-    #[test]
-    fn abandon_closes_one_level_and_discards_the_calls() {
-        let mut g = GroupState::default();
-        assert!(g.abandon().is_err());
-        g.start();
-        g.start();
-        g.push(1);
-        g.push(2);
-        assert_eq!(g.abandon().unwrap(), 2);
-        assert_eq!(g.depth(), 1);
-        g.fail(ApiError::invalid_usage("x"));
-        assert_eq!(g.abandon().unwrap(), 0);
-        assert!(!g.in_group());
-        g.start();
-        g.push(3);
-        assert_eq!(g.end().unwrap(), Some(vec![3]));
-    }
 
     #[test]
     fn end_without_start_is_invalid_usage() {

@@ -90,12 +90,6 @@ pub fn record_failure(err: &ApiError) {
     GROUP.with(|g| g.borrow_mut().fail(err.clone()));
 }
 
-/// Closes one level without issuing (`ncclGroupSimulateEnd`): the queued calls are
-/// discarded. Returns how many were.
-pub fn group_abandon() -> Result<usize, ApiError> {
-    GROUP.with(|g| g.borrow_mut().abandon())
-}
-
 pub fn group_end() -> Result<(), ApiError> {
     let ops = GROUP.with(|g| g.borrow_mut().end())?;
     match ops {
@@ -106,36 +100,44 @@ pub fn group_end() -> Result<(), ApiError> {
 
 /// Closes one group level as `ncclGroupSimulateEnd` does: at the outermost level the
 /// queued calls are not issued but costed ([`estimate`]), and `check` (the caller's
-/// `ncclSimInfo_t` header) runs first; nested, it only closes the level (`None`).
+/// `ncclSimInfo_t` header) runs first; nested, or with no call to cost, `None`.
 pub fn group_simulate(
     check: impl FnOnce() -> Result<(), ApiError>,
 ) -> Result<Option<f64>, ApiError> {
     let ops = GROUP.with(|g| g.borrow_mut().end())?;
-    match ops {
-        Some(calls) => {
-            check()?;
-            estimate(calls).map(Some)
-        }
-        None => Ok(None),
+    let Some(calls) = ops else {
+        return Ok(None);
+    };
+    if let Err(e) = check() {
+        // Communicators created in the group still come up (or fail), so that none is
+        // left waiting for an end that already happened.
+        init_all(&inits_of(&calls))?;
+        return Err(e);
     }
+    estimate(calls)
 }
 
-/// What `calls` would take, in microseconds, summed over them (NCCL reports its estimate
-/// per call; a sum says the same for one call and more for several), launching nothing.
-/// Communicators created in the group are initialised, as NCCL's simulation does.
-fn estimate(calls: Vec<Call>) -> Result<f64, ApiError> {
-    let inits: Vec<(Arc<Comm>, UniqueId)> = calls
+/// The communicators a group creates.
+fn inits_of(calls: &[Call]) -> Vec<(Arc<Comm>, UniqueId)> {
+    calls
         .iter()
         .filter_map(|c| match c {
             Call::Init { comm, id } => Some((comm.clone(), *id)),
             _ => None,
         })
-        .collect();
-    init_all(&inits)?;
-    let mut total = 0.0;
+        .collect()
+}
+
+/// What `calls` would take, in microseconds, summed over them (NCCL reports the last
+/// collective's estimate; a sum says the same for one call and more for several), launching
+/// nothing; `None` when no call moves anything (NCCL then leaves the estimate as it was).
+/// Communicators created in the group are initialised, as NCCL's simulation does.
+fn estimate(calls: Vec<Call>) -> Result<Option<f64>, ApiError> {
+    init_all(&inits_of(&calls))?;
+    let mut total = None;
     for c in &calls {
-        total += match c {
-            Call::Init { .. } => 0.0,
+        let us = match c {
+            Call::Init { .. } => continue,
             Call::Coll { comm, call, .. } => comm.with_gpu(|gpu| Ok(gpu.predict_us(call)?))?,
             Call::P2p { comm, op, .. } => {
                 let bytes = match *op {
@@ -144,6 +146,7 @@ fn estimate(calls: Vec<Call>) -> Result<f64, ApiError> {
                 comm.with_gpu(|gpu| Ok(gpu.predict_p2p_us(bytes)))?
             }
         };
+        *total.get_or_insert(0.0) += us;
     }
     Ok(total)
 }

@@ -581,31 +581,44 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> NcclResu
         return ncclGroupEnd();
     }
     run("ncclGroupSimulateEnd", || {
-        let mut header = [0u8; 16];
+        let mut size = 0usize;
         let check = || {
-            // SAFETY: the caller's promise covers the size, magic and version (16 bytes);
-            // nothing past `size` is read or written.
+            // SAFETY: every ncclSimInfo_t starts with its size (a size_t); nothing past the
+            // size it states is read or written.
             unsafe {
-                std::ptr::copy_nonoverlapping(sim_info.cast::<u8>(), header.as_mut_ptr(), 16)
+                std::ptr::copy_nonoverlapping(
+                    sim_info.cast::<u8>(),
+                    (&mut size as *mut usize).cast::<u8>(),
+                    size_of::<usize>(),
+                )
             };
+            let mut header = [0u8; 16];
+            if size >= header.len() {
+                // SAFETY: `size` covers the size, magic and version (16 bytes).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(sim_info.cast::<u8>(), header.as_mut_ptr(), 16)
+                };
+            }
             let magic = u32::from_ne_bytes(header[8..12].try_into().unwrap_or_default());
             if magic != SIM_INFO_MAGIC {
                 return Err(ApiError::invalid_argument(format!(
-                    "ncclSimInfo_t magic {magic:#x} is not {SIM_INFO_MAGIC:#x}: initialise it \
-                     with NCCL_SIM_INFO_INITIALIZER (the group was closed and its calls \
-                     dropped)"
+                    "ncclSimInfo_t of size {size} with magic {magic:#x}, not {SIM_INFO_MAGIC:#x}: \
+                     initialise it with NCCL_SIM_INFO_INITIALIZER (the group was closed and its \
+                     calls dropped)"
                 )));
             }
             Ok(())
         };
+        // `None`: nested, or nothing to cost (NCCL then leaves estimatedTime as it was).
         let Some(us) = issue::group_simulate(check)? else {
             return Ok(());
         };
-        let size = usize::from_ne_bytes(header[0..8].try_into().unwrap_or_default());
         if size >= SIM_INFO_BYTES {
             let time = (us as f32).to_ne_bytes();
-            let field = sim_info.cast::<u8>().wrapping_add(16);
-            // SAFETY: `size` covers `estimatedTime` at offset 16 (4 bytes).
+            let field = sim_info
+                .cast::<u8>()
+                .wrapping_add(std::mem::offset_of!(NcclSimInfo, estimated_time));
+            // SAFETY: `size` covers `estimatedTime` (4 bytes at its offset).
             unsafe { std::ptr::copy_nonoverlapping(time.as_ptr(), field, 4) };
         }
         Ok(())
@@ -711,13 +724,19 @@ mod tests {
         assert_eq!(s.estimated_time, -1.0);
         assert_eq!(sim(&mut s), crate::result::NCCL_SUCCESS);
         assert!(!issue::in_group());
-        assert_eq!(s.estimated_time, 0.0);
+        // Nothing to cost: left as it was, as NCCL leaves it.
+        assert_eq!(s.estimated_time, -1.0);
         // Not initialised: refused, and the group is closed all the same.
         assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
         let mut bad = fresh();
         bad.magic = 0;
         assert_eq!(sim(&mut bad), crate::result::NCCL_INVALID_ARGUMENT);
         assert!(!issue::in_group());
+        // A size too small to hold the magic is refused the same way, nothing read past it.
+        assert_eq!(ncclGroupStart(), crate::result::NCCL_SUCCESS);
+        let mut short = fresh();
+        short.size = 8;
+        assert_eq!(sim(&mut short), crate::result::NCCL_INVALID_ARGUMENT);
         // Without a group open, the same misuse as an unmatched end.
         assert_eq!(sim(&mut fresh()), crate::result::NCCL_INVALID_USAGE);
         // Null: a plain end.
