@@ -99,7 +99,7 @@ common=(env NCCL_SOCKET_IFNAME=mgmt0 NCCL_DEBUG=INFO NCCL_MESH_DEBUG=1 WEFT_TIME
 in_ns "${NS[0]}" "${common[@]}" NCCL_HOSTID=host-a timeout 300 "$WEFT" unique-id >"$WORK/id" 2>"$WORK/root.log" &
 root=$!
 for _ in $(seq 100); do [ -s "$WORK/id" ] && break; sleep 0.1; done
-ID=$(head -1 "$WORK/id")
+ID=$(head -1 "$WORK/id" 2>/dev/null || true)
 [ -n "$ID" ] || { echo "mesh-triangle: no unique id from the root" >&2; cat "$WORK/root.log" >&2; exit 1; }
 pids=()
 for i in 0 1 2; do
@@ -116,6 +116,8 @@ for i in 0 1 2; do
         status=1
     fi
 done
+# The root has nothing left to serve once the ranks are done (or failed).
+kill "$root" 2>/dev/null || true
 wait "$root" 2>/dev/null || true
 echo "== rank 0's table"
 grep -E '^ *[0-9]+ ' "$WORK/rank0.log" | head -20 || true

@@ -300,7 +300,10 @@ impl MeshNet {
         };
         match n.port.and_then(|p| self.ports.get(p)) {
             Some(p) => format!("{}/{} ({}{reserve})", n.addr, n.prefix_len, p.describe()),
-            None => format!("{}/{} on {} (sockets{reserve})", n.addr, n.prefix_len, n.name),
+            None => format!(
+                "{}/{} on {} (sockets{reserve})",
+                n.addr, n.prefix_len, n.name
+            ),
         }
     }
 

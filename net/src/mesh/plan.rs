@@ -5,8 +5,9 @@
 //! are tried first; only when none shares a subnet are all addresses compared, and a pair
 //! with no RDMA port at either end goes over sockets. Several disjoint pairs of the best
 //! speed become several rails (`weft_core::net::stripe`), up to `WEFT_MESH_RAILS`.
-//! Reserve NICs (the bootstrap's network, see [`MeshNic::reserve`]) are left out of all that
-//! and used only where no other NIC reaches the peer: on the seed's triangle, with a
+//! Reserve NICs (the bootstrap's network, see [`MeshNic::reserve`]) are left out of each
+//! attempt first and used only where no other NIC reaches the peer over the same transport
+//! (verbs pairs still come before sockets): on the seed's triangle, with a
 //! management bridge shared by every host beside the direct links, striping over both gave
 //! the management network half of every message.
 
@@ -109,14 +110,17 @@ pub fn plan(
         Transport::Socket => &[false],
     };
     let mut error = None;
-    // Without the reserve NICs first, every transport attempt; then with them.
+    // In each transport attempt (verbs pairs first), without the reserve NICs first, then
+    // with them: holding the bootstrap's network back must not trade verbs for sockets (an
+    // InfiniBand cluster bootstraps over ib0, NCCL_SOCKET_IFNAME=ib0, beside an Ethernet
+    // subnet without RDMA).
     let reserve_rounds: &[bool] = if nics.iter().any(|n| n.reserve) {
         &[false, true]
     } else {
         &[true]
     };
-    for &with_reserve in reserve_rounds {
-        for &only_rdma in attempts {
+    for &only_rdma in attempts {
+        for &with_reserve in reserve_rounds {
             let local = local_of(nics, only_rdma, with_reserve);
             let peers = peers_of(entries, only_rdma);
             match stripe(&local, &peers, max_rails.max(1)) {
@@ -293,12 +297,12 @@ mod tests {
     }
 
     /// Host a of the seed's triangle with a management bridge every host shares (it carries
-    /// the bootstrap): eth0 to b, eth1 to c, mgmt0 on 10.0.0/24.
+    /// the bootstrap): eth0 to b, eth1 to c, mgmt0 on 10.0.0/24; verbs on every NIC.
     fn triangle_with_management(management_is_reserve: bool) -> Vec<MeshNic> {
         let mut a = vec![
-            nic("eth0", 0, "192.168.101.1", None),
-            nic("eth1", 1, "192.168.100.1", None),
-            nic("mgmt0", 2, "10.0.0.1", Some(0)),
+            nic("eth0", 0, "192.168.101.1", Some(0)),
+            nic("eth1", 1, "192.168.100.1", Some(1)),
+            nic("mgmt0", 2, "10.0.0.1", Some(2)),
         ];
         a[2].reserve = management_is_reserve;
         a
@@ -308,31 +312,47 @@ mod tests {
     fn the_bootstrap_network_carries_data_only_where_nothing_else_reaches() {
         // b: its direct link to a, its link to c, the management bridge.
         let b = [
-            entry("192.168.101.2", 0, false),
-            entry("192.168.102.2", 1, false),
-            entry("10.0.0.2", 2, false),
+            entry("192.168.101.2", 0, true),
+            entry("192.168.102.2", 1, true),
+            entry("10.0.0.2", 2, true),
         ];
         let over = |rails: &[Rail]| rails.iter().map(|r| r.over.clone()).collect::<Vec<_>>();
         // Unmarked, the management bridge is a second rail of the same speed: half the bytes.
         let striped = plan(&triangle_with_management(false), &b, Transport::Auto, 8).unwrap();
         assert_eq!(over(&striped), ["192.168.101.0/24", "10.0.0.0/24"]);
-        // Marked, only the direct link carries data, over sockets, even though the management
-        // NIC has an RDMA port (verbs pairs are preferred only among non-reserve NICs).
+        // Marked, only the direct link carries data.
         let direct = plan(&triangle_with_management(true), &b, Transport::Auto, 8).unwrap();
         assert_eq!(over(&direct), ["192.168.101.0/24"]);
-        assert_eq!(direct[0].kind, RailKind::Socket);
-        // A host reached over the bridge alone still gets a rail there, verbs where both
-        // ends have them.
+        assert_eq!(direct[0].kind, RailKind::Ib { port: 0 });
+        // A host reached over the bridge alone still gets a rail there.
         let d = [entry("10.0.0.4", 0, true)];
         let last_resort = plan(&triangle_with_management(true), &d, Transport::Auto, 8).unwrap();
         assert_eq!(over(&last_resort), ["10.0.0.0/24"]);
-        assert_eq!(last_resort[0].kind, RailKind::Ib { port: 0 });
+        assert_eq!(last_resort[0].kind, RailKind::Ib { port: 2 });
         // No route at all names every address, the reserve ones included.
         let e = [entry("172.16.0.9", 0, false)];
         let no = plan(&triangle_with_management(true), &e, Transport::Auto, 8)
             .unwrap_err()
             .to_string();
         assert!(no.contains("10.0.0.1") && no.contains("172.16.0.9"), "{no}");
+    }
+
+    #[test]
+    fn holding_the_bootstrap_network_back_never_trades_verbs_for_sockets() {
+        // An InfiniBand cluster bootstrapping over ib0 (NCCL_SOCKET_IFNAME=ib0), with an
+        // Ethernet subnet without RDMA beside it: verbs over ib0 all the same.
+        let mut a = vec![
+            nic("ib0", 0, "10.1.0.1", Some(0)),
+            nic("eth0", 1, "172.16.0.1", None),
+        ];
+        a[0].reserve = true;
+        let b = [entry("10.1.0.2", 0, true), entry("172.16.0.2", 1, false)];
+        let rails = plan(&a, &b, Transport::Auto, 8).unwrap();
+        assert_eq!(rails.len(), 1);
+        assert_eq!(
+            (rails[0].over.as_str(), rails[0].kind),
+            ("10.1.0.0/24", RailKind::Ib { port: 0 })
+        );
     }
 
     #[test]
