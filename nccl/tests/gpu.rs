@@ -715,6 +715,98 @@ fn simulate_on(ranks: &[Rank]) {
     eprintln!("simulated: 1000 elements {small} us, {count} elements {large} us");
 }
 
+/// `ncclCommShrink` without the last rank (which does not call it): the survivors, each on
+/// its own thread (their new communicator's init waits for all of them), get a
+/// communicator of one rank fewer, ranked in parent order, whose all-reduce is every
+/// survivor's sum, checked element by element. `flags` is NCCL_SHRINK_DEFAULT (0) or
+/// NCCL_SHRINK_ABORT (1: the parent is unusable afterwards).
+fn shrink_on(ranks: &[Rank], flags: c_int) {
+    let n = ranks.len();
+    let survivors = n - 1;
+    let count = 10_001usize;
+    let exclude = [(n - 1) as c_int];
+    let shrunk: Vec<usize> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ranks[..survivors]
+            .iter()
+            .map(|rank| {
+                let comm = rank.comm as usize;
+                let ctx = rank.ctx.clone();
+                let mut exclude = exclude;
+                scope.spawn(move || {
+                    ctx.bind().unwrap();
+                    let mut out: NcclComm = std::ptr::null_mut();
+                    // SAFETY: one rank to exclude; `out` is writable; NULL config.
+                    let rc = unsafe {
+                        ncclCommShrink(
+                            comm as NcclComm,
+                            exclude.as_mut_ptr(),
+                            1,
+                            &mut out,
+                            std::ptr::null_mut(),
+                            flags,
+                        )
+                    };
+                    ok(rc, "ncclCommShrink");
+                    out as usize
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, &c) in shrunk.iter().enumerate() {
+        let (mut count, mut rank) = (0, 0);
+        // SAFETY: valid out-pointers.
+        ok(
+            unsafe { ncclCommCount(c as NcclComm, &mut count) },
+            "ncclCommCount",
+        );
+        // SAFETY: as above.
+        ok(
+            unsafe { ncclCommUserRank(c as NcclComm, &mut rank) },
+            "ncclCommUserRank",
+        );
+        assert_eq!((count as usize, rank as usize), (survivors, r));
+    }
+    let inputs: Vec<Vec<i32>> = (0..survivors).map(|r| input(r, count, 9)).collect();
+    let bufs: Vec<DeviceBuffer> = ranks[..survivors]
+        .iter()
+        .map(|r| r.buffer(count * 4))
+        .collect();
+    let outs: Vec<DeviceBuffer> = ranks[..survivors]
+        .iter()
+        .map(|r| r.buffer(count * 4))
+        .collect();
+    for (b, v) in bufs.iter().zip(&inputs) {
+        upload_i32(b, v);
+    }
+    ok(ncclGroupStart(), "ncclGroupStart");
+    for (r, rank) in ranks[..survivors].iter().enumerate() {
+        let (send, recv) = (bufs[r].ptr() as *mut c_void, outs[r].ptr() as *mut c_void);
+        ok(
+            ncclAllReduce(send, recv, count, 2, 0, shrunk[r] as NcclComm, rank.s()),
+            "ncclAllReduce on the shrunk communicator",
+        );
+    }
+    ok(ncclGroupEnd(), "ncclGroupEnd");
+    let want: Vec<i32> = (0..count)
+        .map(|i| inputs.iter().map(|v| v[i]).sum())
+        .collect();
+    for (r, rank) in ranks[..survivors].iter().enumerate() {
+        rank.stream.synchronize().unwrap();
+        let got = download_i32(&outs[r], count);
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            wrong, 0,
+            "rank {r} of the shrunk communicator: {wrong} wrong"
+        );
+        ok(
+            ncclCommDestroy(shrunk[r] as NcclComm),
+            "ncclCommDestroy (shrunk)",
+        );
+    }
+    eprintln!("shrunk {n} ranks to {survivors} (flags {flags}): all-reduce of {count} right");
+}
+
 fn ranks_from(comms: Vec<NcclComm>, devices: &[usize]) -> Vec<Rank> {
     comms
         .into_iter()
@@ -770,6 +862,7 @@ fn every_call_through_comm_init_all() {
     in_place_on(&ranks);
     premul_sum_on(&ranks);
     simulate_on(&ranks);
+    shrink_on(&ranks, 0);
     destroy(ranks);
 }
 
@@ -802,5 +895,7 @@ fn every_call_through_comm_init_rank_in_a_group() {
     many_sends_per_peer_on(&ranks);
     in_place_on(&ranks);
     premul_sum_on(&ranks);
+    // Last: NCCL_SHRINK_ABORT leaves the parents unusable.
+    shrink_on(&ranks, 1);
     destroy(ranks);
 }

@@ -425,22 +425,128 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: NcclComm, rank: *mut c_int) -> N
     unsafe { query("ncclCommUserRank", comm, rank, |c| c.rank) }
 }
 
-/// Not supported: weft cannot rebuild a communicator without some of its ranks yet.
+/// `NCCL_SHRINK_ABORT`: stop what runs on the parent first.
+pub const SHRINK_ABORT: c_int = 0x01;
+
+/// Removes `exclude` from a communicator of `nranks`, as seen by rank `me`: the survivors
+/// in parent-rank order (their new ranks are their positions) and `me`'s new rank. Refused:
+/// a rank out of range or listed twice, `me` itself listed (excluded ranks must not call).
+pub fn shrink_plan(
+    nranks: usize,
+    me: usize,
+    exclude: &[c_int],
+) -> Result<(Vec<usize>, usize), ApiError> {
+    let mut out = vec![false; nranks];
+    for &r in exclude {
+        let Some(slot) = usize::try_from(r).ok().and_then(|i| out.get_mut(i)) else {
+            return Err(ApiError::invalid_argument(format!(
+                "excludeRanksList holds rank {r}, out of range for {nranks} ranks"
+            )));
+        };
+        if *slot {
+            return Err(ApiError::invalid_argument(format!(
+                "excludeRanksList holds rank {r} twice"
+            )));
+        }
+        *slot = true;
+    }
+    if out.get(me).copied().unwrap_or(true) {
+        return Err(ApiError::invalid_argument(format!(
+            "rank {me} called ncclCommShrink but is in excludeRanksList: excluded ranks must \
+             not call it"
+        )));
+    }
+    let survivors: Vec<usize> = (0..nranks).filter(|&r| !out[r]).collect();
+    let new_rank = survivors.iter().position(|&r| r == me).unwrap_or(0);
+    Ok((survivors, new_rank))
+}
+
+/// NCCL 2.27's shrink: the ranks not in `excludeRanksList` (every one of them calls it; the
+/// excluded ones do not, and may be dead) get a new communicator of their own, ranked in
+/// parent order. With `NCCL_SHRINK_ABORT` the parent's kernels are stopped first (its calls
+/// in flight end with an error), as after a failure; with `NCCL_SHRINK_DEFAULT` the parent
+/// must have nothing in flight. The survivors agree through the parent's bootstrap (the
+/// first survivor starts the new root and sends its id to the others only), then the new
+/// communicator is set up from scratch, as a split's is: no resource of the parent's is
+/// reused. The parent stays valid (destroy or abort it as usual). A NULL `config` inherits
+/// the parent's.
 ///
 /// # Safety
 ///
-/// No pointer is read.
+/// `exclude_ranks_list` must hold `exclude_ranks_count` ranks (or be null with a count of
+/// 0); `newcomm` must be writable; `config` as for [`ncclCommInitRankConfig`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommShrink(
-    _comm: NcclComm,
-    _exclude_ranks_list: *mut c_int,
-    _exclude_ranks_count: c_int,
-    _newcomm: *mut NcclComm,
-    _config: *mut NcclConfig,
-    _shrink_flags: c_int,
+    comm: NcclComm,
+    exclude_ranks_list: *mut c_int,
+    exclude_ranks_count: c_int,
+    newcomm: *mut NcclComm,
+    config: *mut NcclConfig,
+    shrink_flags: c_int,
 ) -> NcclResult {
     run("ncclCommShrink", || {
-        Err(ApiError::unsupported("ncclCommShrink"))
+        non_null(newcomm, "newcomm")?;
+        let parent = comm::lookup(comm as usize)?;
+        if issue::in_group() {
+            return Err(ApiError::unsupported("ncclCommShrink inside a group"));
+        }
+        if shrink_flags & !SHRINK_ABORT != 0 {
+            return Err(ApiError::invalid_argument(format!(
+                "shrinkFlags {shrink_flags:#x}: NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)"
+            )));
+        }
+        let count = usize::try_from(exclude_ranks_count).map_err(|_| {
+            ApiError::invalid_argument(format!("excludeRanksCount {exclude_ranks_count}"))
+        })?;
+        if count > 0 && exclude_ranks_list.is_null() {
+            return Err(ApiError::invalid_argument(format!(
+                "excludeRanksList is NULL with excludeRanksCount {count}"
+            )));
+        }
+        let exclude: &[c_int] = if count == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's promise: `count` ranks at a non-null pointer.
+            unsafe { std::slice::from_raw_parts(exclude_ranks_list, count) }
+        };
+        let (survivors, rank) = shrink_plan(parent.nranks, parent.rank, exclude)?;
+        let settings = if config.is_null() {
+            parent.settings.clone()
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { config::read(config) }?
+        };
+        if shrink_flags & SHRINK_ABORT != 0 {
+            // The kernels stop and later calls on the parent fail; its bootstrap stays up
+            // for the survivors' agreement below.
+            parent.abort("ncclCommShrink with NCCL_SHRINK_ABORT");
+        }
+        let leader = survivors[0];
+        let id = parent.with_gpu(|gpu| {
+            let mine = if parent.rank == leader {
+                UniqueId::new(&BootstrapOptions::from_env())?
+                    .to_bytes()
+                    .to_vec()
+            } else {
+                Vec::new()
+            };
+            let bytes = gpu.broadcast_among(leader, &survivors, &mine)?;
+            UniqueId::from_bytes(&bytes).map_err(|e| {
+                ApiError::new(
+                    crate::result::NCCL_INTERNAL_ERROR,
+                    format!("rank {leader}'s shrink id did not parse: {e}"),
+                )
+            })
+        })?;
+        let child = Arc::new(Comm::new(rank, survivors.len(), parent.device, settings));
+        child.init(&id);
+        if let CommState::Failed(e) = &*child.state() {
+            return Err(e.clone());
+        }
+        let handle = comm::register(child);
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(handle as NcclComm) };
+        Ok(())
     })
 }
 
@@ -448,6 +554,60 @@ pub unsafe extern "C" fn ncclCommShrink(
 mod tests {
     use super::*;
     use crate::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
+
+    #[test]
+    fn shrink_plans_rank_the_survivors_in_parent_order() {
+        assert_eq!(shrink_plan(4, 2, &[1]).unwrap(), (vec![0, 2, 3], 1));
+        assert_eq!(shrink_plan(4, 0, &[3, 1]).unwrap(), (vec![0, 2], 0));
+        assert_eq!(shrink_plan(2, 1, &[]).unwrap(), (vec![0, 1], 1));
+        for (exclude, needle) in [
+            (&[4][..], "out of range"),
+            (&[-1][..], "out of range"),
+            (&[1, 1][..], "twice"),
+            (&[0][..], "excluded ranks must not call"),
+        ] {
+            let e = shrink_plan(4, 0, exclude).unwrap_err();
+            assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+            assert!(e.message.contains(needle), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn shrink_refuses_bad_arguments_before_touching_the_communicator() {
+        let c = Arc::new(Comm::new(0, 3, 0, Default::default()));
+        let h = comm::register(c) as NcclComm;
+        let mut out: NcclComm = std::ptr::null_mut();
+        let mut bad = [1, 1];
+        // SAFETY: the list holds 2 ranks; `out` is writable.
+        let rc =
+            unsafe { ncclCommShrink(h, bad.as_mut_ptr(), 2, &mut out, std::ptr::null_mut(), 0) };
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+        // SAFETY: as above.
+        let rc =
+            unsafe { ncclCommShrink(h, bad.as_mut_ptr(), 1, &mut out, std::ptr::null_mut(), 4) };
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+        // SAFETY: a null list with a count is refused before it is read.
+        let rc = unsafe {
+            ncclCommShrink(
+                h,
+                std::ptr::null_mut(),
+                1,
+                &mut out,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+        // Valid arguments on a communicator that never came up (no GPU here): its state
+        // is the error.
+        let mut two = [2];
+        // SAFETY: as above.
+        let rc =
+            unsafe { ncclCommShrink(h, two.as_mut_ptr(), 1, &mut out, std::ptr::null_mut(), 0) };
+        assert_eq!(rc, NCCL_INVALID_USAGE);
+        assert!(out.is_null());
+        crate::comm::unregister(h as usize).unwrap();
+    }
 
     #[test]
     fn a_failed_init_inside_a_group_fails_the_group() {

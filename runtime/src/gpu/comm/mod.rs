@@ -219,6 +219,18 @@ impl GpuComm {
         Ok(self.bootstrap.all_gather(mine)?)
     }
 
+    /// `root`'s `data` to every rank of `ranks` (which must hold `root` and this rank) over
+    /// the bootstrap; the other ranks take no part: what a shrink, which leaves some ranks
+    /// out, agrees through.
+    pub fn broadcast_among(
+        &mut self,
+        root: usize,
+        ranks: &[usize],
+        data: &[u8],
+    ) -> Result<Vec<u8>, GpuError> {
+        Ok(self.bootstrap.broadcast(root, ranks, data)?)
+    }
+
     /// Waits until every rank has called it (host side only: say nothing of the streams).
     pub fn barrier(&mut self) -> Result<(), GpuError> {
         Ok(self.bootstrap.barrier()?)
