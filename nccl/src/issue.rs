@@ -99,7 +99,7 @@ pub fn group_end() -> Result<(), ApiError> {
 }
 
 /// Closes one group level as `ncclGroupSimulateEnd` does: at the outermost level the
-/// queued calls are not issued but costed ([`estimate`]), and `check` (the caller's
+/// queued calls are not issued but costed, and `check` (the caller's
 /// `ncclSimInfo_t` header) runs first; nested, or with no call to cost, `None`.
 pub fn group_simulate(
     check: impl FnOnce() -> Result<(), ApiError>,
