@@ -303,16 +303,34 @@ pub unsafe extern "C" fn ncclCommSplit(
             unsafe { newcomm.write(std::ptr::null_mut()) };
             return Ok(());
         };
-        let child = Arc::new(Comm::new(rank, nranks, parent.device, settings));
-        child.init(&id);
-        if let CommState::Failed(e) = &*child.state() {
-            return Err(e.clone());
-        }
-        let handle = comm::register(child);
         // SAFETY: checked non-null.
-        unsafe { newcomm.write(handle as NcclComm) };
-        Ok(())
+        unsafe { init_child(&parent, &id, rank, nranks, settings, newcomm) }
     })
+}
+
+/// Initialises the communicator a split or a shrink agreed on (collective with the other
+/// ranks of `id`) on `parent`'s GPU, and writes its handle into `newcomm`.
+///
+/// # Safety
+///
+/// `newcomm` must be writable.
+unsafe fn init_child(
+    parent: &Comm,
+    id: &UniqueId,
+    rank: usize,
+    nranks: usize,
+    settings: config::CommSettings,
+    newcomm: *mut NcclComm,
+) -> Result<(), ApiError> {
+    let child = Arc::new(Comm::new(rank, nranks, parent.device, settings));
+    child.init(id);
+    if let CommState::Failed(e) = &*child.state() {
+        return Err(e.clone());
+    }
+    let handle = comm::register(child);
+    // SAFETY: the caller's promise.
+    unsafe { newcomm.write(handle as NcclComm) };
+    Ok(())
 }
 
 /// From every parent rank's (color, key) (8 little-endian bytes each): this rank's rank
@@ -538,15 +556,8 @@ pub unsafe extern "C" fn ncclCommShrink(
                 )
             })
         })?;
-        let child = Arc::new(Comm::new(rank, survivors.len(), parent.device, settings));
-        child.init(&id);
-        if let CommState::Failed(e) = &*child.state() {
-            return Err(e.clone());
-        }
-        let handle = comm::register(child);
         // SAFETY: checked non-null.
-        unsafe { newcomm.write(handle as NcclComm) };
-        Ok(())
+        unsafe { init_child(&parent, &id, rank, survivors.len(), settings, newcomm) }
     })
 }
 
