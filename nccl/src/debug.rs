@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
-use weft_config::{DebugLevel, Settings};
+use weft_config::{DebugLevel, DebugSettings, Settings};
 
 /// How much to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,13 +33,15 @@ pub fn print_level(level: Option<DebugLevel>) -> Level {
     }
 }
 
-/// Read once, at the first line: the level holds for the whole process, as NCCL's does.
+/// `NCCL_DEBUG`, `NCCL_DEBUG_SUBSYS` and `NCCL_DEBUG_FILE`, read once, at the first line:
+/// they hold for the whole process, as NCCL's do.
+fn settings() -> &'static DebugSettings {
+    static DEBUG: OnceLock<DebugSettings> = OnceLock::new();
+    DEBUG.get_or_init(|| Settings::from_lookup_or_defaults(&weft_config::lookup::process).debug)
+}
+
 fn level() -> Level {
-    static LEVEL: OnceLock<Level> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        let debug = Settings::from_lookup_or_defaults(&weft_config::lookup::process).debug;
-        print_level(debug.level)
-    })
+    print_level(settings().level)
 }
 
 /// Whether `NCCL_DEBUG_SUBSYS` lets INFO lines of subsystem `name` through, by NCCL's rule:
@@ -62,8 +64,7 @@ pub fn subsys_enabled(subsys: Option<&str>, name: &str) -> bool {
 pub fn coll_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let s = Settings::from_lookup_or_defaults(&weft_config::lookup::process);
-        level() >= Level::Info && subsys_enabled(s.debug.subsys.as_deref(), "COLL")
+        level() >= Level::Info && subsys_enabled(settings().subsys.as_deref(), "COLL")
     })
 }
 
@@ -112,9 +113,8 @@ pub fn debug_file_name(pattern: &str, host: &str, pid: u32) -> String {
 fn file() -> Option<&'static Mutex<File>> {
     static FILE: OnceLock<Option<Mutex<File>>> = OnceLock::new();
     FILE.get_or_init(|| {
-        let s = Settings::from_lookup_or_defaults(&weft_config::lookup::process);
-        let pattern = s.debug.file?;
-        let name = debug_file_name(&pattern, host(), std::process::id());
+        let pattern = settings().file.as_deref()?;
+        let name = debug_file_name(pattern, host(), std::process::id());
         match File::create(&name) {
             Ok(f) => Some(Mutex::new(f)),
             Err(e) => {

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use weft_core::abi::DataType;
-use weft_core::sched::Collective;
 use weft_cuda::{CUstream, Stream};
 use weft_runtime::bootstrap::UniqueId;
 use weft_runtime::gpu::{GpuCollective, GpuP2p, GpuRedOp, PlannedGroup};
@@ -140,9 +139,7 @@ fn estimate(calls: Vec<Call>) -> Result<Option<f64>, ApiError> {
             Call::Init { .. } => continue,
             Call::Coll { comm, call, .. } => comm.with_gpu(|gpu| Ok(gpu.predict_us(call)?))?,
             Call::P2p { comm, op, .. } => {
-                let bytes = match *op {
-                    GpuP2p::Send { bytes, .. } | GpuP2p::Recv { bytes, .. } => bytes,
-                };
+                let (_, _, bytes, _) = op.parts();
                 comm.with_gpu(|gpu| Ok(gpu.predict_p2p_us(bytes)))?
             }
         };
@@ -305,13 +302,7 @@ pub fn issue(calls: Vec<Call>) -> Result<(), ApiError> {
 /// a reader compares across ranks when calls seem to meet the wrong partner.
 fn log_collectives(comm: &Comm, stream: usize, calls: &[GpuCollective], group: &PlannedGroup) {
     for (call, plan) in calls.iter().zip(group.describe()) {
-        let (name, root) = match call.collective {
-            Collective::AllReduce => ("AllReduce", 0),
-            Collective::ReduceScatter => ("ReduceScatter", 0),
-            Collective::AllGather => ("AllGather", 0),
-            Collective::Broadcast { root } => ("Broadcast", root),
-            Collective::Reduce { root } => ("Reduce", root),
-        };
+        let (name, root) = (call.collective.name(), call.collective.root().unwrap_or(0));
         let op = match call.op {
             GpuRedOp::Builtin(op) => (op as u32).to_string(),
             GpuRedOp::PreMulSum(_) => "premulsum".to_string(),
@@ -337,10 +328,8 @@ fn log_collectives(comm: &Comm, stream: usize, calls: &[GpuCollective], group: &
 /// NCCL's line per send and receive (`NCCL_DEBUG_SUBSYS=COLL`).
 fn log_p2p(comm: &Comm, stream: usize, ops: &[GpuP2p]) {
     for op in ops {
-        let (name, peer, buf, bytes) = match *op {
-            GpuP2p::Send { peer, buf, bytes } => ("Send", peer, buf, bytes),
-            GpuP2p::Recv { peer, buf, bytes } => ("Recv", peer, buf, bytes),
-        };
+        let (peer, buf, bytes, sends) = op.parts();
+        let name = if sends { "Send" } else { "Recv" };
         let n = comm.op_count.fetch_add(1, Ordering::Relaxed);
         debug::info(
             comm.device,

@@ -581,25 +581,20 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> NcclResu
         return ncclGroupEnd();
     }
     run("ncclGroupSimulateEnd", || {
+        let base = sim_info.cast::<u8>();
+        let field = |offset: usize| base.wrapping_add(offset);
         let mut size = 0usize;
         let check = || {
             // SAFETY: every ncclSimInfo_t starts with its size (a size_t); nothing past the
             // size it states is read or written.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    sim_info.cast::<u8>(),
-                    (&mut size as *mut usize).cast::<u8>(),
-                    size_of::<usize>(),
-                )
+            size = unsafe { base.cast::<usize>().read_unaligned() };
+            let magic_at = std::mem::offset_of!(NcclSimInfo, magic);
+            let magic = if size >= magic_at + 4 {
+                // SAFETY: `size` covers the magic.
+                unsafe { field(magic_at).cast::<u32>().read_unaligned() }
+            } else {
+                0
             };
-            let mut header = [0u8; 16];
-            if size >= header.len() {
-                // SAFETY: `size` covers the size, magic and version (16 bytes).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(sim_info.cast::<u8>(), header.as_mut_ptr(), 16)
-                };
-            }
-            let magic = u32::from_ne_bytes(header[8..12].try_into().unwrap_or_default());
             if magic != SIM_INFO_MAGIC {
                 return Err(ApiError::invalid_argument(format!(
                     "ncclSimInfo_t of size {size} with magic {magic:#x}, not {SIM_INFO_MAGIC:#x}: \
@@ -614,12 +609,9 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> NcclResu
             return Ok(());
         };
         if size >= SIM_INFO_BYTES {
-            let time = (us as f32).to_ne_bytes();
-            let field = sim_info
-                .cast::<u8>()
-                .wrapping_add(std::mem::offset_of!(NcclSimInfo, estimated_time));
-            // SAFETY: `size` covers `estimatedTime` (4 bytes at its offset).
-            unsafe { std::ptr::copy_nonoverlapping(time.as_ptr(), field, 4) };
+            let at = field(std::mem::offset_of!(NcclSimInfo, estimated_time));
+            // SAFETY: `size` covers `estimatedTime`.
+            unsafe { at.cast::<f32>().write_unaligned(us as f32) };
         }
         Ok(())
     })

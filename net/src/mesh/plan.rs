@@ -59,10 +59,9 @@ pub struct Rail {
     pub kind: RailKind,
 }
 
-fn local_of(nics: &[MeshNic], only_rdma: bool, with_reserve: bool) -> Vec<LocalNic> {
+fn local_of(nics: &[MeshNic], usable: impl Fn(&MeshNic) -> bool) -> Vec<LocalNic> {
     nics.iter()
-        .filter(|n| !only_rdma || n.port.is_some())
-        .filter(|n| with_reserve || !n.reserve)
+        .filter(|n| usable(n))
         .map(|n| LocalNic {
             index: n.index,
             addr: n.addr,
@@ -98,18 +97,11 @@ pub fn plan(
     transport: Transport,
     max_rails: usize,
 ) -> Result<Vec<Rail>, NoRoute> {
-    let verbs_of = |addr: IpAddr| {
-        entries
-            .iter()
-            .any(|e| e.addr == addr && e.gid_index != NO_VERBS)
-    };
-    let nic_of = |addr: IpAddr| nics.iter().position(|n| n.addr == addr);
     let attempts: &[bool] = match transport {
         Transport::Auto => &[true, false],
         Transport::Ib => &[true],
         Transport::Socket => &[false],
     };
-    let mut error = None;
     // In each transport attempt (verbs pairs first), without the reserve NICs first, then
     // with them: holding the bootstrap's network back must not trade verbs for sockets (an
     // InfiniBand cluster bootstraps over ib0, NCCL_SOCKET_IFNAME=ib0, beside an Ethernet
@@ -119,67 +111,97 @@ pub fn plan(
     } else {
         &[true]
     };
+    let mut error = None;
     for &only_rdma in attempts {
         for &with_reserve in reserve_rounds {
-            let local = local_of(nics, only_rdma, with_reserve);
-            let peers = peers_of(entries, only_rdma);
-            match stripe(&local, &peers, max_rails.max(1)) {
-                Ok(p) => {
-                    let rails = p
-                        .rails()
-                        .take(max_rails.max(1))
-                        .filter_map(|r| {
-                            let nic = nic_of(r.local.addr)?;
-                            Some(Rail {
-                                nic,
-                                peer: r.peer.addr,
-                                over: r.subnet.to_string(),
-                                kind: kind_of(&nics[nic], verbs_of(r.peer.addr), transport),
-                            })
-                        })
-                        .collect::<Vec<_>>();
-                    if !rails.is_empty() {
-                        return Ok(rails);
-                    }
-                }
-                // The handle describes this host (two ranks of one host): an address it
-                // shares cannot reach another host, so connecting to it is safe; the NIC
-                // holding it serves both ends.
-                Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
-                    let same = nics
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, n)| !only_rdma || n.port.is_some())
-                        .filter(|(_, n)| with_reserve || !n.reserve)
-                        .find(|(_, n)| {
-                            entries.iter().any(|e| {
-                                e.addr == n.addr && (!only_rdma || e.gid_index != NO_VERBS)
-                            })
-                        });
-                    if let Some((nic, n)) = same {
-                        return Ok(vec![Rail {
-                            nic,
-                            peer: n.addr,
-                            over: "this host".to_string(),
-                            kind: kind_of(n, verbs_of(n.addr), transport),
-                        }]);
-                    }
-                    error = Some(no);
-                }
-                Err(no) => {
-                    // The last attempt compares every address: its error is the one to show.
-                    error = Some(no);
-                }
+            let attempt = Attempt {
+                nics,
+                entries,
+                transport,
+                only_rdma,
+                with_reserve,
+            };
+            match attempt.rails(max_rails) {
+                Ok(rails) if !rails.is_empty() => return Ok(rails),
+                Ok(_) => {}
+                // The last attempt compares every address: its error is the one to show.
+                Err(no) => error = Some(no),
             }
         }
     }
     Err(error.unwrap_or_else(|| {
         NoRoute::new(
             NoRouteReason::NoSharedSubnet,
-            &local_of(nics, false, true),
+            &local_of(nics, |_| true),
             &peers_of(entries, false),
         )
     }))
+}
+
+/// One try of [`plan`]: the NICs and peer addresses it may pair.
+struct Attempt<'a> {
+    nics: &'a [MeshNic],
+    entries: &'a [MeshEntry],
+    transport: Transport,
+    /// Pairs where both ends have an RDMA port only.
+    only_rdma: bool,
+    /// The reserve NICs too.
+    with_reserve: bool,
+}
+
+impl Attempt<'_> {
+    fn usable(&self, n: &MeshNic) -> bool {
+        (!self.only_rdma || n.port.is_some()) && (self.with_reserve || !n.reserve)
+    }
+
+    fn verbs_of(&self, addr: IpAddr) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.addr == addr && e.gid_index != NO_VERBS)
+    }
+
+    /// The rails this try finds (empty: none), or why it found none.
+    #[allow(clippy::result_large_err)]
+    fn rails(&self, max_rails: usize) -> Result<Vec<Rail>, NoRoute> {
+        let local = local_of(self.nics, |n| self.usable(n));
+        let peers = peers_of(self.entries, self.only_rdma);
+        match stripe(&local, &peers, max_rails.max(1)) {
+            Ok(p) => Ok(p
+                .rails()
+                .take(max_rails.max(1))
+                .filter_map(|r| {
+                    let nic = self.nics.iter().position(|n| n.addr == r.local.addr)?;
+                    Some(Rail {
+                        nic,
+                        peer: r.peer.addr,
+                        over: r.subnet.to_string(),
+                        kind: kind_of(&self.nics[nic], self.verbs_of(r.peer.addr), self.transport),
+                    })
+                })
+                .collect()),
+            // The handle describes this host (two ranks of one host): an address it shares
+            // cannot reach another host, so connecting to it is safe; the NIC holding it
+            // serves both ends.
+            Err(no) if no.reason() == NoRouteReason::DuplicateAddress => {
+                let same = self.nics.iter().enumerate().find(|(_, n)| {
+                    self.usable(n)
+                        && self.entries.iter().any(|e| {
+                            e.addr == n.addr && (!self.only_rdma || e.gid_index != NO_VERBS)
+                        })
+                });
+                match same {
+                    Some((nic, n)) => Ok(vec![Rail {
+                        nic,
+                        peer: n.addr,
+                        over: "this host".to_string(),
+                        kind: kind_of(n, self.verbs_of(n.addr), self.transport),
+                    }]),
+                    None => Err(no),
+                }
+            }
+            Err(no) => Err(no),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 //! argument is the call itself, so it is graph-capturable.
 
 use weft_core::abi::{
-    COLL_BATCH_MAX, DataType, KernelArgs, P2pArgs, PEER_BATCH_MAX, PEER_LANES, PeerBatch, PeerWork,
+    COLL_BATCH_MAX, DataType, KernelArgs, P2pArgs, PEER_BATCH_MAX, PeerBatch, PeerWork,
 };
 use weft_cuda::{Context, DeviceBuffer, Stream};
 
 use super::p2p::P2pPlan;
-use super::plan::{Planned, launch_ranges};
+use super::plan::{Planned, lane_los, launch_ranges};
 use crate::gpu::GpuError;
 use crate::gpu::batch;
 use crate::gpu::kernels::{Kernels, PeerSource};
@@ -152,7 +152,7 @@ impl Launcher {
                 module,
                 op,
                 work,
-                spread,
+                ..
             }) => {
                 let kernels = self.kernels.peer(source, module)?;
                 let block = (kernels.threads(), 1, 1);
@@ -180,12 +180,8 @@ impl Launcher {
                 }
                 batch.nworks = planned.len().min(PEER_BATCH_MAX) as u32;
                 let n = batch.nworks as usize;
-                if spread {
-                    let counts: Vec<u32> = batch.works[..n].iter().map(|w| w.nchannels).collect();
-                    let los = batch::spread(&counts, PEER_LANES);
-                    for (w, lo) in batch.works[..n].iter_mut().zip(los) {
-                        w.lane_lo = lo;
-                    }
+                for (w, lo) in batch.works[..n].iter_mut().zip(lane_los(planned)) {
+                    w.lane_lo = lo;
                 }
                 let grid = batch
                     .works()

@@ -22,7 +22,7 @@ pub enum GpuP2p {
 
 impl GpuP2p {
     /// (peer, buffer, bytes, whether it sends).
-    fn parts(self) -> (usize, u64, usize, bool) {
+    pub fn parts(self) -> (usize, u64, usize, bool) {
         match self {
             GpuP2p::Send { peer, buf, bytes } => (peer, buf, bytes, true),
             GpuP2p::Recv { peer, buf, bytes } => (peer, buf, bytes, false),

@@ -63,6 +63,28 @@ pub(super) fn launch_ranges(planned: &[Planned]) -> Vec<Range<usize>> {
     })
 }
 
+/// The first lane of each call of one launch (a range of [`launch_ranges`]): the LL
+/// one-shot's calls side by side over the lanes ([`batch::spread`]), so that a group's small
+/// all-reduces run at once; 0 for every other call.
+pub(super) fn lane_los(launch: &[Planned]) -> Vec<u32> {
+    let spread_channels = |p: &Planned| match *p {
+        Planned::Peer {
+            work, spread: true, ..
+        } => Some(work.nchannels),
+        _ => None,
+    };
+    let counts: Vec<u32> = launch
+        .iter()
+        .map(|p| spread_channels(p).unwrap_or(0))
+        .collect();
+    let los = batch::spread(&counts, PEER_LANES);
+    launch
+        .iter()
+        .zip(los)
+        .map(|(p, lo)| if spread_channels(p).is_some() { lo } else { 0 })
+        .collect()
+}
+
 impl PlannedGroup {
     /// What each call became, in call order, for libnccl's `NCCL_DEBUG_SUBSYS=COLL` lines:
     /// the kernel (or copy), protocol or algorithm, channels, and which launch it shares
@@ -72,16 +94,7 @@ impl PlannedGroup {
         let mut out = Vec::with_capacity(self.planned.len());
         for range in launch_ranges(&self.planned) {
             let n = range.len();
-            let spread_lanes: Vec<u32> = {
-                let counts: Vec<u32> = self.planned[range.clone()]
-                    .iter()
-                    .map(|p| match p {
-                        Planned::Peer { work, .. } => work.nchannels,
-                        _ => 0,
-                    })
-                    .collect();
-                batch::spread(&counts, PEER_LANES)
-            };
+            let los = lane_los(&self.planned[range.clone()]);
             for (k, p) in self.planned[range].iter().enumerate() {
                 let what = match *p {
                     Planned::Nothing => "nothing".to_string(),
@@ -90,18 +103,13 @@ impl PlannedGroup {
                         "ring {protocol:?}, {} channel(s), chunk {} bytes",
                         work.channel_count, work.chunk_size
                     ),
-                    Planned::Peer {
-                        source,
-                        work,
-                        spread,
-                        ..
-                    } => {
+                    Planned::Peer { source, work, .. } => {
                         let algo = match work.algorithm {
                             PEER_ALGO_ONE_SHOT => "one-shot",
                             PEER_ALGO_TWO_SHOT => "two-shot",
                             _ => "nvls",
                         };
-                        let lo = if spread { spread_lanes[k] } else { 0 };
+                        let lo = los[k];
                         format!("{algo} ({source:?}), lanes {lo}..{}", lo + work.nchannels)
                     }
                 };
