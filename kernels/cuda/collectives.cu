@@ -56,6 +56,9 @@ struct Fifo {
   u64 ll_step_lines;
   // Point-to-point message tags, one per slot, in the receiver's memory (null: none).
   u64* tags;
+  // A proxy-driven connection's step sizes, one per slot (null: none): the sender writes
+  // each step's bytes before it posts the step, so that the proxy moves only those.
+  u32* sizes;
 };
 
 // The block's data movement for one slice: out1 (and out2 if set) = finish(pre(a) OP fifo),
@@ -188,6 +191,13 @@ __device__ void load_fifo(Fifo& f, const weft_conn_info& c, bool send, int peer)
   f.ll_buf = (u64*)c.buffs[PROTO_LL];
   f.ll_step_lines = ll_step_lines(c.buff_sizes[PROTO_LL], c.steps);
   f.tags = (u64*)c.tags;
+  f.sizes = send ? (u32*)c.sizes_fifo : nullptr;
+}
+
+// The sender's record of a step's size for the proxy (NET), by one thread, before the
+// release of the tail that publishes it.
+__device__ __forceinline__ void post_size(const Fifo& f, u64 bytes) {
+  if (f.sizes != nullptr) ((volatile u32*)f.sizes)[f.step % f.steps] = (u32)bytes;
 }
 
 // The tag a point-to-point message leaves in the slot of its first step on a channel
@@ -337,7 +347,10 @@ __device__ bool run_step(const Block& b, const Reduction<T, OP>& red, u32 channe
     if (threadIdx.x == 0) {
       // The barrier ordered every thread's stores before this release: the peer that sees
       // the new tail sees the data.
-      if (sends) store_release(send.counter_peer, ++send.step);
+      if (sends) {
+        post_size(send, direct_send ? 0 : n * sizeof(T));
+        store_release(send.counter_peer, ++send.step);
+      }
       if (receives) store_release(recv.counter_peer, ++recv.step);
     }
   }
@@ -559,6 +572,7 @@ __device__ bool p2p_op(const weft_p2p_args& args, const weft_p2p_op& op, u32 k) 
     __syncthreads();
     if (threadIdx.x == 0) {
       if (op.send && s == 0) post_p2p_tag(fifo, op.bytes);
+      if (op.send) post_size(fifo, n);
       store_release(fifo.counter_peer, ++fifo.step);
     }
   }

@@ -230,17 +230,23 @@ pub fn init_gpu(
     let mut opts = CommOptions::from_settings(&env);
     opts.channel_bounds = settings.channel_bounds;
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
-    // NCCL names the network it loaded; weft's GPU path connects GPUs of one host without
-    // one, and says so after the name it would take (netName, else NCCL_NET, else sockets).
-    let net = settings
-        .net_name
-        .clone()
-        .or_else(|| env.net.nccl_net.clone())
-        .unwrap_or_else(|| "Socket".to_string());
-    debug::info(
-        device,
-        &format!("Using network {net} (weft: GPUs of one host connect without it)"),
-    );
+    // NCCL names the network it loaded. weft opens one only for ranks on other hosts; on
+    // one host it says so after the name it would take (netName, else NCCL_NET, else
+    // sockets).
+    match gpu.network() {
+        Some(net) => debug::info(device, &format!("Using network {net}")),
+        None => {
+            let net = settings
+                .net_name
+                .clone()
+                .or_else(|| env.net.nccl_net.clone())
+                .unwrap_or_else(|| "Socket".to_string());
+            debug::info(
+                device,
+                &format!("Using network {net} (weft: GPUs of one host connect without it)"),
+            );
+        }
+    }
     let name = settings.name.as_deref().unwrap_or("");
     debug::info(
         device,

@@ -74,6 +74,9 @@ struct Settings {
     /// `WEFT_DIRECT_WINDOW` (bytes of the one-/two-shot peer region's data window);
     /// `None`: the environment's, else the default.
     direct_window: Option<u64>,
+    /// Ranks stand for this many hosts (`NCCL_HOSTID` per rank, consecutive ranks on one
+    /// host): their connections across hosts go over NET; `None`: one host.
+    hosts: Option<usize>,
 }
 
 impl Default for Settings {
@@ -91,6 +94,7 @@ impl Settings {
         algo: Some(GpuAlgo::Ring),
         p2p_read: None,
         direct_window: None,
+        hosts: None,
     };
 
     /// LL for every collective and every send/recv.
@@ -113,6 +117,12 @@ impl Settings {
             ..Settings::default()
         }
     }
+
+    /// SIMPLE with the ranks on two hosts (NET between them).
+    const TWO_HOSTS: Settings = Settings {
+        hosts: Some(2),
+        ..Settings::SIMPLE
+    };
 
     /// The one-shot in its barrier form: a data window of 256 KiB, too small for the LL
     /// form's lanes (128 pairs per sub-slot on two ranks, fewer than the block's threads).
@@ -158,6 +168,12 @@ fn run_ranks_with<T: Send + 'static>(
                 opts.p2p_ll_threshold = settings.p2p_ll_threshold;
                 opts.algo = settings.algo;
                 opts.p2p_read = settings.p2p_read;
+                if let Some(hosts) = settings.hosts {
+                    let host = rank * hosts / nranks;
+                    opts.settings.bootstrap.hostid = Some(format!("weft-test-host-{host}"));
+                    // Each rank stands for a host: loopback is the network between them.
+                    opts.socket_ifname = Some("=lo".to_string());
+                }
                 let comm =
                     GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
@@ -1045,6 +1061,63 @@ fn direct_writes_back_to_back_and_in_graph_replays() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The ranks on two hosts (each GPU a host on two GPUs; two GPUs per host on four): every
+/// collective through NET connections between the hosts (and P2P within one), a few types
+/// with every operator on one, sizes across a FIFO step and far past a ring of them, in and
+/// out of place, every element checked.
+#[test]
+fn every_collective_across_two_hosts() {
+    let Some(n) = multi_ranks() else { return };
+    let mut out = Vec::new();
+    let mut seed = 9000u64;
+    let root = (n - 1) as u32;
+    for (dtype, ops) in [
+        (DataType::Float32, RedOp::ALL),
+        (DataType::Bfloat16, &[RedOp::Sum][..]),
+        (DataType::Int64, &[RedOp::Max][..]),
+        (DataType::Uint8, &[RedOp::Sum][..]),
+    ] {
+        for count in [1usize, 1000, 65_536 + 3, 1_234_567, 9_000_001] {
+            for in_place in [false, true] {
+                let mut push = |coll, op| {
+                    seed += 1;
+                    out.push(Case {
+                        coll,
+                        dtype,
+                        op,
+                        count,
+                        in_place,
+                        seed,
+                        premul: None,
+                    });
+                };
+                for &op in ops {
+                    push(Collective::AllReduce, op);
+                    push(Collective::ReduceScatter, op);
+                    push(Collective::Reduce { root }, op);
+                }
+                push(Collective::AllGather, RedOp::Sum);
+                push(Collective::Broadcast { root }, RedOp::Sum);
+            }
+        }
+    }
+    check_cases(
+        n,
+        Settings::TWO_HOSTS,
+        Some(Protocol::Simple),
+        "two hosts",
+        out,
+    );
+}
+
+/// Sends and receives between ranks of two hosts.
+#[test]
+fn send_recv_groups_across_two_hosts() {
+    let Some(n) = multi_ranks() else { return };
+    send_recv_groups_with(n, Settings::TWO_HOSTS, Protocol::Simple);
+    many_messages_per_peer_with(n, Settings::TWO_HOSTS);
+}
+
 #[test]
 fn send_recv_groups_on_every_gpu() {
     let Some(n) = multi_ranks() else { return };
@@ -1415,6 +1488,15 @@ fn a_rank_that_skips_an_ll_call_is_named_within_the_timeout() {
         return;
     }
     a_skipped_call_is_named(Settings::LL);
+}
+
+/// Across hosts (NET between them): rank 0's all-reduce gives up on rank 1, named.
+#[test]
+fn a_rank_that_skips_a_call_across_hosts_is_named() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    a_skipped_call_is_named(Settings::TWO_HOSTS);
 }
 
 fn a_skipped_call_is_named(settings: Settings) {

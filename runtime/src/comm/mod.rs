@@ -37,7 +37,7 @@ mod host;
 mod p2p;
 pub mod peers;
 pub mod rings;
-mod setup;
+pub(crate) mod setup;
 
 #[cfg(test)]
 mod test;

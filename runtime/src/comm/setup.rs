@@ -275,6 +275,28 @@ fn host_tuning(
     Ok(tuning)
 }
 
+/// The NET backend `opts` chooses: verbs (`WEFT_TRANSPORT=ib`), the multi-subnet mesh
+/// (`mesh`), else sockets on its interfaces. Host and GPU communicators alike.
+pub(crate) fn open_net(opts: &CommOptions) -> Result<AnyNet, String> {
+    let settings = &opts.settings.net;
+    Ok(match opts.transport {
+        TransportChoice::Ib => {
+            AnyNet::Ib(IbNet::new(IbConfig::from_settings(settings)).map_err(|e| e.to_string())?)
+        }
+        TransportChoice::Mesh => {
+            AnyNet::Mesh(MeshNet::from_settings(settings).map_err(|e| e.to_string())?)
+        }
+        _ => {
+            let mut config =
+                SocketConfig::from_settings(&settings.socket).map_err(|e| e.to_string())?;
+            if opts.socket_ifname.is_some() {
+                config.ifname = opts.socket_ifname.clone();
+            }
+            AnyNet::Socket(SocketNet::new(config).map_err(|e| e.to_string())?)
+        }
+    })
+}
+
 /// The transports connections are built over: SHM (with an LL buffer per step of
 /// `ll_lines` lines), and NET, made on first use from the options' backend.
 fn build_transports(
@@ -290,27 +312,12 @@ fn build_transports(
         connect_timeout: opts.timeout,
         ..NetOptions::default()
     };
-    let ifname = opts.socket_ifname.clone();
-    let choice = opts.transport;
     // Made on first use (a communicator of one host may never need NET), from the
     // settings the options carry.
-    let net_settings = opts.settings.net.clone();
+    let for_net = opts.clone();
     let make_net = move || {
-        let net = if choice == TransportChoice::Ib {
-            AnyNet::Ib(
-                IbNet::new(IbConfig::from_settings(&net_settings)).map_err(|e| e.to_string())?,
-            )
-        } else if choice == TransportChoice::Mesh {
-            AnyNet::Mesh(MeshNet::from_settings(&net_settings).map_err(|e| e.to_string())?)
-        } else {
-            let mut config =
-                SocketConfig::from_settings(&net_settings.socket).map_err(|e| e.to_string())?;
-            if ifname.is_some() {
-                config.ifname = ifname.clone();
-            }
-            AnyNet::Socket(SocketNet::new(config).map_err(|e| e.to_string())?)
-        };
-        NetTransport::new(Arc::new(net), net_options.clone()).map_err(|e| e.to_string())
+        NetTransport::new(Arc::new(open_net(&for_net)?), net_options.clone())
+            .map_err(|e| e.to_string())
     };
     // Only SHM connections get an LL buffer: the NET proxy moves SIMPLE slots only.
     let shm_layout = layout.with_ll_lines(ll_lines).map_err(|e| {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use weft_core::fifo::{FifoError, Slice};
 
 use super::fifo_side::{FifoDrain, FifoFill};
+use super::staged::{StagedRecvLink, StagedSendLink};
 use crate::conn::layout::DATA_OFFSET;
 use crate::conn::{ConnError, ConnId, FifoRegion};
 use crate::net::{CommRef, Net, NetError, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
@@ -60,7 +61,7 @@ fn fifo_failure(err: &ConnError) -> Failure {
     }
 }
 
-fn describe(conn: ConnId, what: &str, err: &NetError) -> Failure {
+pub(super) fn describe(conn: ConnId, what: &str, err: &NetError) -> Failure {
     let hint = match err.kind() {
         NetErrorKind::PeerClosed => {
             " (the peer process exited or closed its end: look for an error or crash there)"
@@ -69,6 +70,59 @@ fn describe(conn: ConnId, what: &str, err: &NetError) -> Failure {
         _ => "",
     };
     format!("NET {what} with rank {} failed: {err}{hint}", conn.peer)
+}
+
+/// One look at a connect in progress to the listener `handle` names: the comm once it is
+/// there, `None` while it is not (yet within `deadline`), a failure past it.
+pub(super) fn poll_connect<N: Net>(
+    net: &N,
+    conn: ConnId,
+    dev: usize,
+    handle: &NetHandle,
+    state: &mut Option<N::Connecting>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Option<N::SendComm>, Failure> {
+    match net.connect(dev, handle, state) {
+        Ok(Some(comm)) => Ok(Some(comm)),
+        Ok(None) if Instant::now() >= deadline => Err(format!(
+            "NET connect to rank {} did not complete within {:.1} s (handle {handle:?}): \
+             is rank {} alive and accepting on this channel?",
+            conn.peer,
+            timeout.as_secs_f64(),
+            conn.peer
+        )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(describe(conn, "connect", &e)),
+    }
+}
+
+/// One look at `listen` for the sender's connection: as [`poll_connect`].
+pub(super) fn poll_accept<N: Net>(
+    net: &N,
+    conn: ConnId,
+    listen: &mut N::ListenComm,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Option<N::RecvComm>, Failure> {
+    match net.accept(listen) {
+        Ok(Some(comm)) => Ok(Some(comm)),
+        Ok(None) if Instant::now() >= deadline => Err(format!(
+            "NET accept: rank {} did not connect within {:.1} s: is it alive and \
+             connecting on this channel?",
+            conn.peer,
+            timeout.as_secs_f64()
+        )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(describe(conn, "accept", &e)),
+    }
+}
+
+/// Stops listening once the sender is accepted (or the link is shut before it was).
+pub(super) fn close_listen<N: Net>(net: &N, conn: ConnId, listen: N::ListenComm) {
+    if let Err(e) = net.close_listen(listen) {
+        log::warn!("{conn}: closing the NET listen comm: {e}");
+    }
 }
 
 enum SendState<N: Net> {
@@ -151,8 +205,16 @@ impl<N: Net> SendLink<N> {
                 handle,
                 state,
                 deadline,
-            } => match net.connect(self.dev, handle, state) {
-                Ok(Some(comm)) => {
+            } => match poll_connect(
+                net,
+                self.conn,
+                self.dev,
+                handle,
+                state,
+                *deadline,
+                self.timeout,
+            )? {
+                Some(comm) => {
                     let (base, len) = ring_span(self.drain.region());
                     // SAFETY: the ring lies inside the FIFO region, which `self.drain` keeps
                     // alive longer than the registration (deregistered in `shut`, before the
@@ -167,15 +229,7 @@ impl<N: Net> SendLink<N> {
                     };
                     Ok(Progress::Busy)
                 }
-                Ok(None) if Instant::now() >= *deadline => Err(format!(
-                    "NET connect to rank {} did not complete within {:.1} s (handle {handle:?}): \
-                     is rank {} alive and accepting on this channel?",
-                    self.conn.peer,
-                    self.timeout.as_secs_f64(),
-                    self.conn.peer
-                )),
-                Ok(None) => Ok(Progress::Idle),
-                Err(e) => Err(describe(self.conn, "connect", &e)),
+                None => Ok(Progress::Idle),
             },
             SendState::Ready {
                 comm,
@@ -341,36 +395,30 @@ impl<N: Net> RecvLink<N> {
             return Ok(Progress::Finished);
         }
         match &mut self.state {
-            RecvState::Accepting { listen, deadline } => match net.accept(listen) {
-                Ok(Some(comm)) => {
-                    let (base, len) = ring_span(self.fill.region());
-                    // SAFETY: as in `SendLink::progress`: the ring outlives the registration.
-                    let mr = unsafe { net.reg_mr(CommRef::Recv(&comm), base, len, PtrKind::Host) }
-                        .map_err(|e| describe(self.conn, "memory registration", &e))?;
-                    if let RecvState::Accepting { listen, .. } = std::mem::replace(
-                        &mut self.state,
-                        RecvState::Ready {
-                            comm,
-                            mr,
-                            inflight: VecDeque::new(),
-                            pending: None,
-                        },
-                    ) {
-                        if let Err(e) = net.close_listen(listen) {
-                            log::warn!("{}: closing the NET listen comm: {e}", self.conn);
+            RecvState::Accepting { listen, deadline } => {
+                match poll_accept(net, self.conn, listen, *deadline, self.timeout)? {
+                    Some(comm) => {
+                        let (base, len) = ring_span(self.fill.region());
+                        // SAFETY: as in `SendLink::progress`: the ring outlives the registration.
+                        let mr =
+                            unsafe { net.reg_mr(CommRef::Recv(&comm), base, len, PtrKind::Host) }
+                                .map_err(|e| describe(self.conn, "memory registration", &e))?;
+                        if let RecvState::Accepting { listen, .. } = std::mem::replace(
+                            &mut self.state,
+                            RecvState::Ready {
+                                comm,
+                                mr,
+                                inflight: VecDeque::new(),
+                                pending: None,
+                            },
+                        ) {
+                            close_listen(net, self.conn, listen);
                         }
+                        Ok(Progress::Busy)
                     }
-                    Ok(Progress::Busy)
+                    None => Ok(Progress::Idle),
                 }
-                Ok(None) if Instant::now() >= *deadline => Err(format!(
-                    "NET accept: rank {} did not connect within {:.1} s: is it alive and \
-                     connecting on this channel?",
-                    self.conn.peer,
-                    self.timeout.as_secs_f64()
-                )),
-                Ok(None) => Ok(Progress::Idle),
-                Err(e) => Err(describe(self.conn, "accept", &e)),
-            },
+            }
             RecvState::Ready {
                 comm,
                 mr,
@@ -469,11 +517,7 @@ impl<N: Net> RecvLink<N> {
                     log::warn!("{}: deregistering the FIFO: {e}", self.conn);
                 }
             }
-            RecvState::Accepting { listen, .. } => {
-                if let Err(e) = net.close_listen(listen) {
-                    log::warn!("{}: closing the NET listen comm: {e}", self.conn);
-                }
-            }
+            RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),
             RecvState::Closed => {}
         }
         self.fill.close();
@@ -496,6 +540,10 @@ impl<N: Net> Drop for RecvLink<N> {
 pub(crate) enum Link<N: Net> {
     Send(SendLink<N>),
     Recv(RecvLink<N>),
+    /// A GPU kernel's FIFO in staging memory -> network.
+    StagedSend(StagedSendLink<N>),
+    /// Network -> a GPU kernel's FIFO in staging memory.
+    StagedRecv(StagedRecvLink<N>),
 }
 
 impl<N: Net> Link<N> {
@@ -503,6 +551,8 @@ impl<N: Net> Link<N> {
         match self {
             Link::Send(l) => l.conn(),
             Link::Recv(l) => l.conn(),
+            Link::StagedSend(l) => l.conn(),
+            Link::StagedRecv(l) => l.conn(),
         }
     }
 
@@ -510,6 +560,8 @@ impl<N: Net> Link<N> {
         match self {
             Link::Send(l) => l.progress(net),
             Link::Recv(l) => l.progress(net),
+            Link::StagedSend(l) => l.progress(net),
+            Link::StagedRecv(l) => l.progress(net),
         }
     }
 
@@ -517,6 +569,8 @@ impl<N: Net> Link<N> {
         match self {
             Link::Send(l) => l.fail(net, cause),
             Link::Recv(l) => l.fail(net, cause),
+            Link::StagedSend(l) => l.fail(net, cause),
+            Link::StagedRecv(l) => l.fail(net, cause),
         }
     }
 }

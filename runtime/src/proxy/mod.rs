@@ -18,6 +18,7 @@
 
 mod fifo_side;
 mod link;
+pub mod staged;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub(crate) use link::{Link, RecvLink, SendLink};
+pub(crate) use staged::{StagedRecvLink, StagedSendLink};
 
 use crate::conn::AbortFlag;
 use crate::net::Net;

@@ -14,6 +14,7 @@
 
 pub mod net;
 pub mod shm;
+pub mod staged;
 
 use crate::bootstrap::identity;
 use crate::conn::{FifoRecvEnd, FifoSendEnd};

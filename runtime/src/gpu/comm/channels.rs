@@ -1,8 +1,8 @@
 //! The rings of a GPU communicator's channels, the same on every rank: NCCL's ring search
 //! over this host's topology (`crate::comm::channels`, the same rings `weft topo` prints),
 //! decided by rank 0 for all; where the search cannot run (no topology, ranks sharing a
-//! GPU), [`DEFAULT_CHANNELS`] plain rings, as many as `NCCL_MIN_NCHANNELS` /
-//! `NCCL_MAX_NCHANNELS` allow. Then the program's own bounds (ncclConfig_t's `minCTAs` /
+//! GPU, ranks on several hosts), [`DEFAULT_CHANNELS`] plain rings ([`NET_DEFAULT_CHANNELS`]
+//! over several hosts), as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow. Then the program's own bounds (ncclConfig_t's `minCTAs` /
 //! `maxCTAs`), and rank 0's count wherever environments differ.
 
 use weft_core::abi::MAX_CHANNELS;
@@ -18,6 +18,10 @@ use crate::gpu::GpuError;
 
 /// Channels a GPU communicator builds when the topology search cannot run.
 pub const DEFAULT_CHANNELS: u32 = 16;
+/// Channels of a communicator over several hosts, where NET connections carry every
+/// ring: NCCL's count for one NIC per host. Each is a connection per direction per host
+/// boundary, with its FIFOs in pinned host memory.
+pub const NET_DEFAULT_CHANNELS: u32 = 2;
 
 /// The channels every rank agreed on, and what the search said beside them.
 #[derive(Debug)]
@@ -103,7 +107,6 @@ fn agreed_rings(
         })
         .collect();
     let plain = |why: &str| {
-        let n = u32::try_from(peers.len()).unwrap_or(u32::MAX);
         let count = if explicit > 0 {
             explicit
         } else {
@@ -111,11 +114,19 @@ fn agreed_rings(
             let bound = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
             let max = bound(settings.topology.max_nchannels).unwrap_or(MAX_CHANNELS);
             let min = bound(settings.topology.min_nchannels).unwrap_or(1);
-            DEFAULT_CHANNELS.min(max).max(min)
+            let hosts = peers.iter().map(|p| p.host_hash);
+            let several_hosts = hosts.clone().min() != hosts.max();
+            let default = if several_hosts {
+                NET_DEFAULT_CHANNELS
+            } else {
+                DEFAULT_CHANNELS
+            };
+            default.min(max).max(min)
         }
         .clamp(1, MAX_CHANNELS);
         log::info!("weft: {count} plain ring channel(s): {why}");
-        (0..count).map(|_| (0..n).collect()).collect()
+        let order = host_order(peers);
+        (0..count).map(|_| order.clone()).collect()
     };
     match agree_on_channels_with(bootstrap, &comm_peers, TopoInput::Host, settings) {
         Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
@@ -139,6 +150,19 @@ fn agreed_rings(
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
         Err(e) => Ok((plain(&e.to_string()), None, Vec::new(), false)),
     }
+}
+
+/// The ranks host by host (hosts in the order of their first rank), each host's in rank
+/// order: a plain ring in this order crosses between hosts once per host boundary, as
+/// NCCL's inter-node rings do, whatever order the program gave the ranks.
+fn host_order(peers: &[GpuPeer]) -> Vec<u32> {
+    let first_of = |host: u64| peers.iter().position(|p| p.host_hash == host);
+    let mut order: Vec<u32> = (0..u32::try_from(peers.len()).unwrap_or(u32::MAX)).collect();
+    order.sort_by_key(|&r| {
+        let host = peers.get(r as usize).map_or(0, |p| p.host_hash);
+        (first_of(host), r)
+    });
+    order
 }
 
 /// Refuses a communicator whose ranks bound their channels differently (ncclConfig_t's

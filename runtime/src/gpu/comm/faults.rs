@@ -18,6 +18,7 @@ use weft_cuda::{Context, HostMapped, Stream};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::gpu::GpuError;
+use crate::proxy::staged::FirstFailure;
 
 /// Fault records: one per block of a launch.
 pub(super) const FAULT_RECORDS: usize = 2 * MAX_CHANNELS as usize;
@@ -55,6 +56,8 @@ pub(super) struct Faults {
     /// with every [`AbortHandle`].
     status: Arc<HostMapped>,
     failed: Option<String>,
+    /// The first failure of a NET connection (its proxy raised the flag).
+    net_failure: Option<FirstFailure>,
 }
 
 impl Faults {
@@ -73,6 +76,7 @@ impl Faults {
             timeout,
             status,
             failed: None,
+            net_failure: None,
         })
     }
 
@@ -97,6 +101,12 @@ impl Faults {
         }
     }
 
+    /// Reports the first failure of this rank's NET connections, whose proxy raises the
+    /// flag, as the communicator's failure (the kernels then only saw the flag).
+    pub(super) fn watch_net(&mut self, failure: FirstFailure) {
+        self.net_failure = Some(failure);
+    }
+
     /// Raises the flag and keeps `why` as the failure, unless one came first.
     pub(super) fn abort(&mut self, why: &str) {
         self.status.write_u32(0, 1);
@@ -115,6 +125,9 @@ impl Faults {
         // A kernel that records a fault raises the abort flag too: one load on the fast path.
         if self.failed.is_none() && !self.flag_raised() {
             return Ok(());
+        }
+        if self.failed.is_none() {
+            self.failed = self.net_failure.as_ref().and_then(FirstFailure::get);
         }
         if let Some(fault) = self.first_fault() {
             let err = self.fault_error(&fault);

@@ -34,6 +34,7 @@ mod channels;
 mod control;
 mod faults;
 mod launch;
+mod net;
 mod order;
 mod p2p;
 mod peers;
@@ -155,6 +156,12 @@ impl GpuComm {
         self.windows.transport_name()
     }
 
+    /// The NET backend that joins this rank to ranks of other hosts (`Socket`, `IB`, ...);
+    /// `None` where every rank is on this host.
+    pub fn network(&self) -> Option<String> {
+        self.windows.net().map(|n| n.backend())
+    }
+
     /// NCCL's INFO line per ring connection this rank sends on (`Channel 00/0 : 0[0] ->
     /// 1[1] via P2P/IPC/read`), for libnccl's `NCCL_DEBUG=INFO`.
     pub fn connection_lines(&self) -> &[String] {
@@ -247,6 +254,9 @@ impl GpuComm {
     /// every later call fail (NCCL's `ncclCommAbort`, without the teardown).
     pub fn abort(&mut self, why: &str) {
         self.faults.abort(why);
+        if let Some(net) = self.windows.net() {
+            net.abort();
+        }
     }
 
     /// The communicator's asynchronous error (NCCL's `ncclCommGetAsyncError`): what a

@@ -86,10 +86,10 @@ fn gpu_sharing_allowed() -> bool {
     std::env::var("WEFT_TEST_SHARE_GPU").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
 }
 
-/// Checks that all ranks are on one host, no two on one GPU, with the same explicit
-/// settings; returns whether this rank can reach every other's GPU memory directly (P2P:
-/// not disabled by `p2p_disabled`, `NCCL_P2P_DISABLE`; peer access possible; the peer's
-/// GPU visible here). `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the
+/// Checks that all ranks run with the same explicit settings and that no two of one host
+/// share a GPU; returns whether this rank can reach the GPU memory of every other rank of
+/// its host directly (P2P: not disabled by `p2p_disabled`, `NCCL_P2P_DISABLE`; peer access
+/// possible; the peer's GPU visible here). Ranks of other hosts are reached over NET. `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the
 /// protocol on machines with one GPU (the ranks' kernels must then fit on the GPU together).
 pub(super) fn check_peers(
     me: usize,
@@ -106,20 +106,6 @@ pub(super) fn check_peers(
         if q == me {
             continue;
         }
-        if p.host_hash != mine.host_hash {
-            return Err(GpuError::Unreachable {
-                peer: q,
-                detail: "it is on another host, and weft's GPU path connects the GPUs of one \
-                         host only (NET for device memory is not implemented yet)"
-                    .to_string(),
-            });
-        }
-        if p.bus_id == mine.bus_id && !gpu_sharing_allowed() {
-            return Err(GpuError::InvalidArgument(format!(
-                "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
-                p.bus_id
-            )));
-        }
         if p.step_bytes != mine.step_bytes
             || p.nchannels != mine.nchannels
             || p.min_slices != mine.min_slices
@@ -134,6 +120,16 @@ pub(super) fn check_peers(
                 mine.nchannels,
                 mine.step_bytes,
                 mine.min_slices
+            )));
+        }
+        if p.host_hash != mine.host_hash {
+            // Another host: NET (`super::net`), whatever this host's GPUs can reach.
+            continue;
+        }
+        if p.bus_id == mine.bus_id && !gpu_sharing_allowed() {
+            return Err(GpuError::InvalidArgument(format!(
+                "ranks {me} and {q} both use GPU {} (one rank per GPU, as NCCL's \"Duplicate GPU detected\")",
+                p.bus_id
             )));
         }
         if p.bus_id == mine.bus_id {
@@ -173,8 +169,10 @@ pub(super) fn read_by_default(dev: &Device, rank: usize, peers: &[GpuPeer]) -> b
     if !ampere(dev) {
         return false;
     }
+    let host = peers.get(rank).map(|p| p.host_hash);
     peers.iter().enumerate().all(|(q, p)| {
         q == rank
+            || Some(p.host_hash) != host
             || match local_device_of(&p.bus_id) {
                 Ok(Some(d)) => ampere(&d) && dev.nvlink_to(&d).unwrap_or(false),
                 Ok(None) => false,
@@ -200,13 +198,15 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
 /// NCCL's INFO line per ring connection this rank sends on (`Channel 00/0 : 0[0] -> 1[1]
 /// via P2P/IPC/read`), from channel `c`'s ring order in `rings`: `SHM/direct` for windows
 /// in shared host memory, `P2P/direct pointer` to a GPU of this process, `P2P/IPC` to
-/// another process's; `/read` in read mode. Ranks are `rank[CUDA ordinal]` as in NCCL.
+/// another process's; `/read` in read mode; `[send] via NET/Socket/0` (`net`) to a rank of
+/// another host. Ranks are `rank[CUDA ordinal]` as in NCCL.
 pub(super) fn connection_lines(
     rank: usize,
     peers: &[GpuPeer],
     rings: &[Vec<u32>],
     via_host: bool,
     read: bool,
+    net: Option<&str>,
 ) -> Vec<String> {
     let dev = |r: usize| peers.get(r).map_or(0, |p| p.device);
     let mut out = Vec::new();
@@ -219,17 +219,20 @@ pub(super) fn connection_lines(
             continue;
         }
         let read = if read { "/read" } else { "" };
-        let how = if via_host {
-            "SHM/direct".to_string()
+        let host = |r: usize| peers.get(r).map(|p| p.host_hash);
+        let how = if let Some(net) = net.filter(|_| host(next) != host(rank)) {
+            format!("[send] via {net}")
+        } else if via_host {
+            "via SHM/direct".to_string()
         } else if peers.get(next).map(|p| (p.host_hash, p.pid))
             == peers.get(rank).map(|p| (p.host_hash, p.pid))
         {
-            format!("P2P/direct pointer{read}")
+            format!("via P2P/direct pointer{read}")
         } else {
-            format!("P2P/IPC{read}")
+            format!("via P2P/IPC{read}")
         };
         out.push(format!(
-            "Channel {c:02}/0 : {rank}[{}] -> {next}[{}] via {how}",
+            "Channel {c:02}/0 : {rank}[{}] -> {next}[{}] {how}",
             dev(rank),
             dev(next)
         ));
@@ -256,21 +259,31 @@ mod test {
         let peers = [peer(10, 0), peer(10, 1), peer(11, 0)];
         let rings = vec![vec![0, 1, 2], vec![2, 1, 0]];
         assert_eq!(
-            connection_lines(1, &peers, &rings, false, true),
+            connection_lines(1, &peers, &rings, false, true, None),
             [
                 "Channel 00/0 : 1[1] -> 2[0] via P2P/IPC/read",
                 "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer/read",
             ]
         );
         assert_eq!(
-            connection_lines(2, &peers, &rings, true, false),
+            connection_lines(2, &peers, &rings, true, false, None),
             [
                 "Channel 00/0 : 2[0] -> 0[0] via SHM/direct",
                 "Channel 01/0 : 2[0] -> 1[1] via SHM/direct",
             ]
         );
+        // Rank 2 on another host: NET, as NCCL says it.
+        let mut far = peers.clone();
+        far[2].host_hash = 8;
+        assert_eq!(
+            connection_lines(1, &far, &rings, false, false, Some("NET/Socket/0")),
+            [
+                "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0",
+                "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer",
+            ]
+        );
         // One rank: nothing to connect.
-        assert!(connection_lines(0, &peers[..1], &[vec![0]], false, false).is_empty());
+        assert!(connection_lines(0, &peers[..1], &[vec![0]], false, false, None).is_empty());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::channels::{ChannelRings, channel_rings};
 use super::control::write_control;
 use super::faults::Faults;
 use super::launch::Launcher;
+use super::net::NetEnds;
 use super::order::StreamOrder;
 use super::p2p::p2p_channel_count;
 use super::peers::{GpuPeer, check_peers, connection_lines, read_by_default};
@@ -106,8 +107,14 @@ impl GpuComm {
         let mut settings = GpuSettings::from_options(opts)?;
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         agree_on_protocols(&mut bootstrap, &settings.protocols)?;
+        // The options' host id where the program set one (each rank of a test may stand
+        // for a host of its own), else the process's (NCCL_HOSTID, else the host).
+        let host_hash = match opts.settings.bootstrap.hostid.as_deref() {
+            Some(id) => identity::host_hash_of(Some(id)),
+            None => identity::host_hash(),
+        };
         let me = GpuPeer {
-            host_hash: identity::host_hash(),
+            host_hash,
             pid: std::process::id(),
             device: device as u32,
             bus_id: dev.pci_bus_id()?.to_lowercase(),
@@ -137,9 +144,17 @@ impl GpuComm {
         // LL without a setting on P2P windows only (see gpu::protocol); every rank agreed
         // on via_host above.
         settings.protocols.ll_by_default = !via_host;
+        // Ranks on several hosts: NET connections carry SIMPLE steps only (`super::net`),
+        // so no connection gets an LL buffer. Every rank sees the same peers.
+        let multi_host = peers.iter().any(|p| p.host_hash != me.host_hash);
+        if multi_host && settings.protocols.ll_lines > 0 {
+            log::info!("weft: ranks on several hosts: LL off (NET connections carry SIMPLE only)");
+            settings.protocols.ll_lines = 0;
+        }
         let p2p_channels = p2p_channel_count(n, rings.len());
         let read = read_mode(&mut bootstrap, opts.p2p_read, via_host, &dev, rank, &peers)?;
-        let connections = connection_lines(rank, &peers, &rings, via_host, read);
+        // For the INFO lines, once the NET connections are known.
+        let ring_orders = rings.clone();
         let layout = Layout::new(
             rings,
             n,
@@ -157,8 +172,31 @@ impl GpuComm {
             via_host,
             &opts.settings.transport,
         )?;
+        let mut faults = Faults::new(&ctx, rank, opts.timeout)?;
+        let net = NetEnds::open(
+            &ctx,
+            &mut bootstrap,
+            rank,
+            &peers,
+            windows.layout(),
+            opts,
+            faults.handle(),
+        )?;
+        if let Some(net) = &net {
+            faults.watch_net(net.failure());
+        }
+        let windows = windows.with_net(net);
+        let connections = connection_lines(
+            rank,
+            &peers,
+            &ring_orders,
+            via_host,
+            read,
+            windows.net().map(|n| n.describe()).as_deref(),
+        );
         agree_on_algo(&mut bootstrap, rank, opts.algo)?;
-        let region = match region_algo(opts.algo, via_host, nranks)? {
+        // The peer algorithms map every rank's memory: one host only.
+        let region = match region_algo(opts.algo, via_host || multi_host, nranks)? {
             Some(algo) => {
                 let site = RegionSite {
                     rank,
@@ -187,7 +225,6 @@ impl GpuComm {
             }
             None => None,
         };
-        let faults = Faults::new(&ctx, rank, opts.timeout)?;
         let kernels = Kernels::with_settings(&ctx, &opts.settings.kernels)?;
         let control = write_control(&ctx, &windows, &faults, rank, nranks, 0)?;
         let comm = GpuComm {

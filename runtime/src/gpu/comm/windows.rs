@@ -5,8 +5,9 @@
 //! CUDA IPC handle across processes; or, where some GPU cannot reach another's memory, a
 //! shared-memory segment pinned and mapped for the GPU (SHM: kernels then move data through
 //! host memory over PCIe, as NCCL's SHM transport does for device buffers). Each rank
-//! all-gathers a record of its window, and maps the window of every rank it has a
-//! connection with.
+//! all-gathers a record of its window, and maps the window of every rank of its host it has
+//! a connection with. Connections to ranks of other hosts live in staging memory of their
+//! own (`super::net`), which the windows hold too.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use weft_core::abi::{CONN_DIRECT_WRITE, CONN_HOST_MEMORY, ConnInfo, Protocol, STEPS};
 use weft_cuda::{Context, Device, DeviceBuffer, HostRegistration, IpcMapping};
 
+use super::net::NetEnds;
 use super::peers::GpuPeer;
 use crate::bootstrap::Bootstrap;
 use crate::config::TransportSettings;
@@ -180,6 +182,8 @@ pub(super) struct Windows {
     own: Window,
     /// Direct writes between ranks of this process (every rank agreed at init).
     direct: bool,
+    /// The connections to ranks of other hosts, in staging memory (none on one host).
+    net: Option<NetEnds>,
 }
 
 impl Windows {
@@ -214,7 +218,8 @@ impl Windows {
         for (q, (peer, record)) in peers.iter().zip(&shared).enumerate() {
             if q == rank {
                 mapped.push(PeerWindow::Own);
-            } else if !talks_to(q as u32) {
+            } else if !talks_to(q as u32) || peer.host_hash != peers[rank].host_hash {
+                // No connection, or NET to another host (`super::net`, not a window).
                 mapped.push(PeerWindow::None);
             } else {
                 let opened = Window::open_peer(ctx, peer, record, my_pid).map_err(|e| {
@@ -242,7 +247,18 @@ impl Windows {
             peers: mapped,
             own,
             direct,
+            net: None,
         })
+    }
+
+    /// Takes the connections to other hosts (init, once they are open).
+    pub(super) fn with_net(self, net: Option<NetEnds>) -> Windows {
+        Windows { net, ..self }
+    }
+
+    /// The connections to other hosts, if any.
+    pub(super) fn net(&self) -> Option<&NetEnds> {
+        self.net.as_ref()
     }
 
     /// Where the connections lie in the windows.
@@ -307,6 +323,13 @@ impl Windows {
 
     /// The connection end `edge` as seen from this rank.
     pub(super) fn conn_info(&self, edge: Edge) -> Result<ConnInfo, GpuError> {
+        if let Some(info) = self
+            .net
+            .as_ref()
+            .and_then(|n| n.conn_info(edge, self.layout.step_bytes()))
+        {
+            return Ok(info);
+        }
         let place = self
             .layout
             .place(edge)

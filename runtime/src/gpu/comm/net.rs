@@ -1,0 +1,292 @@
+//! NET: the connections of a GPU communicator whose two ranks are on different hosts.
+//!
+//! Each end of such a connection is a staging area ([`Staging`]) in pinned host memory
+//! mapped for this rank's GPU, laid out as the kernels' connection end (tail, head, tags,
+//! step sizes, the SIMPLE FIFO): the sending kernel writes its steps there over PCIe, the
+//! proxy thread sends them; on the other host the proxy receives into the receiver's area
+//! and the kernel reads them from host memory, as NCCL's NET transport does without
+//! GPUDirect RDMA. The kernels need nothing else: a connection end that says
+//! `CONN_PROXY_DRIVEN` has its sender record each step's size for the proxy.
+//!
+//! SIMPLE only: the proxy moves whole steps, and LL's flagged lines would need it to watch
+//! every line; a communicator with NET connections runs without LL buffers, as NCCL's NET
+//! carries no LL without a flush per line. Connections are set up at init, every one of
+//! them (NCCL connects send/receive pairs on first use).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_core::abi::{CONN_HOST_MEMORY, CONN_PROXY_DRIVEN, ConnInfo, Protocol, STEPS};
+use weft_cuda::{Context, HostMapped};
+
+use super::faults::AbortHandle;
+use super::peers::GpuPeer;
+use crate::bootstrap::Bootstrap;
+use crate::comm::CommOptions;
+use crate::comm::setup::open_net;
+use crate::conn::{AbortFlag, ConnId, Direction};
+use crate::gpu::GpuError;
+use crate::gpu::layout::{Edge, Layout};
+use crate::net::NET_HANDLE_MAXSIZE;
+use crate::net::any::AnyNet;
+use crate::proxy::staged::{FirstFailure, Staging, layout as staging_layout};
+use crate::transport::net::NET_NAME;
+use crate::transport::staged::StagedNet;
+
+/// How long sends still in flight get when the communicator goes (its kernels are done by
+/// then; this is the network's time to deliver their last steps).
+const LINGER: Duration = Duration::from_secs(5);
+
+/// One end of a NET connection on this rank.
+#[derive(Debug)]
+struct NetEnd {
+    staging: Arc<Staging>,
+    /// The area's address for this rank's kernels.
+    device: u64,
+}
+
+/// This rank's NET connection ends and the proxy that moves them.
+#[derive(Debug)]
+pub(super) struct NetEnds {
+    ends: BTreeMap<Edge, NetEnd>,
+    net: StagedNet<AnyNet>,
+    /// Stops the proxy when the communicator is aborted.
+    abort: AbortFlag,
+    failure: FirstFailure,
+}
+
+/// Whether `edge` joins ranks of two hosts.
+pub(super) fn crosses_hosts(peers: &[GpuPeer], edge: Edge) -> bool {
+    let host = |r: u32| peers.get(r as usize).map(|p| p.host_hash);
+    host(edge.from) != host(edge.to)
+}
+
+/// One record of the handshake: a receiving rank's listen handle for one connection.
+const RECORD_BYTES: usize = 8 + NET_HANDLE_MAXSIZE;
+
+impl NetEnds {
+    /// Opens this rank's end of every connection of `layout` that crosses hosts, with the
+    /// backend `opts` chooses, and connects them (in the background: the proxy connects and
+    /// accepts with `opts.timeout` as deadline). A failure of any connection, now or later,
+    /// raises `abort` (the kernels' flag) and becomes the communicator's error. `None` where
+    /// every rank is on this host. Collective: every rank calls it.
+    pub(super) fn open(
+        ctx: &Arc<Context>,
+        bootstrap: &mut Bootstrap,
+        rank: usize,
+        peers: &[GpuPeer],
+        layout: &Layout,
+        opts: &CommOptions,
+        abort: AbortHandle,
+    ) -> Result<Option<NetEnds>, GpuError> {
+        let multi_host = peers.iter().any(|p| p.host_hash != peers[rank].host_hash);
+        if !multi_host {
+            return Ok(None);
+        }
+        let r = rank as u32;
+        let mut outgoing = Vec::new();
+        let mut incoming = Vec::new();
+        for channel in 0..layout.nchannels() {
+            for q in 0..peers.len() as u32 {
+                let out = Edge {
+                    channel,
+                    from: r,
+                    to: q,
+                };
+                if layout.connected(channel, r, q) && crosses_hosts(peers, out) {
+                    outgoing.push(out);
+                }
+                let inn = Edge {
+                    channel,
+                    from: q,
+                    to: r,
+                };
+                if layout.connected(channel, q, r) && crosses_hosts(peers, inn) {
+                    incoming.push(inn);
+                }
+            }
+        }
+        // Every rank takes part in the exchange below, even one without NET connections.
+        let proxy_abort = AbortFlag::new();
+        let net = open_net(opts)
+            .and_then(|n| {
+                StagedNet::new(Arc::new(n), 0, proxy_abort.clone(), opts.timeout, LINGER)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                GpuError::InvalidArgument(format!(
+                    "the NET backend for connections to other hosts: {e} (WEFT_TRANSPORT chooses \
+                 it, NCCL_SOCKET_IFNAME the interfaces)"
+                ))
+            });
+        let failure = FirstFailure::default();
+        let mut ends = BTreeMap::new();
+        let mut records = Vec::with_capacity(incoming.len() * RECORD_BYTES);
+        let opened = net.and_then(|net| {
+            for &edge in &incoming {
+                let end = NetEnd::alloc(ctx, layout, &failure, &abort)?;
+                let handle = net
+                    .recv(conn_id(edge, r, Direction::Recv), end.staging.clone())
+                    .map_err(|e| unreachable(edge.from, e))?;
+                records.extend_from_slice(&edge.channel.to_be_bytes());
+                records.extend_from_slice(&edge.from.to_be_bytes());
+                records.extend_from_slice(handle.as_bytes());
+                ends.insert(edge, end);
+            }
+            Ok(net)
+        });
+        // A rank that failed still joins the exchange (with an empty record), so that the
+        // others fail at their first connect deadline instead of in the bootstrap.
+        let shared = bootstrap.all_gather(&records)?;
+        let net = opened?;
+        for &edge in &outgoing {
+            let theirs = shared.get(edge.to as usize).map_or(&[][..], Vec::as_slice);
+            let handle = theirs
+                .chunks_exact(RECORD_BYTES)
+                .find(|rec| {
+                    rec[..4] == edge.channel.to_be_bytes() && rec[4..8] == edge.from.to_be_bytes()
+                })
+                .map(|rec| &rec[8..])
+                .ok_or_else(|| GpuError::Unreachable {
+                    peer: edge.to as usize,
+                    detail: format!(
+                        "it listed no NET listener for channel {}'s connection from rank {r} \
+                         (ranks disagree on the channels: same settings everywhere?)",
+                        edge.channel
+                    ),
+                })?;
+            let end = NetEnd::alloc(ctx, layout, &failure, &abort)?;
+            net.send(
+                conn_id(edge, r, Direction::Send),
+                handle,
+                end.staging.clone(),
+            )
+            .map_err(|e| unreachable(edge.to, e))?;
+            ends.insert(edge, end);
+        }
+        log::info!(
+            "weft: rank {rank}: {} NET connection(s) to other hosts via {}",
+            ends.len(),
+            net.describe()
+        );
+        Ok(Some(NetEnds {
+            ends,
+            net,
+            abort: proxy_abort,
+            failure,
+        }))
+    }
+
+    /// The kernels' view of `edge`'s end on this rank, if it is a NET connection.
+    pub(super) fn conn_info(&self, edge: Edge, step_bytes: usize) -> Option<ConnInfo> {
+        let end = self.ends.get(&edge)?;
+        let at = |offset: usize| end.device + offset as u64;
+        let mut buffs = [0u64; 3];
+        let mut sizes = [0u32; 3];
+        buffs[Protocol::Simple.index()] = at(staging_layout::FIFO);
+        sizes[Protocol::Simple.index()] =
+            u32::try_from(step_bytes * STEPS as usize).unwrap_or(u32::MAX);
+        Some(ConnInfo {
+            buffs,
+            buff_sizes: sizes,
+            step_size: u32::try_from(step_bytes).unwrap_or(u32::MAX),
+            head: at(staging_layout::HEAD),
+            tail: at(staging_layout::TAIL),
+            sizes_fifo: at(staging_layout::SIZES),
+            ptr_exchange: 0,
+            step: 0,
+            flags: CONN_HOST_MEMORY | CONN_PROXY_DRIVEN,
+            steps: STEPS,
+            direct_ops: 0,
+            tags: at(staging_layout::TAGS),
+        })
+    }
+
+    /// The NET backend's name (`Socket`, `IB`, ...).
+    pub(super) fn backend(&self) -> String {
+        self.net.backend().to_string()
+    }
+
+    /// NCCL's name of the connections: `NET/Socket/0`.
+    pub(super) fn describe(&self) -> String {
+        self.net.describe()
+    }
+
+    /// Where the first failure of a connection is kept (the proxy's words, naming the
+    /// peer).
+    pub(super) fn failure(&self) -> FirstFailure {
+        self.failure.clone()
+    }
+
+    /// Stops the proxy: every connection fails, nothing waits on the network.
+    pub(super) fn abort(&self) {
+        self.abort.abort();
+    }
+}
+
+impl Drop for NetEnds {
+    /// No kernel uses the areas once the communicator goes: their links finish once their
+    /// last sends are delivered (or after [`LINGER`]), then the proxy stops.
+    fn drop(&mut self) {
+        for end in self.ends.values() {
+            end.staging.close();
+        }
+        self.net.wait_idle(LINGER);
+    }
+}
+
+impl NetEnd {
+    /// A zeroed staging area on pinned host memory mapped for `ctx`'s GPU.
+    fn alloc(
+        ctx: &Arc<Context>,
+        layout: &Layout,
+        failure: &FirstFailure,
+        abort: &AbortHandle,
+    ) -> Result<NetEnd, GpuError> {
+        let step_bytes = layout.step_bytes();
+        let bytes = staging_layout::bytes(STEPS as usize, step_bytes);
+        let memory = HostMapped::alloc(ctx, bytes)?;
+        let (host, device, len) = (memory.host_ptr(), memory.device_ptr(), memory.len());
+        let abort = abort.clone();
+        let hook = failure.hook(move || abort.raise());
+        // SAFETY: `memory` (moved into the area) keeps `host..host + len` alive, zeroed by
+        // `HostMapped::alloc`; only this connection's kernel end and its link use it.
+        let staging = unsafe {
+            Staging::new(
+                host,
+                len,
+                Box::new(memory),
+                STEPS as usize,
+                step_bytes,
+                hook,
+            )
+        }
+        .map_err(GpuError::InvalidArgument)?;
+        Ok(NetEnd {
+            staging: Arc::new(staging),
+            device,
+        })
+    }
+}
+
+fn conn_id(edge: Edge, rank: u32, dir: Direction) -> ConnId {
+    ConnId {
+        transport: NET_NAME,
+        rank,
+        peer: if dir == Direction::Send {
+            edge.to
+        } else {
+            edge.from
+        },
+        channel: edge.channel,
+        dir,
+    }
+}
+
+fn unreachable(peer: u32, e: impl std::fmt::Display) -> GpuError {
+    GpuError::Unreachable {
+        peer: peer as usize,
+        detail: format!("NET: {e}"),
+    }
+}

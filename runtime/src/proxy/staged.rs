@@ -1,0 +1,757 @@
+//! Staged NET connections: FIFOs in memory a GPU kernel fills or drains, moved over the
+//! network by the proxy thread (NCCL's NET transport without GPUDirect).
+//!
+//! Each end of a connection has a [`Staging`] area in pinned host memory that its GPU maps,
+//! laid out as the kernels expect a connection end (`weft_core::abi::ConnInfo`): the tail
+//! counter, the head counter, the point-to-point tags, the step sizes and the SIMPLE FIFO of
+//! `steps` slots. The sending kernel writes a step's bytes into a slot, its size into
+//! `sizes`, then releases the tail; the proxy sends the step and, once the network is done
+//! with it, gives the slot back by moving the head. On the receiving host the proxy receives
+//! into every slot the kernel has freed (its head), and publishes each completed step by
+//! writing its tag and moving the tail. So each kernel polls and writes only memory of its
+//! own host, as with NCCL's proxy.
+//!
+//! On the wire a step is two messages on one comm, matched in order: a 16-byte header
+//! (the step's byte count and its slot's tag, little-endian) and the step's bytes. The tag
+//! travels so that a send and a receive of different sizes end in an error naming the
+//! peer on the receiving GPU, as between GPUs of one host.
+//!
+//! Nothing here touches CUDA: the memory is any page the caller keeps alive (pinned and
+//! device-mapped for a GPU, plain heap in tests, where a thread plays the kernel).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::link::{Failure, NET_TAG, Progress, close_listen, describe, poll_accept, poll_connect};
+use crate::conn::ConnId;
+use crate::net::{CommRef, Net, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
+
+/// Offsets in a staging area.
+pub mod layout {
+    /// The tail (`u64`): steps the sender posted.
+    pub const TAIL: usize = 0;
+    /// The head (`u64`): steps the receiver freed.
+    pub const HEAD: usize = 128;
+    /// The point-to-point tags, one `u64` per slot (`ConnInfo::tags`).
+    pub const TAGS: usize = 256;
+    /// The step sizes, one `u32` per slot (`ConnInfo::sizes_fifo`).
+    pub const SIZES: usize = 512;
+    /// The proxy's wire headers, 16 bytes per slot.
+    pub const HEADERS: usize = 1024;
+    /// The SIMPLE FIFO.
+    pub const FIFO: usize = 4096;
+    /// Bytes of a wire header.
+    pub const HEADER_BYTES: usize = 16;
+    /// The most slots the control words above have room for.
+    pub const MAX_STEPS: usize = 32;
+    const _: () = assert!(TAGS + MAX_STEPS * 8 <= SIZES);
+    const _: () = assert!(SIZES + MAX_STEPS * 4 <= HEADERS);
+    const _: () = assert!(HEADERS + MAX_STEPS * HEADER_BYTES <= FIFO);
+
+    /// Bytes of a staging area of `steps` slots of `step_bytes`.
+    pub fn bytes(steps: usize, step_bytes: usize) -> usize {
+        FIFO + steps * step_bytes
+    }
+}
+
+/// What a staging area's owner is told when its connection fails (the proxy's cause).
+pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// One connection end's staging area (see the module documentation): its memory, kept
+/// alive by `memory`, and its geometry.
+pub struct Staging {
+    base: *mut u8,
+    len: usize,
+    steps: usize,
+    step_bytes: usize,
+    /// Set by the owner once no kernel will use the connection again: the link finishes
+    /// when nothing is in flight.
+    closed: AtomicBool,
+    on_failure: FailureHook,
+    _memory: Box<dyn Send + Sync>,
+}
+
+// SAFETY: the area is shared memory by design: every word two parties touch is accessed
+// atomically (`word64`, `word32`), and the FIFO bytes are handed over through the tail
+// and head counters' Release/Acquire pairs (see the module documentation).
+unsafe impl Send for Staging {}
+// SAFETY: as above.
+unsafe impl Sync for Staging {}
+
+impl fmt::Debug for Staging {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Staging")
+            .field("steps", &self.steps)
+            .field("step_bytes", &self.step_bytes)
+            .field("tail", &self.tail().load(Ordering::Relaxed))
+            .field("head", &self.head().load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Staging {
+    /// A staging area over `len` bytes at `base`, which `memory` keeps alive, zeroed and
+    /// 4096-byte aligned (checked), for `steps` slots of `step_bytes`.
+    ///
+    /// # Safety
+    /// `base..base + len` must stay valid for reads and writes for as long as `memory`
+    /// lives, and nothing but the kernel of this connection end and this area may use it.
+    pub unsafe fn new(
+        base: *mut u8,
+        len: usize,
+        memory: Box<dyn Send + Sync>,
+        steps: usize,
+        step_bytes: usize,
+        on_failure: FailureHook,
+    ) -> Result<Staging, String> {
+        if steps == 0 || steps > layout::MAX_STEPS {
+            return Err(format!(
+                "a staged FIFO of {steps} slots: 1 to {} supported",
+                layout::MAX_STEPS
+            ));
+        }
+        if !(base as usize).is_multiple_of(layout::FIFO) || len < layout::bytes(steps, step_bytes) {
+            return Err(format!(
+                "a staging area of {len} bytes at {base:p}: need {} bytes, 4096-byte aligned",
+                layout::bytes(steps, step_bytes)
+            ));
+        }
+        if u32::try_from(step_bytes).is_err() {
+            return Err(format!("FIFO steps of {step_bytes} bytes: at most 4 GiB"));
+        }
+        Ok(Staging {
+            base,
+            len,
+            steps,
+            step_bytes,
+            closed: AtomicBool::new(false),
+            on_failure,
+            _memory: memory,
+        })
+    }
+
+    /// A zeroed area on the heap, for tests and for ranks whose peer kernels run on the
+    /// CPU: its device address is its host address.
+    pub fn on_heap(
+        steps: usize,
+        step_bytes: usize,
+        on_failure: FailureHook,
+    ) -> Result<Staging, String> {
+        let words = layout::bytes(steps, step_bytes).div_ceil(8) + layout::FIFO / 8;
+        let mut memory: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let raw = memory.as_mut_ptr().cast::<u8>();
+        let base = raw.wrapping_add(raw.align_offset(layout::FIFO));
+        let len = words * 8 - (base as usize - raw as usize);
+        // SAFETY: `base..base + len` lies inside `memory`'s allocation, which the area keeps
+        // (a boxed slice does not move when the box does).
+        unsafe { Staging::new(base, len, Box::new(memory), steps, step_bytes, on_failure) }
+    }
+
+    /// The area's first byte in this process.
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    pub fn step_bytes(&self) -> usize {
+        self.step_bytes
+    }
+
+    /// The control word at `at`: every caller passes an offset below [`layout::FIFO`]
+    /// (the constants above, a slot taken modulo `steps`), inside the area by `new`'s check.
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= layout::FIFO);
+        let word = self.base.wrapping_add(at).cast::<u64>();
+        // SAFETY: in bounds and aligned (base is 4096-aligned, `at` a multiple of 8); shared
+        // with the kernel, hence atomic.
+        unsafe { AtomicU64::from_ptr(word) }
+    }
+
+    /// As [`Staging::word64`], 32 bits.
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at.is_multiple_of(4) && at + 4 <= layout::FIFO);
+        let word = self.base.wrapping_add(at).cast::<u32>();
+        // SAFETY: as in `word64`.
+        unsafe { AtomicU32::from_ptr(word) }
+    }
+
+    /// Steps the sender posted.
+    pub fn tail(&self) -> &AtomicU64 {
+        self.word64(layout::TAIL)
+    }
+
+    /// Steps the receiver freed.
+    pub fn head(&self) -> &AtomicU64 {
+        self.word64(layout::HEAD)
+    }
+
+    /// The tag word of `slot`.
+    pub fn tag(&self, slot: usize) -> &AtomicU64 {
+        self.word64(layout::TAGS + 8 * (slot % self.steps))
+    }
+
+    /// The size word of `slot`.
+    pub fn size(&self, slot: usize) -> &AtomicU32 {
+        self.word32(layout::SIZES + 4 * (slot % self.steps))
+    }
+
+    /// The first byte of FIFO slot `slot`.
+    pub fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        self.base
+            .wrapping_add(layout::FIFO + (slot % self.steps) * self.step_bytes)
+    }
+
+    fn header_ptr(&self, slot: usize) -> *mut u8 {
+        self.base
+            .wrapping_add(layout::HEADERS + (slot % self.steps) * layout::HEADER_BYTES)
+    }
+
+    /// No kernel will use the connection again: its link may finish.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn fail(&self, cause: &str) {
+        (self.on_failure)(cause);
+    }
+}
+
+/// A network request and whether it completed.
+enum Piece<R> {
+    Unposted,
+    Posted(R),
+    Done(usize),
+}
+
+impl<R> Piece<R> {
+    fn done(&self) -> Option<usize> {
+        match self {
+            Piece::Done(bytes) => Some(*bytes),
+            _ => None,
+        }
+    }
+}
+
+/// One step on the network: its header and its bytes.
+struct StepInFlight<R> {
+    step: u64,
+    header: Piece<R>,
+    data: Piece<R>,
+}
+
+/// Tests `piece` once; whether it is done now.
+fn test_piece<N: Net>(
+    net: &N,
+    conn: ConnId,
+    what: &str,
+    piece: &mut Piece<N::Request>,
+) -> Result<bool, Failure> {
+    if let Piece::Posted(request) = piece {
+        match net.test(request) {
+            Ok(Some(done)) => *piece = Piece::Done(done.sizes().first().copied().unwrap_or(0)),
+            Ok(None) => {}
+            Err(e) => return Err(describe(conn, what, &e)),
+        }
+    }
+    Ok(piece.done().is_some())
+}
+
+enum SendState<N: Net> {
+    Connecting {
+        handle: NetHandle,
+        state: Option<N::Connecting>,
+        deadline: Instant,
+    },
+    Ready {
+        comm: N::SendComm,
+        mr: N::MemHandle,
+        inflight: VecDeque<StepInFlight<N::Request>>,
+        /// Steps taken from the FIFO (posted or about to be).
+        taken: u64,
+        /// Steps the network is done with (the head the kernel sees).
+        freed: u64,
+    },
+    Closed,
+}
+
+/// A staged send connection: the kernel's FIFO -> network.
+pub(crate) struct StagedSendLink<N: Net> {
+    conn: ConnId,
+    dev: usize,
+    timeout: Duration,
+    // Declared before `staging`: the comm (and its requests) go before the memory.
+    state: SendState<N>,
+    staging: Arc<Staging>,
+}
+
+impl<N: Net> fmt::Debug for StagedSendLink<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagedSendLink")
+            .field("conn", &self.conn)
+            .field("staging", &self.staging)
+            .finish()
+    }
+}
+
+impl<N: Net> StagedSendLink<N> {
+    pub(crate) fn new(
+        conn: ConnId,
+        dev: usize,
+        handle: NetHandle,
+        staging: Arc<Staging>,
+        timeout: Duration,
+    ) -> Self {
+        StagedSendLink {
+            conn,
+            dev,
+            timeout,
+            state: SendState::Connecting {
+                handle,
+                state: None,
+                deadline: Instant::now() + timeout,
+            },
+            staging,
+        }
+    }
+
+    pub(crate) fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    pub(crate) fn progress(&mut self, net: &N) -> Result<Progress, Failure> {
+        let staging = Arc::clone(&self.staging);
+        let conn = self.conn;
+        match &mut self.state {
+            SendState::Connecting {
+                handle,
+                state,
+                deadline,
+            } => {
+                if staging.is_closed() {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                match poll_connect(net, conn, self.dev, handle, state, *deadline, self.timeout)? {
+                    Some(comm) => {
+                        // SAFETY: the area outlives the registration: `self.staging` keeps
+                        // it, and `shut` deregisters before the link (and its Arc) goes.
+                        let mr = unsafe {
+                            net.reg_mr(
+                                CommRef::Send(&comm),
+                                staging.base(),
+                                staging.len,
+                                PtrKind::Host,
+                            )
+                        }
+                        .map_err(|e| describe(conn, "memory registration", &e))?;
+                        self.state = SendState::Ready {
+                            comm,
+                            mr,
+                            inflight: VecDeque::new(),
+                            taken: 0,
+                            freed: 0,
+                        };
+                        Ok(Progress::Busy)
+                    }
+                    None => Ok(Progress::Idle),
+                }
+            }
+            SendState::Ready {
+                comm,
+                mr,
+                inflight,
+                taken,
+                freed,
+            } => {
+                let mut busy = false;
+                // Complete in order: slots go back to the kernel oldest first.
+                while let Some(front) = inflight.front_mut() {
+                    let header = test_piece(net, conn, "send", &mut front.header)?;
+                    let data = test_piece(net, conn, "send", &mut front.data)?;
+                    if !(header && data) {
+                        break;
+                    }
+                    *freed = front.step + 1;
+                    inflight.pop_front();
+                    // Release: the kernel that sees the head may overwrite the slot.
+                    staging.head().store(*freed, Ordering::Release);
+                    busy = true;
+                }
+                // Take what the kernel posted, up to a ring ahead.
+                // Acquire: pairs with the kernel's release of the tail (sizes, tags, bytes).
+                let tail = staging.tail().load(Ordering::Acquire);
+                if tail < *taken || tail > *freed + staging.steps() as u64 {
+                    return Err(format!(
+                        "{conn}: the sending kernel posted step {tail} with {} taken and {} \
+                         freed: the connection's counters are corrupt",
+                        *taken, *freed
+                    ));
+                }
+                while *taken < tail {
+                    let slot = (*taken % staging.steps() as u64) as usize;
+                    let bytes = staging.size(slot).load(Ordering::Relaxed) as usize;
+                    if bytes > staging.step_bytes() {
+                        return Err(format!(
+                            "{conn}: the sending kernel posted {bytes} bytes in a {}-byte step",
+                            staging.step_bytes()
+                        ));
+                    }
+                    let tag = staging.tag(slot).load(Ordering::Relaxed);
+                    let header = staging.header_ptr(slot);
+                    let mut words = [0u8; layout::HEADER_BYTES];
+                    words[..8].copy_from_slice(&(bytes as u64).to_le_bytes());
+                    words[8..].copy_from_slice(&tag.to_le_bytes());
+                    // SAFETY: the header slot lies inside the area and is the proxy's alone
+                    // (the kernel never touches HEADERS); this slot's previous step is done.
+                    unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), header, words.len()) };
+                    inflight.push_back(StepInFlight {
+                        step: *taken,
+                        header: Piece::Unposted,
+                        data: Piece::Unposted,
+                    });
+                    *taken += 1;
+                    busy = true;
+                }
+                // Post, in order, what the backend has not taken yet.
+                for step in inflight.iter_mut() {
+                    let slot = (step.step % staging.steps() as u64) as usize;
+                    if matches!(step.header, Piece::Unposted) {
+                        // SAFETY: the header lies in the registered area and stays untouched
+                        // until the send completes (`test`) or the comm closes.
+                        match unsafe {
+                            net.isend(
+                                comm,
+                                staging.header_ptr(slot),
+                                layout::HEADER_BYTES,
+                                NET_TAG,
+                                mr,
+                            )
+                        } {
+                            Ok(Some(r)) => step.header = Piece::Posted(r),
+                            Ok(None) => break,
+                            Err(e) => return Err(describe(conn, "send", &e)),
+                        }
+                    }
+                    if matches!(step.data, Piece::Unposted) {
+                        let bytes = staging.size(slot).load(Ordering::Relaxed) as usize;
+                        // SAFETY: the kernel posted the slot (tail) and will not write it
+                        // before the head passes it, which waits for this send's completion.
+                        match unsafe { net.isend(comm, staging.slot_ptr(slot), bytes, NET_TAG, mr) }
+                        {
+                            Ok(Some(r)) => step.data = Piece::Posted(r),
+                            Ok(None) => break,
+                            Err(e) => return Err(describe(conn, "send", &e)),
+                        }
+                    }
+                }
+                if inflight.is_empty() && staging.is_closed() {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                Ok(if busy { Progress::Busy } else { Progress::Idle })
+            }
+            SendState::Closed => Ok(Progress::Finished),
+        }
+    }
+
+    /// Tells the area's owner and closes the network side.
+    pub(crate) fn fail(&mut self, net: &N, cause: &str) {
+        self.staging.fail(cause);
+        self.shut(net);
+    }
+
+    fn shut(&mut self, net: &N) {
+        if let SendState::Ready {
+            comm, mr, inflight, ..
+        } = std::mem::replace(&mut self.state, SendState::Closed)
+        {
+            if let Err(e) = net.close_send(comm) {
+                log::warn!("{}: closing the NET send comm: {e}", self.conn);
+            }
+            drop(inflight);
+            if let Err(e) = net.dereg_mr(mr) {
+                log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
+            }
+        }
+    }
+}
+
+impl<N: Net> Drop for StagedSendLink<N> {
+    fn drop(&mut self) {
+        if !matches!(self.state, SendState::Closed) && !self.staging.is_closed() {
+            self.staging.fail(&format!(
+                "the NET proxy thread stopped while the connection to rank {} was open",
+                self.conn.peer
+            ));
+        }
+    }
+}
+
+enum RecvState<N: Net> {
+    Accepting {
+        listen: N::ListenComm,
+        deadline: Instant,
+    },
+    Ready {
+        comm: N::RecvComm,
+        mr: N::MemHandle,
+        inflight: VecDeque<StepInFlight<N::Request>>,
+        /// Steps whose receives were posted (or are about to be).
+        lent: u64,
+    },
+    Closed,
+}
+
+/// A staged receive connection: network -> the kernel's FIFO.
+pub(crate) struct StagedRecvLink<N: Net> {
+    conn: ConnId,
+    timeout: Duration,
+    state: RecvState<N>,
+    staging: Arc<Staging>,
+}
+
+impl<N: Net> fmt::Debug for StagedRecvLink<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagedRecvLink")
+            .field("conn", &self.conn)
+            .field("staging", &self.staging)
+            .finish()
+    }
+}
+
+impl<N: Net> StagedRecvLink<N> {
+    pub(crate) fn new(
+        conn: ConnId,
+        listen: N::ListenComm,
+        staging: Arc<Staging>,
+        timeout: Duration,
+    ) -> Self {
+        StagedRecvLink {
+            conn,
+            timeout,
+            state: RecvState::Accepting {
+                listen,
+                deadline: Instant::now() + timeout,
+            },
+            staging,
+        }
+    }
+
+    pub(crate) fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    pub(crate) fn progress(&mut self, net: &N) -> Result<Progress, Failure> {
+        let staging = Arc::clone(&self.staging);
+        let conn = self.conn;
+        match &mut self.state {
+            RecvState::Accepting { listen, deadline } => {
+                if staging.is_closed() {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                match poll_accept(net, conn, listen, *deadline, self.timeout)? {
+                    Some(comm) => {
+                        // SAFETY: as in `StagedSendLink::progress`.
+                        let mr = unsafe {
+                            net.reg_mr(
+                                CommRef::Recv(&comm),
+                                staging.base(),
+                                staging.len,
+                                PtrKind::Host,
+                            )
+                        }
+                        .map_err(|e| describe(conn, "memory registration", &e))?;
+                        if let RecvState::Accepting { listen, .. } = std::mem::replace(
+                            &mut self.state,
+                            RecvState::Ready {
+                                comm,
+                                mr,
+                                inflight: VecDeque::new(),
+                                lent: 0,
+                            },
+                        ) {
+                            close_listen(net, conn, listen);
+                        }
+                        Ok(Progress::Busy)
+                    }
+                    None => Ok(Progress::Idle),
+                }
+            }
+            RecvState::Ready {
+                comm,
+                mr,
+                inflight,
+                lent,
+            } => {
+                // No kernel will read again: what is still to come does not matter.
+                if staging.is_closed() {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                let mut busy = false;
+                // Lend every slot the kernel has freed.
+                // Acquire: pairs with the kernel's release of the head (it is done reading).
+                let head = staging.head().load(Ordering::Acquire);
+                while *lent < head + staging.steps() as u64 {
+                    inflight.push_back(StepInFlight {
+                        step: *lent,
+                        header: Piece::Unposted,
+                        data: Piece::Unposted,
+                    });
+                    *lent += 1;
+                }
+                let mut remote_closed = false;
+                'post: for step in inflight.iter_mut() {
+                    let slot = (step.step % staging.steps() as u64) as usize;
+                    for (piece, data, size) in [
+                        (
+                            &mut step.header,
+                            staging.header_ptr(slot),
+                            layout::HEADER_BYTES,
+                        ),
+                        (&mut step.data, staging.slot_ptr(slot), staging.step_bytes()),
+                    ] {
+                        if !matches!(piece, Piece::Unposted) {
+                            continue;
+                        }
+                        let bufs = [RecvBuffer {
+                            data,
+                            size,
+                            tag: NET_TAG,
+                            mr: &*mr,
+                        }];
+                        // SAFETY: the buffer lies in the registered area; the kernel freed
+                        // the slot (head) and reads it only after the tail passes it, which
+                        // waits for this receive's completion.
+                        match unsafe { net.irecv(comm, &bufs) } {
+                            Ok(Some(r)) => {
+                                *piece = Piece::Posted(r);
+                                busy = true;
+                            }
+                            Ok(None) => break 'post,
+                            Err(e) if e.kind() == NetErrorKind::PeerClosed => {
+                                remote_closed = true;
+                                break 'post;
+                            }
+                            Err(e) => return Err(describe(conn, "receive", &e)),
+                        }
+                    }
+                }
+                // Publish completed steps in order.
+                while let Some(front) = inflight.front_mut() {
+                    let header = test_piece(net, conn, "receive", &mut front.header)?;
+                    let data = header && test_piece(net, conn, "receive", &mut front.data)?;
+                    if !data {
+                        break;
+                    }
+                    let slot = (front.step % staging.steps() as u64) as usize;
+                    let mut words = [0u8; layout::HEADER_BYTES];
+                    // SAFETY: the header's receive completed; the proxy alone uses it.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            staging.header_ptr(slot),
+                            words.as_mut_ptr(),
+                            words.len(),
+                        )
+                    };
+                    let (bytes, tag) = words.split_at(8);
+                    let bytes = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+                    let tag = u64::from_le_bytes(tag.try_into().unwrap_or_default());
+                    let got = front.data.done().unwrap_or(0) as u64;
+                    if front.header.done() != Some(layout::HEADER_BYTES) || got != bytes {
+                        return Err(format!(
+                            "{conn}: step {} from rank {} came as {:?} header bytes and {got} \
+                             data bytes where the header says {bytes}: do both ranks run the \
+                             same weft build?",
+                            front.step,
+                            conn.peer,
+                            front.header.done()
+                        ));
+                    }
+                    staging.tag(slot).store(tag, Ordering::Relaxed);
+                    // Release: the kernel that sees the tail sees the bytes and the tag.
+                    staging.tail().store(front.step + 1, Ordering::Release);
+                    inflight.pop_front();
+                    busy = true;
+                }
+                if remote_closed && !busy {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                Ok(if busy { Progress::Busy } else { Progress::Idle })
+            }
+            RecvState::Closed => Ok(Progress::Finished),
+        }
+    }
+
+    /// Tells the area's owner and closes the network side.
+    pub(crate) fn fail(&mut self, net: &N, cause: &str) {
+        self.staging.fail(cause);
+        self.shut(net);
+    }
+
+    fn shut(&mut self, net: &N) {
+        match std::mem::replace(&mut self.state, RecvState::Closed) {
+            RecvState::Ready {
+                comm, mr, inflight, ..
+            } => {
+                if let Err(e) = net.close_recv(comm) {
+                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
+                }
+                drop(inflight);
+                if let Err(e) = net.dereg_mr(mr) {
+                    log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
+                }
+            }
+            RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),
+            RecvState::Closed => {}
+        }
+    }
+}
+
+impl<N: Net> Drop for StagedRecvLink<N> {
+    fn drop(&mut self) {
+        if !matches!(self.state, RecvState::Closed) && !self.staging.is_closed() {
+            self.staging.fail(&format!(
+                "the NET proxy thread stopped while the connection from rank {} was open",
+                self.conn.peer
+            ));
+        }
+    }
+}
+
+/// A [`FailureHook`] that keeps the first cause, for the owner to read.
+#[derive(Debug, Clone, Default)]
+pub struct FirstFailure(Arc<Mutex<Option<String>>>);
+
+impl FirstFailure {
+    /// A hook that records into this and then runs `also` (e.g. raising a GPU abort flag).
+    pub fn hook(&self, also: impl Fn() + Send + Sync + 'static) -> FailureHook {
+        let slot = Arc::clone(&self.0);
+        Arc::new(move |cause: &str| {
+            slot.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert_with(|| cause.to_string());
+            also();
+        })
+    }
+
+    /// The first cause recorded, if any.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
