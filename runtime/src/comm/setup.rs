@@ -22,6 +22,7 @@ use crate::conn::{
 };
 use crate::exec::{ExecChannel, ExecError, Executor, RingConns, Tuning};
 use crate::net::any::AnyNet;
+use crate::net::external;
 use crate::net::ib::{IbConfig, IbNet};
 use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
@@ -275,8 +276,13 @@ fn host_tuning(
     Ok(tuning)
 }
 
+/// The names of weft's own networks, which `NCCL_NET` may select instead of a plugin.
+const OWN_NETS: [&str; 3] = ["IB", "Socket", "Mesh"];
+
 /// The transports connections are built over: SHM (with an LL buffer per step of
-/// `ll_lines` lines), and NET, made on first use from the options' backend.
+/// `ll_lines` lines), and NET, made on first use from the options' backend: verbs or the
+/// mesh when forced, else an NCCL net plugin when `NCCL_NET_PLUGIN` (or NCCL's default
+/// `libnccl-net.so`) gives one that initialises, else sockets.
 fn build_transports(
     opts: &CommOptions,
     layout: FifoLayout,
@@ -302,6 +308,16 @@ fn build_transports(
             )
         } else if choice == TransportChoice::Mesh {
             AnyNet::Mesh(MeshNet::from_settings(&net_settings).map_err(|e| e.to_string())?)
+        } else if let Some(plugin) = external::open_requested(
+            net_settings.nccl_net_plugin.as_deref(),
+            net_settings.nccl_net.as_deref(),
+            &OWN_NETS,
+        )
+        .map_err(|e| e.to_string())?
+        {
+            // As NCCL: a plugin that loads serves before weft's own sockets (NCCL_NET_PLUGIN,
+            // unset: libnccl-net.so), unless NCCL_NET names another network.
+            AnyNet::External(plugin)
         } else {
             let mut config =
                 SocketConfig::from_settings(&net_settings.socket).map_err(|e| e.to_string())?;
