@@ -132,3 +132,111 @@ fn bad_arguments_are_explained() {
     assert!(!ok);
     assert!(stderr.contains("unknown collective"), "{stderr}");
 }
+
+/// weft's own net plugin, built for this profile (`<target>/<profile>/libnccl_net_weft.so`),
+/// for the runs below that load it as an external plugin.
+fn weft_plugin() -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(cargo)
+        .args(["build", "-p", "weft-nccl-net"])
+        .current_dir(&root)
+        .status()
+        .expect("run cargo build -p weft-nccl-net");
+    assert!(status.success(), "cargo build -p weft-nccl-net failed");
+    // The test executable lives in <target>/<profile>/deps.
+    let exe = std::env::current_exe().expect("path of the test executable");
+    let lib = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable under <target>/<profile>/deps")
+        .join("libnccl_net_weft.so");
+    assert!(lib.exists(), "{} missing after the build", lib.display());
+    lib
+}
+
+fn perf_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .arg("perf")
+        .args(args)
+        .env("WEFT_TIMEOUT", "30")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run weft perf");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The host communicator's NET connections over an external NCCL net plugin
+/// (`NCCL_NET_PLUGIN`): weft's own `libnccl-net-weft.so` with its socket backend, loaded
+/// through `ExternalNet`; every element of every all-reduce checked by perf.
+#[test]
+fn over_an_external_net_plugin() {
+    let plugin = weft_plugin();
+    let plugin = plugin.to_str().unwrap();
+    let args = [
+        "all-reduce",
+        "--ranks",
+        "3",
+        "--transport",
+        "net",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "32",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+    ];
+    let env = [
+        ("NCCL_NET_PLUGIN", plugin),
+        ("NCCL_NET", "weft"),
+        ("WEFT_NET_BACKEND", "socket"),
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("WEFT_DEBUG", "INFO"),
+    ];
+    let (ok, stdout, stderr) = perf_env(&args, &env);
+    assert!(ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("transport NET"), "{stdout}");
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    assert_eq!(rows(&stdout).len(), 3, "{stdout}");
+    for r in rows(&stdout) {
+        assert_eq!((r[8].as_str(), r[12].as_str()), ("0", "0"), "{r:?}");
+    }
+    assert!(
+        stderr.contains("Initialized NET plugin weft (ncclNet v11"),
+        "the plugin did not serve: {stderr}"
+    );
+
+    // Asked for by NCCL_NET but absent: a clear error at init, naming the file and the
+    // loader's answer, well before the 30 s deadline.
+    let missing = "/nonexistent/libnccl-net-weft.so";
+    let start = std::time::Instant::now();
+    let (ok, stdout, stderr) =
+        perf_env(&args, &[("NCCL_NET_PLUGIN", missing), ("NCCL_NET", "weft")]);
+    assert!(!ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("Failed to initialize any NET plugin")
+            && stderr.contains(missing)
+            && stderr.contains("No such file or directory"),
+        "{stderr}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(25));
+
+    // Named without NCCL_NET: NCCL falls back to its own networks, weft to its sockets,
+    // with a warning that names the file.
+    let (ok, stdout, stderr) = perf_env(&args, &[("NCCL_NET_PLUGIN", missing)]);
+    assert!(ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    assert!(
+        stderr.contains("NET/Plugin: Could not find:") && stderr.contains(missing),
+        "{stderr}"
+    );
+}

@@ -160,6 +160,8 @@ pub struct NetSettings {
     pub backend: NetBackend,
     /// `NCCL_NET`.
     pub nccl_net: Option<String>,
+    /// `NCCL_NET_PLUGIN`, as set (weft-net's `external` module resolves it).
+    pub nccl_net_plugin: Option<String>,
 }
 
 /// The bootstrap (its interface is [`SocketSettings::ifname`]).
@@ -416,6 +418,7 @@ impl Settings {
             },
             backend: r.value(&t::NET_BACKEND),
             nccl_net: r.optional(&t::NET),
+            nccl_net_plugin: r.optional(&t::NET_PLUGIN),
         };
         let bootstrap = BootstrapSettings {
             timeout: r.value(&t::BOOTSTRAP_TIMEOUT),

@@ -436,7 +436,17 @@ pub static NET: Var<String> = var(
     Net,
     Means("any"),
     "a network's name (IB, Socket, or a net plugin's)",
-    "NCCL's network choice; topology detection reads it to know whether a net plugin serves.",
+    "NCCL's network choice: the host communicator's NET takes the plugin of NCCL_NET_PLUGIN by that name, or weft's own (IB, Socket, Mesh); topology detection reads it to know whether a net plugin serves.",
+    Reject,
+    parse::text,
+);
+
+pub static NET_PLUGIN: Var<String> = var(
+    &["NCCL_NET_PLUGIN"],
+    Net,
+    Means("libnccl-net.so when the loader finds one, else weft's own networks"),
+    "none, or a comma-separated list of plugin names (NAME: libnccl-net-NAME.so) or paths",
+    "External NCCL net plugins (ncclNet v8 to v11) for the host communicator's NET connections, tried before weft's own, as NCCL does.",
     Reject,
     parse::text,
 );
@@ -920,6 +930,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &MESH_DEBUG,
     &NET_BACKEND,
     &NET,
+    &NET_PLUGIN,
     &BOOTSTRAP_TIMEOUT,
     &BOOTSTRAP_PORT,
     &HOSTID,

@@ -1,8 +1,13 @@
 //! [`AnyNet`]: one `Net` type over whichever backend this process chose at run time, so
 //! that the communicator and the NET transport (generic over one `Net`) need not know the
-//! choice. Each associated type is an enum of the backends' own; a comm of one backend
+//! choice (weft's socket, verbs and mesh backends, or an NCCL net plugin it loaded). Each
+//! associated type is an enum of the backends' own; a comm of one backend
 //! handed to another is an `InvalidArgument` error, never a panic.
 
+use crate::external::{
+    ExternalConnecting, ExternalListenComm, ExternalMemHandle, ExternalNet, ExternalRecvComm,
+    ExternalRequest, ExternalSendComm,
+};
 use crate::ib::{
     IbConnecting, IbListenComm, IbMemHandle, IbNet, IbRecvComm, IbRequest, IbSendComm,
 };
@@ -28,10 +33,12 @@ pub enum AnyNet {
     Ib(IbNet),
     /// A multi-subnet mesh, over verbs or sockets per link.
     Mesh(MeshNet),
+    /// An NCCL net plugin loaded with `NCCL_NET_PLUGIN`.
+    External(ExternalNet),
 }
 
 macro_rules! either {
-    ($(#[$doc:meta])* $name:ident { $socket:ty, $ib:ty, $mesh:ty }) => {
+    ($(#[$doc:meta])* $name:ident { $socket:ty, $ib:ty, $mesh:ty, $external:ty }) => {
         $(#[$doc])*
         #[derive(Debug)]
         pub enum $name {
@@ -41,21 +48,23 @@ macro_rules! either {
             Ib($ib),
             /// Of the mesh backend.
             Mesh($mesh),
+            /// Of an external plugin.
+            External($external),
         }
     };
 }
 
 either!(
     /// A listen comm of any backend.
-    AnyListenComm { SocketListenComm, IbListenComm, MeshListenComm }
+    AnyListenComm { SocketListenComm, IbListenComm, MeshListenComm, ExternalListenComm }
 );
 either!(
     /// A send comm of any backend.
-    AnySendComm { SocketSendComm, IbSendComm, MeshSendComm }
+    AnySendComm { SocketSendComm, IbSendComm, MeshSendComm, ExternalSendComm }
 );
 either!(
     /// A receive comm of any backend.
-    AnyRecvComm { SocketRecvComm, IbRecvComm, MeshRecvComm }
+    AnyRecvComm { SocketRecvComm, IbRecvComm, MeshRecvComm, ExternalRecvComm }
 );
 /// A connect in progress on any backend.
 #[derive(Debug)]
@@ -66,20 +75,22 @@ pub enum AnyConnecting {
     Ib(IbConnecting),
     /// Of the mesh backend.
     Mesh(MeshConnecting),
+    /// Of an external plugin.
+    External(ExternalConnecting),
 }
 either!(
     /// A registration of any backend.
-    AnyMemHandle { SocketMemHandle, IbMemHandle, MeshMemHandle }
+    AnyMemHandle { SocketMemHandle, IbMemHandle, MeshMemHandle, ExternalMemHandle }
 );
 either!(
     /// A request of any backend.
-    AnyRequest { SocketRequest, IbRequest, MeshRequest }
+    AnyRequest { SocketRequest, IbRequest, MeshRequest, ExternalRequest }
 );
 
 fn mixed(what: &str) -> NetError {
     NetError::new(
         NetErrorKind::InvalidArgument,
-        format!("{what} of one NET backend handed to another (socket, verbs or mesh)"),
+        format!("{what} of one NET backend handed to another (socket, verbs, mesh or a plugin)"),
     )
 }
 
@@ -96,6 +107,7 @@ impl Net for AnyNet {
             AnyNet::Socket(n) => n.name(),
             AnyNet::Ib(n) => n.name(),
             AnyNet::Mesh(n) => n.name(),
+            AnyNet::External(n) => n.name(),
         }
     }
 
@@ -104,6 +116,7 @@ impl Net for AnyNet {
             AnyNet::Socket(n) => n.devices(),
             AnyNet::Ib(n) => n.devices(),
             AnyNet::Mesh(n) => n.devices(),
+            AnyNet::External(n) => n.devices(),
         }
     }
 
@@ -112,6 +125,7 @@ impl Net for AnyNet {
             AnyNet::Socket(n) => n.properties(dev),
             AnyNet::Ib(n) => n.properties(dev),
             AnyNet::Mesh(n) => n.properties(dev),
+            AnyNet::External(n) => n.properties(dev),
         }
     }
 
@@ -128,6 +142,10 @@ impl Net for AnyNet {
             AnyNet::Mesh(n) => {
                 let (h, l) = n.listen(dev)?;
                 (h, AnyListenComm::Mesh(l))
+            }
+            AnyNet::External(n) => {
+                let (h, l) = n.listen(dev)?;
+                (h, AnyListenComm::External(l))
             }
         })
     }
@@ -169,6 +187,16 @@ impl Net for AnyNet {
                 *state = inner.map(AnyConnecting::Mesh);
                 Ok(r?.map(AnySendComm::Mesh))
             }
+            AnyNet::External(n) => {
+                let mut inner = match state.take() {
+                    None => None,
+                    Some(AnyConnecting::External(c)) => Some(c),
+                    Some(_) => return Err(mixed("a connect state")),
+                };
+                let r = n.connect(dev, handle, &mut inner);
+                *state = inner.map(AnyConnecting::External);
+                Ok(r?.map(AnySendComm::External))
+            }
         }
     }
 
@@ -179,6 +207,9 @@ impl Net for AnyNet {
             }
             (AnyNet::Ib(n), AnyListenComm::Ib(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Ib)),
             (AnyNet::Mesh(n), AnyListenComm::Mesh(l)) => Ok(n.accept(l)?.map(AnyRecvComm::Mesh)),
+            (AnyNet::External(n), AnyListenComm::External(l)) => {
+                Ok(n.accept(l)?.map(AnyRecvComm::External))
+            }
             _ => Err(mixed("a listen comm")),
         }
     }
@@ -216,6 +247,14 @@ impl Net for AnyNet {
                 // SAFETY: see above.
                 unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::Mesh)
             }
+            (AnyNet::External(n), CommRef::Send(AnySendComm::External(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Send(c), data, size, kind) }.map(AnyMemHandle::External)
+            }
+            (AnyNet::External(n), CommRef::Recv(AnyRecvComm::External(c))) => {
+                // SAFETY: see above.
+                unsafe { n.reg_mr(CommRef::Recv(c), data, size, kind) }.map(AnyMemHandle::External)
+            }
             _ => Err(mixed("a comm")),
         }
     }
@@ -249,6 +288,13 @@ impl Net for AnyNet {
                 NetErrorKind::Unsupported,
                 format!("the {} backend does not register dma-bufs", n.name()),
             )),
+            (AnyNet::External(n), _) => Err(NetError::new(
+                NetErrorKind::Unsupported,
+                format!(
+                    "weft does not register dma-bufs through a loaded plugin ({})",
+                    n.name()
+                ),
+            )),
         }
     }
 
@@ -257,6 +303,7 @@ impl Net for AnyNet {
             (AnyNet::Socket(n), AnyMemHandle::Socket(m)) => n.dereg_mr(m),
             (AnyNet::Ib(n), AnyMemHandle::Ib(m)) => n.dereg_mr(m),
             (AnyNet::Mesh(n), AnyMemHandle::Mesh(m)) => n.dereg_mr(m),
+            (AnyNet::External(n), AnyMemHandle::External(m)) => n.dereg_mr(m),
             _ => Err(mixed("a registration")),
         }
     }
@@ -281,6 +328,10 @@ impl Net for AnyNet {
             (AnyNet::Mesh(n), AnySendComm::Mesh(c), AnyMemHandle::Mesh(m)) => {
                 // SAFETY: the caller's contract, passed on.
                 Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::Mesh))
+            }
+            (AnyNet::External(n), AnySendComm::External(c), AnyMemHandle::External(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                Ok(unsafe { n.isend(c, data, size, tag, m) }?.map(AnyRequest::External))
             }
             _ => Err(mixed("a send comm or registration")),
         }
@@ -307,6 +358,11 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::Mesh))
             }
+            (AnyNet::External(n), AnyRecvComm::External(c)) => {
+                let inner = external_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.irecv(c, &inner) }?.map(AnyRequest::External))
+            }
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -332,6 +388,11 @@ impl Net for AnyNet {
                 // SAFETY: the caller's contract, passed on (same buffers).
                 Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::Mesh))
             }
+            (AnyNet::External(n), AnyRecvComm::External(c)) => {
+                let inner = external_bufs(bufs)?;
+                // SAFETY: the caller's contract, passed on (same buffers).
+                Ok(unsafe { n.iflush(c, &inner) }?.map(AnyRequest::External))
+            }
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -341,6 +402,7 @@ impl Net for AnyNet {
             (AnyNet::Socket(n), AnyRequest::Socket(r)) => n.test(r),
             (AnyNet::Ib(n), AnyRequest::Ib(r)) => n.test(r),
             (AnyNet::Mesh(n), AnyRequest::Mesh(r)) => n.test(r),
+            (AnyNet::External(n), AnyRequest::External(r)) => n.test(r),
             _ => Err(mixed("a request")),
         }
     }
@@ -350,6 +412,7 @@ impl Net for AnyNet {
             (AnyNet::Socket(n), AnySendComm::Socket(c)) => n.close_send(c),
             (AnyNet::Ib(n), AnySendComm::Ib(c)) => n.close_send(c),
             (AnyNet::Mesh(n), AnySendComm::Mesh(c)) => n.close_send(c),
+            (AnyNet::External(n), AnySendComm::External(c)) => n.close_send(c),
             _ => Err(mixed("a send comm")),
         }
     }
@@ -359,6 +422,7 @@ impl Net for AnyNet {
             (AnyNet::Socket(n), AnyRecvComm::Socket(c)) => n.close_recv(c),
             (AnyNet::Ib(n), AnyRecvComm::Ib(c)) => n.close_recv(c),
             (AnyNet::Mesh(n), AnyRecvComm::Mesh(c)) => n.close_recv(c),
+            (AnyNet::External(n), AnyRecvComm::External(c)) => n.close_recv(c),
             _ => Err(mixed("a receive comm")),
         }
     }
@@ -368,6 +432,7 @@ impl Net for AnyNet {
             (AnyNet::Socket(n), AnyListenComm::Socket(c)) => n.close_listen(c),
             (AnyNet::Ib(n), AnyListenComm::Ib(c)) => n.close_listen(c),
             (AnyNet::Mesh(n), AnyListenComm::Mesh(c)) => n.close_listen(c),
+            (AnyNet::External(n), AnyListenComm::External(c)) => n.close_listen(c),
             _ => Err(mixed("a listen comm")),
         }
     }
@@ -411,6 +476,22 @@ fn mesh_bufs<'a>(
     bufs.iter()
         .map(|b| match b.mr {
             AnyMemHandle::Mesh(m) => Ok(RecvBuffer {
+                data: b.data,
+                size: b.size,
+                tag: b.tag,
+                mr: m,
+            }),
+            _ => Err(mixed("a registration")),
+        })
+        .collect()
+}
+
+fn external_bufs<'a>(
+    bufs: &[RecvBuffer<'a, AnyMemHandle>],
+) -> Result<Vec<RecvBuffer<'a, ExternalMemHandle>>, NetError> {
+    bufs.iter()
+        .map(|b| match b.mr {
+            AnyMemHandle::External(m) => Ok(RecvBuffer {
                 data: b.data,
                 size: b.size,
                 tag: b.tag,

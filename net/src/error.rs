@@ -38,6 +38,9 @@ pub enum NetErrorKind {
     Protocol,
     /// The comm was closed or already failed.
     Closed,
+    /// An external net plugin returned this failing `ncclResult_t` (`ncclInternalError`,
+    /// `ncclUnhandledCudaError`...), one that no kind above describes.
+    Plugin(i32),
 }
 
 /// A failed `Net` operation. Boxed inside so that `Result<_, NetError>` stays one word on

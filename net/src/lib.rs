@@ -5,6 +5,10 @@
 //! - [`socket`]: TCP sockets (NCCL's `net_socket.cc` counterpart).
 //! - [`ib`]: verbs (InfiniBand, RoCE), NCCL's `net_ib.cc` counterpart.
 //! - [`mesh`]: verbs over a multi-subnet mesh: a multi-address handle, the NIC chosen by subnet.
+//! - [`external`]: [`external::ExternalNet`], an NCCL net plugin (ncclNet v8..v11) loaded
+//!   with `NCCL_NET_PLUGIN`, as NCCL loads one.
+//! - [`nccl_abi`]: NCCL's net plugin ABI (the tables v8..v11), shared by weft's own plugin
+//!   and [`external`].
 //! - [`any`]: [`any::AnyNet`], whichever backend was chosen at run time.
 //! - [`error`]: [`NetError`], what failed, with which peer, and what to try.
 //!
@@ -36,8 +40,10 @@
 
 pub mod any;
 pub mod error;
+pub mod external;
 pub mod ib;
 pub mod mesh;
+pub mod nccl_abi;
 pub mod socket;
 
 pub use error::{NetError, NetErrorKind};

@@ -7,7 +7,8 @@
 //!
 //! Layers, in the order a call goes through them:
 //! - [`abi`]: NCCL's structs and function tables per version, `#[repr(C)]` with asserted
-//!   layouts.
+//!   layouts (weft-net's [`weft_net::nccl_abi`], shared with weft's loader of external
+//!   plugins).
 //! - [`entry`]: the `extern "C"` functions and the exported tables; each body inside
 //!   [`boundary!`] (panics become `ncclInternalError`, never unwind into NCCL).
 //! - [`adapter`]: any `Net` backend behind `void*` objects (tagged boxes), connect state
@@ -18,7 +19,7 @@
 //! Host memory only: properties say `ptrSupport = NCCL_PTR_HOST`, so NCCL stages GPU data
 //! through host buffers; a CUDA registration is refused with a message saying so.
 
-pub mod abi;
+pub use weft_net::nccl_abi as abi;
 pub mod adapter;
 pub mod backend;
 pub mod boundary;

@@ -22,6 +22,7 @@ use crate::conn::{
 };
 use crate::exec::{ExecChannel, ExecError, Executor, RingConns, Tuning};
 use crate::net::any::AnyNet;
+use crate::net::external;
 use crate::net::ib::{IbConfig, IbNet};
 use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
@@ -275,8 +276,13 @@ fn host_tuning(
     Ok(tuning)
 }
 
-/// The NET backend `opts` chooses: verbs (`WEFT_TRANSPORT=ib`), the multi-subnet mesh
-/// (`mesh`), else sockets on its interfaces. Host and GPU communicators alike.
+/// The names of weft's own networks, which `NCCL_NET` may select instead of a plugin.
+const OWN_NETS: [&str; 3] = ["IB", "Socket", "Mesh"];
+
+/// The NET backend `opts` chooses, for host and GPU communicators alike: verbs
+/// (`WEFT_TRANSPORT=ib`) or the multi-subnet mesh (`mesh`) when forced; else an NCCL net
+/// plugin when `NCCL_NET_PLUGIN` (or NCCL's default `libnccl-net.so`) gives one that
+/// initialises, unless `NCCL_NET` names another network; else sockets on its interfaces.
 pub(crate) fn open_net(opts: &CommOptions) -> Result<AnyNet, String> {
     let settings = &opts.settings.net;
     Ok(match opts.transport {
@@ -286,19 +292,30 @@ pub(crate) fn open_net(opts: &CommOptions) -> Result<AnyNet, String> {
         TransportChoice::Mesh => {
             AnyNet::Mesh(MeshNet::from_settings(settings).map_err(|e| e.to_string())?)
         }
-        _ => {
-            let mut config =
-                SocketConfig::from_settings(&settings.socket).map_err(|e| e.to_string())?;
-            if opts.socket_ifname.is_some() {
-                config.ifname = opts.socket_ifname.clone();
+        _ => match external::open_requested(
+            settings.nccl_net_plugin.as_deref(),
+            settings.nccl_net.as_deref(),
+            &OWN_NETS,
+        )
+        .map_err(|e| e.to_string())?
+        {
+            Some(plugin) => AnyNet::External(plugin),
+            None => {
+                let mut config =
+                    SocketConfig::from_settings(&settings.socket).map_err(|e| e.to_string())?;
+                if opts.socket_ifname.is_some() {
+                    config.ifname = opts.socket_ifname.clone();
+                }
+                AnyNet::Socket(SocketNet::new(config).map_err(|e| e.to_string())?)
             }
-            AnyNet::Socket(SocketNet::new(config).map_err(|e| e.to_string())?)
-        }
+        },
     })
 }
 
 /// The transports connections are built over: SHM (with an LL buffer per step of
-/// `ll_lines` lines), and NET, made on first use from the options' backend.
+/// `ll_lines` lines), and NET, made on first use from the options' backend: verbs or the
+/// mesh when forced, else an NCCL net plugin when `NCCL_NET_PLUGIN` (or NCCL's default
+/// `libnccl-net.so`) gives one that initialises, else sockets.
 fn build_transports(
     opts: &CommOptions,
     layout: FifoLayout,

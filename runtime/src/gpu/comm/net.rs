@@ -116,8 +116,8 @@ impl NetEnds {
             })
             .map_err(|e| {
                 GpuError::InvalidArgument(format!(
-                    "the NET backend for connections to other hosts: {e} (WEFT_TRANSPORT chooses \
-                 it, NCCL_SOCKET_IFNAME the interfaces)"
+                    "the NET backend for connections to other hosts: {e} (WEFT_TRANSPORT, \
+                 NCCL_NET_PLUGIN and NCCL_NET choose it, NCCL_SOCKET_IFNAME the interfaces)"
                 ))
             });
         let failure = FirstFailure::default();

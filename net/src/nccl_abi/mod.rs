@@ -3,7 +3,9 @@
 //! offsets on x86-64 are asserted at compile time, so a field added in the wrong place fails
 //! the build instead of corrupting NCCL's memory.
 //!
-//! Nothing here has behaviour: [`crate::entry`] fills these tables with functions.
+//! Nothing here has behaviour. Both sides of the ABI use these declarations: weft's own
+//! plugin (`libnccl-net-weft.so`, crate weft-nccl-net) fills the tables with its functions,
+//! and [`crate::external`] calls the tables of a plugin it loaded.
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
@@ -24,6 +26,22 @@ pub const NCCL_INTERNAL_ERROR: NcclResult = 3;
 pub const NCCL_INVALID_USAGE: NcclResult = 5;
 /// `ncclRemoteError`: the peer went away or never answered.
 pub const NCCL_REMOTE_ERROR: NcclResult = 6;
+
+/// NCCL's name for a result code (`ncclSystemError`...), as NCCL's messages print them;
+/// a code NCCL does not define is `unknown ncclResult_t`.
+pub fn result_name(code: NcclResult) -> &'static str {
+    match code {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "unknown ncclResult_t",
+    }
+}
 
 /// Bytes NCCL reserves for a listen handle (`NCCL_NET_HANDLE_MAXSIZE`).
 pub const NCCL_NET_HANDLE_MAXSIZE: usize = 128;
