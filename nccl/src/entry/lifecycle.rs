@@ -445,6 +445,9 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: NcclComm, rank: *mut c_int) -> N
 
 /// `NCCL_SHRINK_ABORT`: stop what runs on the parent first.
 pub const SHRINK_ABORT: c_int = 0x01;
+/// How long a shrink's parent gets to stop its kernels (they leave every wait at their next
+/// look at the abort flag).
+const SHRINK_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Removes `exclude` from a communicator of `nranks`, as seen by rank `me`: the survivors
 /// in parent-rank order (their new ranks are their positions) and `me`'s new rank. Refused:
@@ -482,8 +485,9 @@ pub fn shrink_plan(
 /// NCCL 2.27's shrink: the ranks not in `excludeRanksList` (every one of them calls it; the
 /// excluded ones do not, and may be dead) get a new communicator of their own, ranked in
 /// parent order. With `NCCL_SHRINK_ABORT` the parent's kernels are stopped first (its calls
-/// in flight end with an error), as after a failure; with `NCCL_SHRINK_DEFAULT` the parent
-/// must have nothing in flight. The survivors agree through the parent's bootstrap (the
+/// in flight end early) and its abort flag lowered again, as NCCL does, so the parent does
+/// not report an error of its own; with `NCCL_SHRINK_DEFAULT` the parent must have nothing
+/// in flight. The survivors agree through the parent's bootstrap (the
 /// first survivor starts the new root and sends its id to the others only), then the new
 /// communicator is set up from scratch, as a split's is: no resource of the parent's is
 /// reused. The parent stays valid (destroy or abort it as usual). A NULL `config` inherits
@@ -535,9 +539,10 @@ pub unsafe extern "C" fn ncclCommShrink(
             unsafe { config::read(config) }?
         };
         if shrink_flags & SHRINK_ABORT != 0 {
-            // The kernels stop and later calls on the parent fail; its bootstrap stays up
-            // for the survivors' agreement below.
-            parent.abort("ncclCommShrink with NCCL_SHRINK_ABORT");
+            // As NCCL: the parent's kernels stop (abort flag up), then the flag goes down
+            // again, so the parent reports no error of its own (PyTorch's watchdog polls
+            // it) and its bootstrap serves the survivors' agreement below.
+            parent.with_gpu(|gpu| Ok(gpu.stop_in_flight(SHRINK_DRAIN)?))?;
         }
         let leader = survivors[0];
         let id = parent.with_gpu(|gpu| {

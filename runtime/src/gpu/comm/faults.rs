@@ -115,6 +115,19 @@ impl Faults {
         }
     }
 
+    /// Clears the page after every kernel has stopped (NCCL's `setCommAbortFlags(comm, 0)`
+    /// once a shrink's abort has ended what ran): the flag down, no fault records, no
+    /// failure kept.
+    pub(super) fn clear(&mut self) {
+        for word in
+            (FAULTS_OFFSET / 4)..(FAULTS_OFFSET + FAULT_RECORDS * size_of::<KernelFault>()) / 4
+        {
+            self.status.write_u32(word, 0);
+        }
+        self.status.write_u32(0, 0);
+        self.failed = None;
+    }
+
     fn flag_raised(&self) -> bool {
         self.status.read_u32(0).unwrap_or(0) != 0
     }

@@ -252,6 +252,33 @@ impl GpuComm {
 
     /// Makes every kernel of this communicator return at its next look at the flag, and
     /// every later call fail (NCCL's `ncclCommAbort`, without the teardown).
+    /// Ends what runs on this communicator and leaves it as it was, as NCCL's
+    /// `NCCL_SHRINK_ABORT` does to a shrink's parent: nothing when its last launch has
+    /// finished; else the abort flag goes up, the kernels leave their waits (within
+    /// `drain`), and the flag and the fault records are cleared. Calls that were cut short
+    /// leave the ranks' FIFOs out of step: such a communicator is for destroying, not for
+    /// more collectives. An error when the kernels did not stop within `drain`.
+    pub fn stop_in_flight(&mut self, drain: std::time::Duration) -> Result<(), GpuError> {
+        if self.order.idle()? {
+            return Ok(());
+        }
+        self.faults.handle().raise();
+        let deadline = std::time::Instant::now() + drain;
+        while !self.order.idle()? {
+            if std::time::Instant::now() >= deadline {
+                return Err(GpuError::Aborted(format!(
+                    "rank {}: the communicator's kernels did not stop within {:.1} s of the \
+                     abort flag",
+                    self.rank,
+                    drain.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        self.faults.clear();
+        Ok(())
+    }
+
     pub fn abort(&mut self, why: &str) {
         self.faults.abort(why);
         if let Some(net) = self.windows.net() {

@@ -117,4 +117,14 @@ impl StreamOrder {
         }
         Ok(())
     }
+
+    /// Whether the last eager launch has finished (true when there was none). A launch
+    /// whose end could not be marked counts as running.
+    pub(super) fn idle(&self) -> Result<bool, GpuError> {
+        match (&self.event, self.last) {
+            (_, None) => Ok(true),
+            (Some(event), Some(last)) if last.recorded => Ok(event.is_done()?),
+            _ => Ok(false),
+        }
+    }
 }
