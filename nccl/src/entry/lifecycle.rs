@@ -12,6 +12,7 @@ use super::{NcclComm, NcclUniqueId, index, non_null};
 use crate::boundary::run;
 use crate::comm::{self, Comm, CommState};
 use crate::config::{self, NcclConfig};
+use crate::debug;
 use crate::issue;
 use crate::result::{ApiError, NcclResult};
 
@@ -128,12 +129,22 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
 ) -> NcclResult {
     call("ncclCommInitRankScalable", || {
         non_null(comm_ids, "commIds")?;
-        if n_id != 1 {
-            return Err(ApiError::unsupported(&format!(
-                "nId {n_id} (several bootstrap roots)"
+        if n_id < 1 {
+            return Err(ApiError::invalid_argument(format!(
+                "nId {n_id}: need at least one id in commIds"
             )));
         }
-        // SAFETY: one id, checked non-null, by the caller's promise.
+        // NCCL spreads the ranks' check-ins over nId roots, to spare one root thousands
+        // of connections; every rank passes the same ids. weft's root serves any number of
+        // ranks, so every rank meets at the first; the other roots go unused and stop on
+        // their own (bootstrap::root: an id nobody used is not an error).
+        if n_id > 1 {
+            debug::info(
+                0,
+                &format!("ncclCommInitRankScalable: {n_id} ids, every rank meets at the first"),
+            );
+        }
+        // SAFETY: at least one id, checked non-null, by the caller's promise.
         let id = unsafe { &*comm_ids };
         // SAFETY: the caller's promise for the other pointers.
         unsafe { init_rank(newcomm, nranks, id, myrank, config) }

@@ -281,8 +281,14 @@ impl BootstrapRoot {
                 wake_accept_loop(addr);
                 // Not joined (see AcceptGuard): a failed wake-up must not hang the root.
                 drop(accept);
-                if let Err(e) = &result {
-                    log::warn!("{e}");
+                match &result {
+                    // An id nobody used (one of ncclCommInitRankScalable's extra roots, or
+                    // an id a program made and dropped): nobody waits on this root.
+                    Err(e @ BootstrapError::MissingRanks { missing, .. }) if missing.is_empty() => {
+                        log::info!("{e}");
+                    }
+                    Err(e) => log::warn!("{e}"),
+                    Ok(()) => {}
                 }
                 result
             })
