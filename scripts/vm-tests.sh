@@ -15,6 +15,8 @@ tests=(
     "pingpong|2|300|sh tests/vm/pingpong.sh"
     "ib-pair|2|400|sh tests/vm/ib-pair.sh"
     "ib-flush|2|400|WEFT_IB_FORCE_FLUSH=1 sh tests/vm/ib-pair.sh"
+    "staged-ib|2|400|sh tests/vm/staged-pair.sh"
+    "staged-mesh|2|400|STAGED_BACKEND=mesh sh tests/vm/staged-pair.sh"
     "plugin-ib|2|400|HARNESS_BACKEND=ib sh tests/vm/plugin-harness.sh"
     "plugin-mesh|2|400|HARNESS_BACKEND=mesh sh tests/vm/plugin-harness.sh"
     "plugin-ib-links|3|500|HARNESS_BACKEND=ib sh tests/vm/plugin-links.sh"
@@ -35,6 +37,7 @@ tests=(
 
 echo "== building what the VMs run"
 cargo build -p weft-net --example ib_pair --example ib_faults
+cargo build -p weft-runtime --example staged_pair
 cargo build -p weft-cli --bin weft
 cargo build -p weft-nccl-net
 cp -f "$target_dir/debug/libnccl_net_weft.so" "$target_dir/debug/libnccl-net-weft.so"

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use super::link::{Failure, NET_TAG, Progress, close_listen, describe, poll_accept, poll_connect};
 use crate::conn::ConnId;
-use crate::net::{CommRef, Net, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
+use crate::net::{CommRef, Net, NetError, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
 
 /// Offsets in a staging area.
 pub mod layout {
@@ -250,17 +250,10 @@ struct StepInFlight<R> {
 }
 
 /// Tests `piece` once; whether it is done now.
-fn test_piece<N: Net>(
-    net: &N,
-    conn: ConnId,
-    what: &str,
-    piece: &mut Piece<N::Request>,
-) -> Result<bool, Failure> {
+fn test_piece<N: Net>(net: &N, piece: &mut Piece<N::Request>) -> Result<bool, NetError> {
     if let Piece::Posted(request) = piece {
-        match net.test(request) {
-            Ok(Some(done)) => *piece = Piece::Done(done.sizes().first().copied().unwrap_or(0)),
-            Ok(None) => {}
-            Err(e) => return Err(describe(conn, what, &e)),
+        if let Some(done) = net.test(request)? {
+            *piece = Piece::Done(done.sizes().first().copied().unwrap_or(0));
         }
     }
     Ok(piece.done().is_some())
@@ -376,8 +369,9 @@ impl<N: Net> StagedSendLink<N> {
                 let mut busy = false;
                 // Complete in order: slots go back to the kernel oldest first.
                 while let Some(front) = inflight.front_mut() {
-                    let header = test_piece(net, conn, "send", &mut front.header)?;
-                    let data = test_piece(net, conn, "send", &mut front.data)?;
+                    let send_failed = |e: NetError| describe(conn, "send", &e);
+                    let header = test_piece(net, &mut front.header).map_err(send_failed)?;
+                    let data = test_piece(net, &mut front.data).map_err(send_failed)?;
                     if !(header && data) {
                         break;
                     }
@@ -650,8 +644,21 @@ impl<N: Net> StagedRecvLink<N> {
                 }
                 // Publish completed steps in order.
                 while let Some(front) = inflight.front_mut() {
-                    let header = test_piece(net, conn, "receive", &mut front.header)?;
-                    let data = header && test_piece(net, conn, "receive", &mut front.data)?;
+                    let tested = test_piece(net, &mut front.header)
+                        .and_then(|header| Ok(header && test_piece(net, &mut front.data)?));
+                    let data = match tested {
+                        Ok(data) => data,
+                        // The sender closed its end: the normal end of a communicator whose
+                        // other side was destroyed first (the receives lent ahead will never
+                        // fill). A kernel that still waits for a step gives up at its
+                        // deadline, naming the peer.
+                        Err(e) if e.kind() == NetErrorKind::PeerClosed => {
+                            log::debug!("{conn}: the sender closed its end: {e}");
+                            self.shut(net);
+                            return Ok(Progress::Finished);
+                        }
+                        Err(e) => return Err(describe(conn, "receive", &e)),
+                    };
                     if !data {
                         break;
                     }
