@@ -123,6 +123,17 @@ impl NetEnds {
         let failure = FirstFailure::default();
         let mut ends = BTreeMap::new();
         let mut records = Vec::with_capacity(incoming.len() * RECORD_BYTES);
+        // Each rank's blob: its backend's name (empty where it could not open one), then a
+        // record per connection it receives on.
+        let name = net
+            .as_ref()
+            .map_or(String::new(), |n| n.backend().to_string());
+        let name_bytes = name
+            .as_bytes()
+            .get(..name.len().min(255))
+            .unwrap_or_default();
+        records.push(name_bytes.len() as u8);
+        records.extend_from_slice(name_bytes);
         let opened = net.and_then(|net| {
             for &edge in &incoming {
                 let end = NetEnd::alloc(ctx, layout, &failure, &abort)?;
@@ -136,12 +147,16 @@ impl NetEnds {
             }
             Ok(net)
         });
-        // A rank that failed still joins the exchange (with an empty record), so that the
-        // others fail at their first connect deadline instead of in the bootstrap.
+        // A rank that failed still joins the exchange (naming no backend), so that the
+        // others fail here, naming it, instead of at their connect deadline.
         let shared = bootstrap.all_gather(&records)?;
         let net = opened?;
+        let theirs_by_rank = listeners(&shared, name_bytes)?;
         for &edge in &outgoing {
-            let theirs = shared.get(edge.to as usize).map_or(&[][..], Vec::as_slice);
+            let theirs = theirs_by_rank
+                .get(edge.to as usize)
+                .copied()
+                .unwrap_or_default();
             let handle = theirs
                 .chunks_exact(RECORD_BYTES)
                 .find(|rec| {
@@ -270,6 +285,34 @@ impl NetEnd {
     }
 }
 
+/// Every rank's listener records from the all-gathered blobs (its backend's name, then
+/// the records), checking that every rank opened the backend this rank did (`mine`).
+fn listeners<'a>(shared: &'a [Vec<u8>], mine: &[u8]) -> Result<Vec<&'a [u8]>, GpuError> {
+    let mut out = Vec::with_capacity(shared.len());
+    for (q, blob) in shared.iter().enumerate() {
+        let len = usize::from(blob.first().copied().unwrap_or(0));
+        let theirs = blob.get(1..1 + len).unwrap_or_default();
+        if theirs.is_empty() {
+            return Err(GpuError::Unreachable {
+                peer: q,
+                detail: "it could not open a NET backend for the ranks of other hosts (its \
+                         own error says why)"
+                    .to_string(),
+            });
+        }
+        if theirs != mine {
+            return Err(GpuError::InvalidArgument(format!(
+                "rank {q} joins other hosts over NET backend {}, this rank over {}: set \
+                 WEFT_TRANSPORT, NCCL_NET_PLUGIN and NCCL_NET alike on every host",
+                String::from_utf8_lossy(theirs),
+                String::from_utf8_lossy(mine)
+            )));
+        }
+        out.push(blob.get(1 + len..).unwrap_or_default());
+    }
+    Ok(out)
+}
+
 fn conn_id(edge: Edge, rank: u32, dir: Direction) -> ConnId {
     ConnId {
         transport: NET_NAME,
@@ -288,5 +331,37 @@ fn unreachable(peer: u32, e: impl std::fmt::Display) -> GpuError {
     GpuError::Unreachable {
         peer: peer as usize,
         detail: format!("NET: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn blob(name: &str, records: &[u8]) -> Vec<u8> {
+        let mut out = vec![name.len() as u8];
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(records);
+        out
+    }
+
+    #[test]
+    fn ranks_must_open_the_same_backend() {
+        let ok = [blob("Socket", &[1, 2]), blob("Socket", &[])];
+        assert_eq!(listeners(&ok, b"Socket").unwrap(), [&[1u8, 2][..], &[][..]]);
+        let other = [blob("Socket", &[]), blob("IB", &[])];
+        let e = listeners(&other, b"Socket").unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1 joins other hosts over NET backend IB"),
+            "{e}"
+        );
+        let failed = [blob("Socket", &[]), blob("", &[])];
+        let e = listeners(&failed, b"Socket").unwrap_err();
+        assert_eq!(e.culprit(), Some(1));
+        assert!(
+            e.to_string().contains("could not open a NET backend"),
+            "{e}"
+        );
+        assert!(listeners(&[Vec::new()], b"Socket").is_err());
     }
 }
