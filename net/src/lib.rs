@@ -284,7 +284,9 @@ pub trait Net: Send + Sync {
         .hint("its ptrSupport lacks NCCL_PTR_DMABUF: register host memory (regMr) instead"))
     }
 
-    /// Releases a registration. No request using it may still be in flight.
+    /// Releases a registration. No request using it may still be in flight, and the comm it
+    /// was registered with must still be open (NCCL's order: a plugin's `deregMr` may use
+    /// the comm; `ExternalNet` relies on it).
     fn dereg_mr(&self, mr: Self::MemHandle) -> Result<(), NetError>;
 
     /// Posts a send of `size` bytes at `data` with `tag`. `Ok(None)` means "cannot post

@@ -1,7 +1,8 @@
 //! The GPU path's NET connections (staged FIFOs, `proxy::staged`) between two hosts over a
-//! chosen backend, with CPU threads playing both kernels and checking every byte, size and
-//! tag. Run by `tests/vm/staged-pair.sh` in two Soft-RoCE VMs (verbs and the mesh: the
-//! backends CI cannot reach on loopback); the listen handles travel through a shared folder.
+//! chosen backend, with CPU threads playing both kernels and checking every byte and tag
+//! (the receiving proxy checks each step's size). Run by `tests/vm/staged-pair.sh` in two
+//! Soft-RoCE VMs (verbs and the mesh: the backends CI cannot reach on loopback); the listen
+//! handles travel through a shared folder.
 //!
 //! ```sh
 //! staged_pair recv DIR [ib|mesh|socket]   # listens, writes DIR/staged-handle-<c>, receives
@@ -123,7 +124,7 @@ fn run<N: Net + 'static>(net: N, role: &str, dir: &Path) -> Result<(), String> {
         return Err(cause);
     }
     println!(
-        "staged_pair {role}: {CHANNELS} connections x {COUNT} steps, every byte, size and tag \
+        "staged_pair {role}: {CHANNELS} connections x {COUNT} steps, every byte and tag \
          checked, {:.1} s",
         started.elapsed().as_secs_f64()
     );

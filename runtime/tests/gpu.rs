@@ -177,6 +177,13 @@ fn run_ranks_with<T: Send + 'static>(
                 let comm =
                     GpuComm::init(&id, rank, nranks, rank % gpus().unwrap_or(1).max(1), &opts)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+                // Ranks standing for several hosts must really be joined over NET.
+                if settings.hosts.is_some_and(|h| h > 1) {
+                    assert!(
+                        comm.network().is_some(),
+                        "rank {rank}: no NET connection to the other hosts"
+                    );
+                }
                 // Read mode asked for must be what runs (SHM windows have no read mode).
                 if settings.p2p_read == Some(true) && comm.transport_name() != "SHM" {
                     assert!(comm.p2p_read(), "rank {rank}: read mode is off");

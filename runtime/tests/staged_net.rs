@@ -1,7 +1,7 @@
 //! Staged NET connections (the GPU path's NET transport) over SocketNet on loopback, with
 //! CPU threads playing the sending and receiving kernels on the staging areas exactly as
 //! the kernels do (size and tag, then the tail's release; the head's release once read):
-//! every byte, size and tag checked over many wraps of the FIFO; a peer that goes away
+//! every byte and tag checked over many wraps of the FIFO; a peer that goes away
 //! reaches the other side's failure hook with an error naming it.
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 # The GPU path's NET connections (staged FIFOs, runtime/examples/staged_pair.rs) between VMs
 # a and b, CPU threads playing both kernels: 2 connections x 100 steps of up to 128 KiB,
-# every byte, size and tag checked, the sender's close taken as the normal end. Over the
+# every byte and tag checked, the sender's close taken as the normal end. Over the
 # verbs backend on rxe0, or the mesh backend (STAGED_BACKEND=mesh).
 # Built by scripts/vm-tests.sh (or: cargo build -p weft-runtime --example staged_pair).
 # scripts/rdma-vms.sh --vms 2 -- sh tests/vm/staged-pair.sh

@@ -301,12 +301,14 @@ impl<N: Net> SendLink<N> {
             comm, mr, inflight, ..
         } = std::mem::replace(&mut self.state, SendState::Closed)
         {
-            if let Err(e) = net.close_send(comm) {
-                log::warn!("{}: closing the NET send comm: {e}", self.conn);
-            }
+            // NCCL's order (its proxy's free): the registration goes while its comm is
+            // still open (a plugin's deregMr may use the comm), then the comm.
             drop(inflight);
             if let Err(e) = net.dereg_mr(mr) {
                 log::warn!("{}: deregistering the FIFO: {e}", self.conn);
+            }
+            if let Err(e) = net.close_send(comm) {
+                log::warn!("{}: closing the NET send comm: {e}", self.conn);
             }
         }
         self.drain.close();
@@ -509,12 +511,14 @@ impl<N: Net> RecvLink<N> {
             RecvState::Ready {
                 comm, mr, inflight, ..
             } => {
-                if let Err(e) = net.close_recv(comm) {
-                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
-                }
+                // NCCL's order (its proxy's free): the registration goes while its comm is
+                // still open (a plugin's deregMr may use the comm), then the comm.
                 drop(inflight);
                 if let Err(e) = net.dereg_mr(mr) {
                     log::warn!("{}: deregistering the FIFO: {e}", self.conn);
+                }
+                if let Err(e) = net.close_recv(comm) {
+                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
                 }
             }
             RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),

@@ -8,7 +8,8 @@
 //! Idle policy: after a pass that moved nothing the thread spins briefly, then yields, then
 //! sleeps [`IDLE_SLEEP`] between passes (or until a new link arrives), so that ranks
 //! oversubscribing a few cores are not starved by their own proxies; after [`LONG_IDLE`]
-//! without progress it sleeps [`LONG_IDLE_SLEEP`].
+//! without progress it sleeps [`LONG_IDLE_SLEEP`]. [`NetProxy::wake`] (a GPU launch that
+//! will use staged FIFOs) starts the policy over, as progress does.
 //!
 //! Failures: a network error, a connect or accept deadline, or a protocol violation fails
 //! that link: the cause (naming the peer rank and address) is recorded in the FIFO and the
@@ -57,6 +58,8 @@ struct Shared<N: Net> {
     linger: Duration,
     /// Links alive on the thread (incoming included), for `wait_idle`.
     live: std::sync::atomic::AtomicUsize,
+    /// Set by `wake`: work is coming (a kernel was launched), poll eagerly again.
+    woken: AtomicBool,
 }
 
 /// A proxy thread progressing NET links (see the module documentation).
@@ -87,6 +90,7 @@ impl<N: Net + 'static> NetProxy<N> {
             stopping: AtomicBool::new(false),
             linger,
             live: std::sync::atomic::AtomicUsize::new(0),
+            woken: AtomicBool::new(false),
         });
         let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -118,6 +122,16 @@ impl<N: Net + 'static> NetProxy<N> {
             std::thread::sleep(Duration::from_micros(200));
         }
         true
+    }
+
+    /// Work is coming that no link can see yet (a GPU kernel was enqueued that will post
+    /// to staged FIFOs): the thread leaves its long idle sleep and polls eagerly again, as
+    /// after any progress, so the kernel's first step does not wait for a sleep to end.
+    pub fn wake(&self) {
+        self.shared.woken.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
     }
 
     /// Hands a link to the thread. If the proxy has already stopped (abort), the link is
@@ -207,6 +221,10 @@ fn run<N: Net>(shared: &Shared<N>) {
             return;
         }
         take_incoming(shared, &mut links);
+        if shared.woken.swap(false, Ordering::AcqRel) {
+            idle_passes = 0;
+            idle_since = None;
+        }
         if shared.stopping.load(Ordering::Acquire) {
             let deadline = *stop_deadline.get_or_insert_with(|| Instant::now() + shared.linger);
             if links.is_empty() {

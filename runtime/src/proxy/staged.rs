@@ -141,12 +141,12 @@ impl Staging {
         on_failure: FailureHook,
     ) -> Result<Staging, String> {
         let words = layout::bytes(steps, step_bytes).div_ceil(8) + layout::FIFO / 8;
-        let mut memory: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        let raw = memory.as_mut_ptr().cast::<u8>();
+        let memory = HeapArea::zeroed(words);
+        let raw = memory.0.cast::<u8>();
         let base = raw.wrapping_add(raw.align_offset(layout::FIFO));
         let len = words * 8 - (base as usize - raw as usize);
         // SAFETY: `base..base + len` lies inside `memory`'s allocation, which the area keeps
-        // (a boxed slice does not move when the box does).
+        // and which is only ever reached through raw pointers.
         unsafe { Staging::new(base, len, Box::new(memory), steps, step_bytes, on_failure) }
     }
 
@@ -155,10 +155,12 @@ impl Staging {
         self.base
     }
 
+    /// Slots in the FIFO.
     pub fn steps(&self) -> usize {
         self.steps
     }
 
+    /// Bytes per slot.
     pub fn step_bytes(&self) -> usize {
         self.step_bytes
     }
@@ -223,6 +225,29 @@ impl Staging {
 
     fn fail(&self, cause: &str) {
         (self.on_failure)(cause);
+    }
+}
+
+/// Zeroed words on the heap, owned through a raw pointer (not a `Box`, whose moves would
+/// assert unique access while the area's pointers into it are in use).
+struct HeapArea(*mut [AtomicU64]);
+
+// SAFETY: the words are atomics; the area is freed once, by `Drop`.
+unsafe impl Send for HeapArea {}
+// SAFETY: as above.
+unsafe impl Sync for HeapArea {}
+
+impl HeapArea {
+    fn zeroed(words: usize) -> HeapArea {
+        let memory: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        HeapArea(Box::into_raw(memory))
+    }
+}
+
+impl Drop for HeapArea {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::into_raw` in `zeroed`, freed only here.
+        drop(unsafe { Box::from_raw(self.0) });
     }
 }
 
@@ -381,6 +406,10 @@ impl<N: Net> StagedSendLink<N> {
                     staging.head().store(*freed, Ordering::Release);
                     busy = true;
                 }
+                // Read before the tail: a close seen here comes after the kernel's last
+                // post, which the tail below then shows (the owner closes once its kernels
+                // are done).
+                let closing = staging.is_closed();
                 // Take what the kernel posted, up to a ring ahead.
                 // Acquire: pairs with the kernel's release of the tail (sizes, tags, bytes).
                 let tail = staging.tail().load(Ordering::Acquire);
@@ -448,7 +477,7 @@ impl<N: Net> StagedSendLink<N> {
                         }
                     }
                 }
-                if inflight.is_empty() && staging.is_closed() {
+                if inflight.is_empty() && closing {
                     self.shut(net);
                     return Ok(Progress::Finished);
                 }
@@ -469,12 +498,14 @@ impl<N: Net> StagedSendLink<N> {
             comm, mr, inflight, ..
         } = std::mem::replace(&mut self.state, SendState::Closed)
         {
-            if let Err(e) = net.close_send(comm) {
-                log::warn!("{}: closing the NET send comm: {e}", self.conn);
-            }
+            // NCCL's order (its proxy's free): the registration goes while its comm is
+            // still open (a plugin's deregMr may use the comm), then the comm.
             drop(inflight);
             if let Err(e) = net.dereg_mr(mr) {
                 log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
+            }
+            if let Err(e) = net.close_send(comm) {
+                log::warn!("{}: closing the NET send comm: {e}", self.conn);
             }
         }
     }
@@ -713,12 +744,14 @@ impl<N: Net> StagedRecvLink<N> {
             RecvState::Ready {
                 comm, mr, inflight, ..
             } => {
-                if let Err(e) = net.close_recv(comm) {
-                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
-                }
+                // NCCL's order (its proxy's free): the registration goes while its comm is
+                // still open (a plugin's deregMr may use the comm), then the comm.
                 drop(inflight);
                 if let Err(e) = net.dereg_mr(mr) {
                     log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
+                }
+                if let Err(e) = net.close_recv(comm) {
+                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
                 }
             }
             RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),

@@ -122,6 +122,11 @@ impl<N: Net + 'static> StagedNet<N> {
         Ok(())
     }
 
+    /// A kernel that uses these connections was enqueued: the proxy polls eagerly again.
+    pub fn wake(&self) {
+        self.proxy.wake();
+    }
+
     /// Waits up to `timeout` for every link to finish (after their areas were closed).
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         self.proxy.wait_idle(timeout)

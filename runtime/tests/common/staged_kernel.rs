@@ -2,9 +2,9 @@
 //! drive a connection end (`proxy::staged`): the sender writes a step's bytes into its slot,
 //! the size and the tag, then releases the tail; the receiver acquires the tail, reads the
 //! step and releases the head. Message `i` of stream `seed` is `random::message`, so the
-//! receiver checks every byte, the size and the tag. Included by path from
-//! `tests/staged_net.rs` and `examples/staged_pair.rs` (the Soft-RoCE VMs' test), next to
-//! `random.rs`.
+//! receiver checks every byte and the tag (the receiving proxy checks each step's size
+//! against its header). Included by path from `tests/staged_net.rs` and
+//! `examples/staged_pair.rs` (the Soft-RoCE VMs' test), next to `random.rs`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -2,8 +2,10 @@
 //! over this host's topology (`crate::comm::channels`, the same rings `weft topo` prints),
 //! decided by rank 0 for all; where the search cannot run (no topology, ranks sharing a
 //! GPU, ranks on several hosts), [`DEFAULT_CHANNELS`] plain rings ([`NET_DEFAULT_CHANNELS`]
-//! over several hosts), as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow. Then the program's own bounds (ncclConfig_t's `minCTAs` /
-//! `maxCTAs`), and rank 0's count wherever environments differ.
+//! over several hosts), as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow. Then
+//! the program's own bounds (ncclConfig_t's `minCTAs` / `maxCTAs`), and rank 0's count
+//! wherever environments differ. Over several hosts every ring visits each host's ranks
+//! together ([`host_order`]).
 
 use weft_core::abi::MAX_CHANNELS;
 use weft_core::wire::bootstrap::bus_id_from_str;
@@ -114,9 +116,7 @@ fn agreed_rings(
             let bound = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
             let max = bound(settings.topology.max_nchannels).unwrap_or(MAX_CHANNELS);
             let min = bound(settings.topology.min_nchannels).unwrap_or(1);
-            let hosts = peers.iter().map(|p| p.host_hash);
-            let several_hosts = hosts.clone().min() != hosts.max();
-            let default = if several_hosts {
+            let default = if several_hosts(peers) {
                 NET_DEFAULT_CHANNELS
             } else {
                 DEFAULT_CHANNELS
@@ -139,8 +139,15 @@ fn agreed_rings(
             for line in plan.lines() {
                 log::info!("{line}");
             }
+            // Over several hosts the plan's rings are plain ones in rank order (the search
+            // is per host): visit each host's ranks together instead.
+            let rings = if several_hosts(peers) {
+                plan.rings.iter().map(|_| host_order(peers)).collect()
+            } else {
+                plan.rings
+            };
             Ok((
-                plan.rings,
+                rings,
                 plan.p2p_blocked,
                 plan.nvls_heads,
                 plan.source == SOURCE_SEARCH,
@@ -150,6 +157,11 @@ fn agreed_rings(
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
         Err(e) => Ok((plain(&e.to_string()), None, Vec::new(), false)),
     }
+}
+
+/// Whether the ranks are on more than one host.
+fn several_hosts(peers: &[GpuPeer]) -> bool {
+    peers.windows(2).any(|w| w[0].host_hash != w[1].host_hash)
 }
 
 /// The ranks host by host (hosts in the order of their first rank), each host's in rank

@@ -250,8 +250,6 @@ impl GpuComm {
         self.faults.handle()
     }
 
-    /// Makes every kernel of this communicator return at its next look at the flag, and
-    /// every later call fail (NCCL's `ncclCommAbort`, without the teardown).
     /// Ends what runs on this communicator and leaves it as it was, as NCCL's
     /// `NCCL_SHRINK_ABORT` does to a shrink's parent: nothing when its last launch has
     /// finished; else the abort flag goes up, the kernels leave their waits (within
@@ -279,6 +277,9 @@ impl GpuComm {
         Ok(())
     }
 
+    /// Makes every kernel of this communicator return at its next look at the flag, and
+    /// every later call fail (NCCL's `ncclCommAbort`, without the teardown); stops the NET
+    /// proxy, if any.
     pub fn abort(&mut self, why: &str) {
         self.faults.abort(why);
         if let Some(net) = self.windows.net() {
@@ -439,6 +440,7 @@ impl GpuComm {
         };
         // Marked even after a failure: an earlier launch of the group may be queued.
         let marked = self.order.after_launch(stream, captured);
+        self.wake_net();
         let launches = launched?;
         marked?;
         Ok(launches)
@@ -509,8 +511,17 @@ impl GpuComm {
         let launched = unsafe { self.launcher.launch_p2p(plan, stream) };
         // Marked even after a failure: a copy or an earlier launch may be queued.
         let marked = self.order.after_launch(stream, captured);
+        self.wake_net();
         launched?;
         marked
+    }
+
+    /// Tells the NET proxy (ranks on other hosts) that a kernel was enqueued: it polls
+    /// eagerly again instead of sleeping through the kernel's first steps.
+    fn wake_net(&self) {
+        if let Some(net) = self.windows.net() {
+            net.wake();
+        }
     }
 
     /// Waits for `stream` to finish, then reports what a kernel recorded. A healthy queue

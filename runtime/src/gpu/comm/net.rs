@@ -5,8 +5,8 @@
 //! step sizes, the SIMPLE FIFO): the sending kernel writes its steps there over PCIe, the
 //! proxy thread sends them; on the other host the proxy receives into the receiver's area
 //! and the kernel reads them from host memory, as NCCL's NET transport does without
-//! GPUDirect RDMA. The kernels need nothing else: a connection end that says
-//! `CONN_PROXY_DRIVEN` has its sender record each step's size for the proxy.
+//! GPUDirect RDMA. The kernels need nothing else: a sending end with a `sizes_fifo` (flagged
+//! `CONN_PROXY_DRIVEN`) records each step's size there for the proxy.
 //!
 //! SIMPLE only: the proxy moves whole steps, and LL's flagged lines would need it to watch
 //! every line; a communicator with NET connections runs without LL buffers, as NCCL's NET
@@ -120,37 +120,36 @@ impl NetEnds {
                  NCCL_NET_PLUGIN and NCCL_NET choose it, NCCL_SOCKET_IFNAME the interfaces)"
                 ))
             });
-        let failure = FirstFailure::default();
-        let mut ends = BTreeMap::new();
-        let mut records = Vec::with_capacity(incoming.len() * RECORD_BYTES);
-        // Each rank's blob: its backend's name (empty where it could not open one), then a
-        // record per connection it receives on.
-        let name = net
+        // From here every connection belongs to `setup`, whose `Drop` closes their areas
+        // (so their links finish at once) on any early return.
+        let mut setup = net.map(|net| NetEnds {
+            ends: BTreeMap::new(),
+            net,
+            abort: proxy_abort,
+            failure: FirstFailure::default(),
+        });
+        let mut handles = Vec::with_capacity(incoming.len() * RECORD_BYTES);
+        if let Ok(ends) = &mut setup {
+            if let Err(e) = ends.listen(ctx, layout, &incoming, r, &abort, &mut handles) {
+                setup = Err(e);
+            }
+        }
+        // Each rank's blob: its backend's name (empty where it could not open one or listen
+        // on it), then a record per connection it receives on. A rank that failed still
+        // joins the exchange, so that the others fail here, naming it, instead of at their
+        // connect deadline.
+        let name = setup
             .as_ref()
-            .map_or(String::new(), |n| n.backend().to_string());
+            .map_or(String::new(), |n| n.net.backend().to_string());
         let name_bytes = name
             .as_bytes()
             .get(..name.len().min(255))
             .unwrap_or_default();
-        records.push(name_bytes.len() as u8);
-        records.extend_from_slice(name_bytes);
-        let opened = net.and_then(|net| {
-            for &edge in &incoming {
-                let end = NetEnd::alloc(ctx, layout, &failure, &abort)?;
-                let handle = net
-                    .recv(conn_id(edge, r, Direction::Recv), end.staging.clone())
-                    .map_err(|e| unreachable(edge.from, e))?;
-                records.extend_from_slice(&edge.channel.to_be_bytes());
-                records.extend_from_slice(&edge.from.to_be_bytes());
-                records.extend_from_slice(handle.as_bytes());
-                ends.insert(edge, end);
-            }
-            Ok(net)
-        });
-        // A rank that failed still joins the exchange (naming no backend), so that the
-        // others fail here, naming it, instead of at their connect deadline.
-        let shared = bootstrap.all_gather(&records)?;
-        let net = opened?;
+        let mut blob = vec![name_bytes.len() as u8];
+        blob.extend_from_slice(name_bytes);
+        blob.extend_from_slice(&handles);
+        let shared = bootstrap.all_gather(&blob)?;
+        let mut ends = setup?;
         let theirs_by_rank = listeners(&shared, name_bytes)?;
         for &edge in &outgoing {
             let theirs = theirs_by_rank
@@ -171,26 +170,47 @@ impl NetEnds {
                         edge.channel
                     ),
                 })?;
-            let end = NetEnd::alloc(ctx, layout, &failure, &abort)?;
-            net.send(
-                conn_id(edge, r, Direction::Send),
-                handle,
-                end.staging.clone(),
-            )
-            .map_err(|e| unreachable(edge.to, e))?;
-            ends.insert(edge, end);
+            let end = NetEnd::alloc(ctx, layout, &ends.failure, &abort)?;
+            ends.net
+                .send(
+                    conn_id(edge, r, Direction::Send),
+                    handle,
+                    end.staging.clone(),
+                )
+                .map_err(|e| unreachable(edge.to, e))?;
+            ends.ends.insert(edge, end);
         }
         log::info!(
             "weft: rank {rank}: {} NET connection(s) to other hosts via {}",
-            ends.len(),
-            net.describe()
+            ends.ends.len(),
+            ends.net.describe()
         );
-        Ok(Some(NetEnds {
-            ends,
-            net,
-            abort: proxy_abort,
-            failure,
-        }))
+        Ok(Some(ends))
+    }
+
+    /// Listens for every connection of `incoming` (into this rank), each into a new area;
+    /// appends the handshake's record of each to `records`.
+    fn listen(
+        &mut self,
+        ctx: &Arc<Context>,
+        layout: &Layout,
+        incoming: &[Edge],
+        rank: u32,
+        abort: &AbortHandle,
+        records: &mut Vec<u8>,
+    ) -> Result<(), GpuError> {
+        for &edge in incoming {
+            let end = NetEnd::alloc(ctx, layout, &self.failure, abort)?;
+            let handle = self
+                .net
+                .recv(conn_id(edge, rank, Direction::Recv), end.staging.clone())
+                .map_err(|e| unreachable(edge.from, e))?;
+            records.extend_from_slice(&edge.channel.to_be_bytes());
+            records.extend_from_slice(&edge.from.to_be_bytes());
+            records.extend_from_slice(handle.as_bytes());
+            self.ends.insert(edge, end);
+        }
+        Ok(())
     }
 
     /// The kernels' view of `edge`'s end on this rank, if it is a NET connection.
@@ -234,6 +254,11 @@ impl NetEnds {
         self.failure.clone()
     }
 
+    /// A launch that may use these connections was enqueued (see `StagedNet::wake`).
+    pub(super) fn wake(&self) {
+        self.net.wake();
+    }
+
     /// Stops the proxy: every connection fails, nothing waits on the network.
     pub(super) fn abort(&self) {
         self.abort.abort();
@@ -247,7 +272,11 @@ impl Drop for NetEnds {
         for end in self.ends.values() {
             end.staging.close();
         }
-        self.net.wait_idle(LINGER);
+        if !self.net.wait_idle(LINGER) {
+            // A peer that is gone without a word: fail what is left now rather than let
+            // the proxy linger again on its way out.
+            self.abort.abort();
+        }
     }
 }
 

@@ -89,8 +89,9 @@ fn gpu_sharing_allowed() -> bool {
 /// Checks that all ranks run with the same explicit settings and that no two of one host
 /// share a GPU; returns whether this rank can reach the GPU memory of every other rank of
 /// its host directly (P2P: not disabled by `p2p_disabled`, `NCCL_P2P_DISABLE`; peer access
-/// possible; the peer's GPU visible here). Ranks of other hosts are reached over NET. `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the
-/// protocol on machines with one GPU (the ranks' kernels must then fit on the GPU together).
+/// possible; the peer's GPU visible here). Ranks of other hosts are reached over NET.
+/// `WEFT_TEST_SHARE_GPU=1` lets ranks share a GPU: only for testing the protocol on
+/// machines with one GPU (the ranks' kernels must then fit on the GPU together).
 pub(super) fn check_peers(
     me: usize,
     peers: &[GpuPeer],
