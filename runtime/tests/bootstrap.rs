@@ -384,6 +384,59 @@ fn abort_reaches_every_rank() {
     }
 }
 
+/// A rank that aborts its own communicator (as a shrink's excluded rank does) is gone for
+/// waits on it, but the ranks that stay can still agree among themselves, as NCCL's shrink
+/// needs; a wait on the aborted rank names it at once, with its words.
+#[test]
+fn the_ranks_that_stay_agree_after_one_aborts() {
+    let n = 4;
+    let gone = 1;
+    let aborted = Arc::new(Barrier::new(n));
+    let (_, results) = run_ranks(
+        n,
+        &(0..n).collect::<Vec<_>>(),
+        &opts(10_000),
+        move |rank, b| {
+            let mut b = b.unwrap();
+            b.all_gather(&block(3, 0, rank)).unwrap();
+            // Every rank has a data connection to every other one (the aborting rank's
+            // abort travels on each of them).
+            for peer in (0..n).filter(|&p| p != rank) {
+                b.send(peer, 7, &[rank as u8]).unwrap();
+            }
+            for peer in (0..n).filter(|&p| p != rank) {
+                assert_eq!(b.recv(peer, 7).unwrap(), [peer as u8]);
+            }
+            if rank == gone {
+                b.abort("left out by a shrink");
+                aborted.wait();
+                // Stays alive until the others are done: its abort, not closed sockets, is
+                // what they see.
+                aborted.wait();
+                return None;
+            }
+            aborted.wait();
+            std::thread::sleep(Duration::from_millis(100));
+            let survivors = [0, 2, 3];
+            let got = b.broadcast(0, &survivors, b"new root id").unwrap();
+            let start = Instant::now();
+            let err = b.recv(gone, 8).unwrap_err();
+            assert!(start.elapsed() < Duration::from_secs(5));
+            aborted.wait();
+            Some((got, err))
+        },
+    );
+    for (rank, r) in results.iter().enumerate() {
+        let Some((got, err)) = r else { continue };
+        assert_eq!(got, b"new root id", "rank {rank}");
+        assert_eq!(err.culprit(), Some(gone), "rank {rank}: {err}");
+        assert!(
+            err.to_string().contains("left out by a shrink"),
+            "rank {rank}: {err}"
+        );
+    }
+}
+
 #[test]
 fn abort_handle_wakes_a_blocked_recv() {
     let (_, results) = run_ranks(2, &[0, 1], &opts(20_000), |rank, b| {

@@ -153,9 +153,17 @@ fn serve_data(shared: &Shared, mut stream: TcpStream, sender: usize) {
                 shared.arrived.notify_all();
                 continue;
             }
-            Ok((h, body)) if h.kind == FrameKind::Abort => {
-                match AbortRepr::parse(&body) {
-                    Ok(a) => shared.abort(
+            Ok((h, body)) if h.kind == FrameKind::Abort => match AbortRepr::parse(&body) {
+                // The sender aborted its own communicator (`Bootstrap::abort`: the user, or
+                // a rank a shrink leaves out): it is gone for every wait on it, as if it had
+                // closed, with its words; waits on other ranks go on, so that the ranks that
+                // stay can still agree among themselves (NCCL's shrink). Ring operations
+                // still fail round the ring (the ring has its own stream).
+                Ok(a) if a.reason == AbortReason::User && a.culprit.is_none() => {
+                    Some(format!("it aborted: {}", a.text))
+                }
+                Ok(a) => {
+                    shared.abort(
                         AbortNote {
                             by: Some(sender),
                             culprit: a.culprit.map(|c| c as usize),
@@ -163,8 +171,11 @@ fn serve_data(shared: &Shared, mut stream: TcpStream, sender: usize) {
                             text: a.text.to_string(),
                         },
                         Shutdown::Read,
-                    ),
-                    Err(e) => shared.abort(
+                    );
+                    return;
+                }
+                Err(e) => {
+                    shared.abort(
                         AbortNote {
                             by: Some(sender),
                             culprit: Some(sender),
@@ -172,10 +183,10 @@ fn serve_data(shared: &Shared, mut stream: TcpStream, sender: usize) {
                             text: format!("unreadable abort message: {e}"),
                         },
                         Shutdown::Read,
-                    ),
+                    );
+                    return;
                 }
-                return;
-            }
+            },
             Ok((h, _)) => Some(format!("unexpected frame {h:?} on its data connection")),
             Err(ReadFail::Closed) => None,
             Err(ReadFail::Parse(e)) => Some(format!("bad frame on its data connection: {e}")),
