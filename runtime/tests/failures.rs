@@ -91,6 +91,98 @@ fn killed_rank_over_net() {
     killed_rank("killed_rank_over_net", 3, 1, "net");
 }
 
+/// Issue 26: a rank SIGKILLs itself mid-all-reduce; the others fail naming it (as above),
+/// then shrink it away and run all-reduces on the survivors' communicator, every element
+/// checked. Prints how long init and the shrink took.
+fn killed_rank_then_shrink(name: &str, nranks: usize, victim: usize, transport: &str) {
+    if let Some(role) = common::role() {
+        let opts = common::options(TIMEOUT);
+        let started = Instant::now();
+        let mut comm = role.comm(&opts);
+        let init_took = started.elapsed();
+        let count = 1 << 20;
+        let send = vec![1u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        if role.rank == victim {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                let me = std::process::id() as libc::pid_t;
+                // SAFETY: signalling our own process; SIGKILL ends it at once, mid-call.
+                unsafe { libc::kill(me, libc::SIGKILL) };
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while comm
+            .all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum)
+            .is_ok()
+        {
+            assert!(Instant::now() < deadline, "rank {victim} never died");
+        }
+        // NCCL's revoke: nothing is in flight any more (the call returned); the flag keeps
+        // any straggling wait from blocking the shrink.
+        comm.abort_flag().abort();
+        let started = Instant::now();
+        let mut shrunk = comm
+            .shrink(&[victim], &opts)
+            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", role.rank));
+        let shrink_took = started.elapsed();
+        assert_eq!(shrunk.nranks(), nranks - 1);
+        let survivors: Vec<usize> = (0..nranks).filter(|&r| r != victim).collect();
+        assert_eq!(
+            survivors[shrunk.rank()],
+            role.rank,
+            "ranked in parent order"
+        );
+        for round in 0..3u32 {
+            let value =
+                |parent: usize, i: usize| ((parent + 1) * (i % 7 + 1)) as f32 + round as f32;
+            let mine: Vec<u8> = (0..count)
+                .flat_map(|i| value(role.rank, i).to_le_bytes())
+                .collect();
+            recv.fill(0xa5);
+            shrunk
+                .all_reduce(&mine, &mut recv, DataType::Float32, RedOp::Sum)
+                .unwrap_or_else(|e| panic!("rank {}: all-reduce after the shrink: {e}", role.rank));
+            for (i, got) in recv.chunks_exact(4).enumerate() {
+                let got = f32::from_le_bytes(got.try_into().unwrap());
+                let want: f32 = survivors.iter().map(|&p| value(p, i)).sum();
+                assert_eq!(got, want, "rank {}: round {round}, element {i}", role.rank);
+            }
+        }
+        println!(
+            "rank {}: init {init_took:?}, shrink to {} ranks {shrink_took:?}, 3 all-reduces correct",
+            role.rank,
+            nranks - 1
+        );
+        return;
+    }
+    let exits = common::launch(
+        name,
+        nranks,
+        &[
+            ("WEFT_TEST_CHANNELS", "2".to_string()),
+            ("WEFT_TEST_TRANSPORT", transport.to_string()),
+        ],
+        Duration::from_secs(90),
+    );
+    for e in &exits {
+        if e.rank != victim {
+            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+            print!("{}", e.log);
+        }
+    }
+}
+
+#[test]
+fn survivors_shrink_and_go_on_over_shm() {
+    killed_rank_then_shrink("survivors_shrink_and_go_on_over_shm", 4, 1, "shm");
+}
+
+#[test]
+fn survivors_shrink_and_go_on_over_net() {
+    killed_rank_then_shrink("survivors_shrink_and_go_on_over_net", 3, 2, "net");
+}
+
 /// Ranks that disagree on the count: every rank fails (no hang) within the deadline.
 #[test]
 fn mismatched_counts_fail_everywhere() {

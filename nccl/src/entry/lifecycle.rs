@@ -460,37 +460,17 @@ pub const SHRINK_ABORT: c_int = 0x01;
 /// look at the abort flag).
 const SHRINK_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Removes `exclude` from a communicator of `nranks`, as seen by rank `me`: the survivors
-/// in parent-rank order (their new ranks are their positions) and `me`'s new rank. Refused:
-/// a rank out of range or listed twice, `me` itself listed (excluded ranks must not call).
+/// The survivors of a shrink in parent order and this rank's rank among them
+/// (`weft_runtime::comm::shrink::shrink_plan`), its refusals as `ncclInvalidArgument`
+/// naming `excludeRanksList`.
 pub fn shrink_plan(
     nranks: usize,
     me: usize,
     exclude: &[c_int],
 ) -> Result<(Vec<usize>, usize), ApiError> {
-    let mut out = vec![false; nranks];
-    for &r in exclude {
-        let Some(slot) = usize::try_from(r).ok().and_then(|i| out.get_mut(i)) else {
-            return Err(ApiError::invalid_argument(format!(
-                "excludeRanksList holds rank {r}, out of range for {nranks} ranks"
-            )));
-        };
-        if *slot {
-            return Err(ApiError::invalid_argument(format!(
-                "excludeRanksList holds rank {r} twice"
-            )));
-        }
-        *slot = true;
-    }
-    if out.get(me).copied().unwrap_or(true) {
-        return Err(ApiError::invalid_argument(format!(
-            "rank {me} called ncclCommShrink but is in excludeRanksList: excluded ranks must \
-             not call it"
-        )));
-    }
-    let survivors: Vec<usize> = (0..nranks).filter(|&r| !out[r]).collect();
-    let new_rank = survivors.iter().position(|&r| r == me).unwrap_or(0);
-    Ok((survivors, new_rank))
+    let exclude: Vec<i64> = exclude.iter().map(|&r| i64::from(r)).collect();
+    weft_runtime::comm::shrink::shrink_plan(nranks, me, &exclude)
+        .map_err(|e| ApiError::invalid_argument(format!("excludeRanksList: {e}")))
 }
 
 /// NCCL 2.27's shrink: the ranks not in `excludeRanksList` (every one of them calls it; the
@@ -591,7 +571,7 @@ mod tests {
             (&[4][..], "out of range"),
             (&[-1][..], "out of range"),
             (&[1, 1][..], "twice"),
-            (&[0][..], "excluded ranks must not call"),
+            (&[0][..], "excluded ranks must not call shrink"),
         ] {
             let e = shrink_plan(4, 0, exclude).unwrap_err();
             assert_eq!(e.code, NCCL_INVALID_ARGUMENT);

@@ -38,6 +38,7 @@ mod p2p;
 pub mod peers;
 pub mod rings;
 pub(crate) mod setup;
+pub mod shrink;
 
 #[cfg(test)]
 mod test;
