@@ -16,18 +16,9 @@ use weft_runtime::net::socket::{SocketConfig, SocketNet};
 use weft_runtime::transport::ConnSpec;
 use weft_runtime::transport::net::{NetOptions, NetTransport, NetTransportError};
 
-fn net() -> Arc<SocketNet> {
-    Arc::new(
-        SocketNet::new(SocketConfig {
-            ifname: Some("=lo".into()),
-            threads: 2,
-            sockets_per_thread: 1,
-            connect_timeout: Duration::from_secs(20),
-            ..SocketConfig::default()
-        })
-        .expect("loopback socket backend"),
-    )
-}
+#[path = "common/loopback.rs"]
+mod loopback;
+use loopback::socket_net as net;
 
 fn options(step_bytes: usize, timeout: Duration, abort: AbortFlag) -> NetOptions {
     NetOptions {

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use weft_runtime::conn::{AbortFlag, ConnId, Direction};
-use weft_runtime::net::socket::{SocketConfig, SocketNet};
+use weft_runtime::net::socket::SocketNet;
 use weft_runtime::proxy::staged::{FirstFailure, Staging};
 use weft_runtime::transport::staged::StagedNet;
 
@@ -22,18 +22,9 @@ use staged_kernel::{play_receiver, play_sender};
 
 const STEPS: usize = 8;
 
-fn net() -> Arc<SocketNet> {
-    Arc::new(
-        SocketNet::new(SocketConfig {
-            ifname: Some("=lo".into()),
-            threads: 2,
-            sockets_per_thread: 1,
-            connect_timeout: Duration::from_secs(20),
-            ..SocketConfig::default()
-        })
-        .expect("loopback socket backend"),
-    )
-}
+#[path = "common/loopback.rs"]
+mod loopback;
+use loopback::socket_net as net;
 
 fn staged_net() -> StagedNet<SocketNet> {
     StagedNet::new(

@@ -535,22 +535,14 @@ pub unsafe extern "C" fn ncclCommShrink(
             // it) and its bootstrap serves the survivors' agreement below.
             parent.with_gpu(|gpu| Ok(gpu.stop_in_flight(SHRINK_DRAIN)?))?;
         }
-        let leader = survivors[0];
         let id = parent.with_gpu(|gpu| {
-            let mine = if parent.rank == leader {
-                UniqueId::new(&BootstrapOptions::from_env())?
-                    .to_bytes()
-                    .to_vec()
-            } else {
-                Vec::new()
-            };
-            let bytes = gpu.broadcast_among(leader, &survivors, &mine)?;
-            UniqueId::from_bytes(&bytes).map_err(|e| {
-                ApiError::new(
-                    crate::result::NCCL_INTERNAL_ERROR,
-                    format!("rank {leader}'s shrink id did not parse: {e}"),
-                )
-            })
+            weft_runtime::comm::shrink::agree_on_id(
+                parent.rank,
+                &survivors,
+                &BootstrapOptions::from_env(),
+                |root, ranks, data| Ok(gpu.broadcast_among(root, ranks, data)?),
+                |e| ApiError::new(crate::result::NCCL_INTERNAL_ERROR, e),
+            )
         })?;
         // SAFETY: checked non-null.
         unsafe { init_child(&parent, &id, rank, survivors.len(), settings, newcomm) }

@@ -8,7 +8,7 @@
 //! waits on it). The new communicator is then built from scratch, as a split's is.
 
 use super::{CommError, CommOptions, HostComm};
-use crate::bootstrap::UniqueId;
+use crate::bootstrap::{BootstrapError, BootstrapOptions, UniqueId};
 
 /// The ranks that stay in parent order, and `me`'s rank among them, when `exclude` leave a
 /// communicator of `nranks`; an error naming the argument for a rank out of range, a rank
@@ -40,18 +40,19 @@ pub fn shrink_plan(
     Ok((survivors, new_rank))
 }
 
-/// The id of the survivors' new communicator: made by the first survivor (`leader`, with
-/// `opts`' bootstrap settings) and sent to the others through `broadcast` (the parent's
-/// bootstrap, among `survivors` only).
-pub(crate) fn agree_on_id(
+/// The id of the survivors' new communicator: made by the first survivor (with `opts`'
+/// bootstrap settings) and sent to the others through `broadcast` (the parent's bootstrap,
+/// among `survivors` only). `malformed` words the error for an id that does not parse.
+pub fn agree_on_id<E: From<BootstrapError>>(
     me: usize,
     survivors: &[usize],
-    opts: &crate::bootstrap::BootstrapOptions,
-    broadcast: impl FnOnce(usize, &[usize], &[u8]) -> Result<Vec<u8>, CommError>,
-) -> Result<UniqueId, CommError> {
-    let leader = *survivors
-        .first()
-        .ok_or_else(|| CommError::InvalidArgument("shrinking away every rank".to_string()))?;
+    opts: &BootstrapOptions,
+    broadcast: impl FnOnce(usize, &[usize], &[u8]) -> Result<Vec<u8>, E>,
+    malformed: impl FnOnce(String) -> E,
+) -> Result<UniqueId, E> {
+    let Some(&leader) = survivors.first() else {
+        return Err(malformed("shrinking away every rank".to_string()));
+    };
     let mine = if me == leader {
         UniqueId::new(opts)?.to_bytes().to_vec()
     } else {
@@ -59,7 +60,7 @@ pub(crate) fn agree_on_id(
     };
     let bytes = broadcast(leader, survivors, &mine)?;
     UniqueId::from_bytes(&bytes).map_err(|e| {
-        CommError::InvalidArgument(format!(
+        malformed(format!(
             "rank {leader}'s id for the shrunk communicator: {e}"
         ))
     })
@@ -80,6 +81,7 @@ impl HostComm {
             &survivors,
             &opts.bootstrap,
             |root, ranks, data| Ok(self.bootstrap.broadcast(root, ranks, data)?),
+            CommError::InvalidArgument,
         )?;
         HostComm::init(&id, rank, survivors.len(), opts)
     }

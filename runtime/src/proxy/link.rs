@@ -118,6 +118,42 @@ pub(super) fn poll_accept<N: Net>(
     }
 }
 
+/// Lets go of a send connection: its registration while the comm is still open (NCCL's
+/// order: a plugin's `deregMr` may use the comm), then the comm. Requests still in flight
+/// (`inflight`) are dropped first.
+pub(super) fn release_send<N: Net, R>(
+    net: &N,
+    conn: ConnId,
+    comm: N::SendComm,
+    mr: N::MemHandle,
+    inflight: R,
+) {
+    drop(inflight);
+    if let Err(e) = net.dereg_mr(mr) {
+        log::warn!("{conn}: deregistering the FIFO: {e}");
+    }
+    if let Err(e) = net.close_send(comm) {
+        log::warn!("{conn}: closing the NET send comm: {e}");
+    }
+}
+
+/// As [`release_send`], for a receive connection.
+pub(super) fn release_recv<N: Net, R>(
+    net: &N,
+    conn: ConnId,
+    comm: N::RecvComm,
+    mr: N::MemHandle,
+    inflight: R,
+) {
+    drop(inflight);
+    if let Err(e) = net.dereg_mr(mr) {
+        log::warn!("{conn}: deregistering the FIFO: {e}");
+    }
+    if let Err(e) = net.close_recv(comm) {
+        log::warn!("{conn}: closing the NET receive comm: {e}");
+    }
+}
+
 /// Stops listening once the sender is accepted (or the link is shut before it was).
 pub(super) fn close_listen<N: Net>(net: &N, conn: ConnId, listen: N::ListenComm) {
     if let Err(e) = net.close_listen(listen) {
@@ -301,15 +337,7 @@ impl<N: Net> SendLink<N> {
             comm, mr, inflight, ..
         } = std::mem::replace(&mut self.state, SendState::Closed)
         {
-            // NCCL's order (its proxy's free): the registration goes while its comm is
-            // still open (a plugin's deregMr may use the comm), then the comm.
-            drop(inflight);
-            if let Err(e) = net.dereg_mr(mr) {
-                log::warn!("{}: deregistering the FIFO: {e}", self.conn);
-            }
-            if let Err(e) = net.close_send(comm) {
-                log::warn!("{}: closing the NET send comm: {e}", self.conn);
-            }
+            release_send(net, self.conn, comm, mr, inflight);
         }
         self.drain.close();
     }
@@ -511,15 +539,7 @@ impl<N: Net> RecvLink<N> {
             RecvState::Ready {
                 comm, mr, inflight, ..
             } => {
-                // NCCL's order (its proxy's free): the registration goes while its comm is
-                // still open (a plugin's deregMr may use the comm), then the comm.
-                drop(inflight);
-                if let Err(e) = net.dereg_mr(mr) {
-                    log::warn!("{}: deregistering the FIFO: {e}", self.conn);
-                }
-                if let Err(e) = net.close_recv(comm) {
-                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
-                }
+                release_recv(net, self.conn, comm, mr, inflight);
             }
             RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),
             RecvState::Closed => {}

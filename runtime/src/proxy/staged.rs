@@ -25,7 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::link::{Failure, NET_TAG, Progress, close_listen, describe, poll_accept, poll_connect};
+use super::link::{
+    Failure, NET_TAG, Progress, close_listen, describe, poll_accept, poll_connect, release_recv,
+    release_send,
+};
 use crate::conn::ConnId;
 use crate::net::{CommRef, Net, NetError, NetErrorKind, NetHandle, PtrKind, RecvBuffer};
 
@@ -498,15 +501,7 @@ impl<N: Net> StagedSendLink<N> {
             comm, mr, inflight, ..
         } = std::mem::replace(&mut self.state, SendState::Closed)
         {
-            // NCCL's order (its proxy's free): the registration goes while its comm is
-            // still open (a plugin's deregMr may use the comm), then the comm.
-            drop(inflight);
-            if let Err(e) = net.dereg_mr(mr) {
-                log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
-            }
-            if let Err(e) = net.close_send(comm) {
-                log::warn!("{}: closing the NET send comm: {e}", self.conn);
-            }
+            release_send(net, self.conn, comm, mr, inflight);
         }
     }
 }
@@ -744,15 +739,7 @@ impl<N: Net> StagedRecvLink<N> {
             RecvState::Ready {
                 comm, mr, inflight, ..
             } => {
-                // NCCL's order (its proxy's free): the registration goes while its comm is
-                // still open (a plugin's deregMr may use the comm), then the comm.
-                drop(inflight);
-                if let Err(e) = net.dereg_mr(mr) {
-                    log::warn!("{}: deregistering the staged FIFO: {e}", self.conn);
-                }
-                if let Err(e) = net.close_recv(comm) {
-                    log::warn!("{}: closing the NET receive comm: {e}", self.conn);
-                }
+                release_recv(net, self.conn, comm, mr, inflight);
             }
             RecvState::Accepting { listen, .. } => close_listen(net, self.conn, listen),
             RecvState::Closed => {}
