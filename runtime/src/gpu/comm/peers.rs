@@ -200,7 +200,7 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
 /// via P2P/IPC/read`), from channel `c`'s ring order in `rings`: `SHM/direct` for windows
 /// in shared host memory, `P2P/direct pointer` to a GPU of this process, `P2P/IPC` to
 /// another process's; `/read` in read mode; `[send] via NET/Socket/0` (`net`) to a rank of
-/// another host. Ranks are `rank[CUDA ordinal]` as in NCCL.
+/// another host, and `[receive] via NET/Socket/0` from one. Ranks are `rank[CUDA ordinal]` as in NCCL.
 pub(super) fn connection_lines(
     rank: usize,
     peers: &[GpuPeer],
@@ -237,6 +237,15 @@ pub(super) fn connection_lines(
             dev(rank),
             dev(next)
         ));
+        // NCCL also names the receiving end of a NET connection.
+        let prev = ring[(at + ring.len() - 1) % ring.len()] as usize;
+        if let Some(net) = net.filter(|_| host(prev) != host(rank)) {
+            out.push(format!(
+                "Channel {c:02}/0 : {prev}[{}] -> {rank}[{}] [receive] via {net}",
+                dev(prev),
+                dev(rank)
+            ));
+        }
     }
     out
 }
@@ -281,6 +290,7 @@ mod test {
             [
                 "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0",
                 "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer",
+                "Channel 01/0 : 2[0] -> 1[1] [receive] via NET/Socket/0",
             ]
         );
         // One rank: nothing to connect.
