@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::connect::{TransportKind, Transports};
 use super::error::CommError;
 use super::peers::Peer;
 use crate::bootstrap::Bootstrap;
-use crate::conn::{AbortFlag, FifoRecvEnd, FifoSendEnd, process_alive};
+use crate::conn::{AbortFlag, AbortSource, ConnError, FifoRecvEnd, FifoSendEnd, process_alive};
 use crate::exec::{ExecError, Executor, lock};
 
 /// One rank's communicator over host memory.
@@ -138,12 +139,28 @@ impl HostComm {
         }
     }
 
-    /// Records a failure: names a dead peer of this host when there is one.
+    /// Records a failure: names a dead peer of this host when there is one. Where the error
+    /// only says that a neighbour gave up (it closed or aborted its end), the rank at the
+    /// root of it may still be dying (a killed process takes a moment to exit): it is
+    /// looked for a little longer, so that every rank names the dead one, not the neighbour
+    /// that failed because of it.
     pub(super) fn failure(&mut self, err: ExecError) -> CommError {
         let me = self.peers.get(self.rank).copied();
-        let dead = self.peers.iter().enumerate().find(|(r, p)| {
-            *r != self.rank && me.is_some_and(|m| m.same_host(p)) && !process_alive(p.settings.pid)
-        });
+        let find_dead = || {
+            self.peers.iter().enumerate().find(|(r, p)| {
+                *r != self.rank
+                    && me.is_some_and(|m| m.same_host(p))
+                    && !process_alive(p.settings.pid)
+            })
+        };
+        let mut dead = find_dead();
+        if dead.is_none() && cascades(&err) {
+            let deadline = Instant::now() + CASCADE_GRACE;
+            while dead.is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+                dead = find_dead();
+            }
+        }
         let err = match dead {
             Some((rank, p)) => CommError::PeerDied {
                 rank,
@@ -159,6 +176,25 @@ impl HostComm {
         self.p2p.abort();
         err
     }
+}
+
+/// How long a failure that a neighbour passed on waits for the root of it (a dying peer
+/// process of this host) to show.
+const CASCADE_GRACE: Duration = Duration::from_millis(200);
+
+/// Whether `err` only says that a neighbour gave up (closed or aborted its end of a
+/// connection), not what went wrong first.
+fn cascades(err: &ExecError) -> bool {
+    matches!(
+        err,
+        ExecError::Conn(
+            ConnError::PeerClosed { .. }
+                | ConnError::Aborted {
+                    by: AbortSource::Peer,
+                    ..
+                }
+        )
+    )
 }
 
 impl Drop for HostComm {
