@@ -145,6 +145,11 @@ impl HostComm {
     /// looked for a little longer, so that every rank names the dead one, not the neighbour
     /// that failed because of it.
     pub(super) fn failure(&mut self, err: ExecError) -> CommError {
+        self.abort.abort();
+        // The executor marked the ring connections aborted; the point-to-point ones too,
+        // so that a peer blocked in a send or receive with us fails at once as well (before
+        // the search below, which may take a moment).
+        self.p2p.abort();
         let me = self.peers.get(self.rank).copied();
         let find_dead = || {
             self.peers.iter().enumerate().find(|(r, p)| {
@@ -170,10 +175,6 @@ impl HostComm {
             None => CommError::Exec(err),
         };
         self.failed.get_or_insert_with(|| err.to_string());
-        self.abort.abort();
-        // The executor marked the ring connections aborted; the point-to-point ones too,
-        // so that a peer blocked in a send or receive with us fails at once as well.
-        self.p2p.abort();
         err
     }
 }
