@@ -300,6 +300,19 @@ fn receiver<N: Net>(
             &format!("group {g}"),
         )?;
     }
+    // The sender's last sends may complete on its side only after our receives did: wait
+    // for its word before closing, or its last `test` would meet a closed peer.
+    let sent = sent_path(dir, n);
+    let start = Instant::now();
+    while !sent.exists() {
+        if start.elapsed() > DEADLINE {
+            return Err(format!(
+                "the sender never said its sends completed ({})",
+                sent.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     if flush.forced {
         let words = flush_fault(net, &mut comm)?;
         println!("flush fault: {words}");
@@ -420,10 +433,17 @@ fn sender<N: Net>(
     for mr in mrs {
         net.dereg_mr(mr).map_err(|e| e.to_string())?;
     }
+    // Every send completed here: the receiver may close (it waits for this word).
+    std::fs::write(sent_path(dir, n), b"sent").map_err(|e| e.to_string())?;
     // Give the receiver time to test its last request before the socket closes.
     std::thread::sleep(Duration::from_millis(500));
     net.close_send(comm).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The file by which the sender of connection `n` says that every send of it completed.
+fn sent_path(dir: &Path, n: usize) -> PathBuf {
+    dir.join(format!("sent-{n}"))
 }
 
 fn main() {
