@@ -140,7 +140,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         // their own (bootstrap::root: an id nobody used is not an error).
         if n_id > 1 {
             debug::info(
-                0,
+                comm::current_device().unwrap_or(0),
                 &format!("ncclCommInitRankScalable: {n_id} ids, every rank meets at the first"),
             );
         }
