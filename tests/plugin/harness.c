@@ -755,22 +755,28 @@ static int t_older_versions(void) {
     CHECK_OK(n8->regMr(recv, dst, len + 64, NCCL_PTR_HOST, &rmr));
     void* d = dst;
     int tag = v;
+    /* The send is retried while it is not posted, as isend_posted does: the verbs backend
+     * posts a send only once the receiver's buffer arrived in its FIFO. */
+    double posting = now();
     if (v == 8) {
       int cap = (int)len + 64;
       CHECK_OK(n8->irecv(recv, 1, &d, &cap, &tag, &rmr, &reqs[1]));
-      CHECK_OK(n8->isend(send, src, (int)len, v, smr, &reqs[0]));
+      do CHECK_OK(n8->isend(send, src, (int)len, v, smr, &reqs[0]));
+      while (reqs[0] == NULL && now() - posting < DEADLINE_S);
       void* neg = (void*)0x1;
       CHECK(n8->isend(send, src, -1, v, smr, &neg) != ncclSuccess && neg == NULL,
             "v8 isend of a negative size");
     } else if (v == 9) {
       size_t cap = len + 64;
       CHECK_OK(n9->irecv(recv, 1, &d, &cap, &tag, &rmr, &reqs[1]));
-      CHECK_OK(n9->isend(send, src, len, v, smr, &reqs[0]));
+      do CHECK_OK(n9->isend(send, src, len, v, smr, &reqs[0]));
+      while (reqs[0] == NULL && now() - posting < DEADLINE_S);
     } else {
       size_t cap = len + 64;
       void* ph = NULL;
       CHECK_OK(n10->irecv(recv, 1, &d, &cap, &tag, &rmr, &ph, &reqs[1]));
-      CHECK_OK(n10->isend(send, src, len, v, smr, NULL, &reqs[0]));
+      do CHECK_OK(n10->isend(send, src, len, v, smr, NULL, &reqs[0]));
+      while (reqs[0] == NULL && now() - posting < DEADLINE_S);
     }
     CHECK(reqs[0] && reqs[1], "v%d: not posted", v);
     int ss[1], rs[1];
