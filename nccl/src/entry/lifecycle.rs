@@ -556,19 +556,13 @@ mod tests {
 
     #[test]
     fn shrink_plans_rank_the_survivors_in_parent_order() {
+        // The plan itself is weft_runtime::comm::shrink's (tested there): here, that its
+        // refusals are ncclInvalidArgument naming NCCL's argument.
         assert_eq!(shrink_plan(4, 2, &[1]).unwrap(), (vec![0, 2, 3], 1));
-        assert_eq!(shrink_plan(4, 0, &[3, 1]).unwrap(), (vec![0, 2], 0));
-        assert_eq!(shrink_plan(2, 1, &[]).unwrap(), (vec![0, 1], 1));
-        for (exclude, needle) in [
-            (&[4][..], "out of range"),
-            (&[-1][..], "out of range"),
-            (&[1, 1][..], "twice"),
-            (&[0][..], "excluded ranks must not call shrink"),
-        ] {
-            let e = shrink_plan(4, 0, exclude).unwrap_err();
-            assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
-            assert!(e.message.contains(needle), "{}", e.message);
-        }
+        let e = shrink_plan(4, 0, &[1, 1]).unwrap_err();
+        assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+        assert!(e.message.contains("excludeRanksList: "), "{}", e.message);
+        assert!(e.message.contains("twice"), "{}", e.message);
     }
 
     #[test]
