@@ -63,6 +63,9 @@ pub struct Layout {
     ll_bytes: usize,
     /// Read mode: SIMPLE FIFOs in the senders' windows.
     read: bool,
+    /// Each rank's host (empty: all on one): a connection between two hosts is NET, with
+    /// memory of its own, and takes no place in the windows.
+    hosts: Vec<u64>,
 }
 
 /// The addresses one connection end uses, as offsets into two windows.
@@ -97,7 +100,21 @@ impl Layout {
             step_bytes,
             ll_bytes,
             read: false,
+            hosts: Vec::new(),
         }
+    }
+
+    /// The same layout with each rank's host (`hosts[rank]`): connections between two
+    /// hosts leave the windows (they are NET's, `gpu::comm::net`).
+    pub fn with_hosts(self, hosts: Vec<u64>) -> Self {
+        Layout { hosts, ..self }
+    }
+
+    /// Whether `from -> to` on `channel` is a connection whose memory is in the windows:
+    /// every connection between ranks of one host.
+    fn windowed(&self, channel: u32, from: u32, to: u32) -> bool {
+        self.connected(channel, from, to)
+            && self.hosts.get(from as usize) == self.hosts.get(to as usize)
     }
 
     /// The same layout in read mode (`true`: SIMPLE FIFOs in the senders' windows).
@@ -171,11 +188,12 @@ impl Layout {
             && (self.next(channel, from) == to || channel < self.p2p_channels)
     }
 
-    /// Every connection into `rank`, in window order (channel, then sender).
+    /// Every connection into `rank` that lies in the windows, in window order (channel,
+    /// then sender).
     pub fn into_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
         (0..self.nchannels()).flat_map(move |channel| {
             (0..self.nranks)
-                .filter(move |&from| self.connected(channel, from, rank))
+                .filter(move |&from| self.windowed(channel, from, rank))
                 .map(move |from| Edge {
                     channel,
                     from,
@@ -184,11 +202,12 @@ impl Layout {
         })
     }
 
-    /// Every connection out of `rank`, in window order (channel, then receiver).
+    /// Every connection out of `rank` that lies in the windows, in window order (channel,
+    /// then receiver).
     pub fn out_of_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
         (0..self.nchannels()).flat_map(move |channel| {
             (0..self.nranks)
-                .filter(move |&to| self.connected(channel, rank, to))
+                .filter(move |&to| self.windowed(channel, rank, to))
                 .map(move |to| Edge {
                     channel,
                     from: rank,
@@ -254,9 +273,10 @@ impl Layout {
         image
     }
 
-    /// Where `edge` lives, or `None` if it is not a connection.
+    /// Where `edge` lives in the windows, or `None` if it is not a connection or joins two
+    /// hosts.
     pub fn place(&self, edge: Edge) -> Option<EdgePlace> {
-        if !self.connected(edge.channel, edge.from, edge.to) {
+        if !self.windowed(edge.channel, edge.from, edge.to) {
             return None;
         }
         let slot_index = self.into_rank(edge.to).position(|e| e == edge)?;
@@ -322,6 +342,32 @@ mod test {
             })
             .is_none()
         );
+    }
+
+    #[test]
+    fn connections_between_hosts_take_no_place_in_the_windows() {
+        // Ranks 0, 1 on one host and 2, 3 on another; one ring, every pair on channel 0.
+        let one_host = Layout::new(plain(2, 4), 4, 1, 8192, 0);
+        let two_hosts = one_host.clone().with_hosts(vec![7, 7, 9, 9]);
+        for rank in 0..4u32 {
+            assert!(two_hosts.window_bytes(rank) < one_host.window_bytes(rank));
+            for edge in two_hosts.into_rank(rank).chain(two_hosts.out_of_rank(rank)) {
+                assert_eq!(edge.from / 2, edge.to / 2, "{edge:?} crosses hosts");
+                let place = two_hosts.place(edge).unwrap();
+                assert!(place.slot < two_hosts.window_bytes(edge.to));
+            }
+        }
+        // Still connections (NET carries them), but with no place here.
+        let across = Edge {
+            channel: 0,
+            from: 1,
+            to: 2,
+        };
+        assert!(two_hosts.connected(0, 1, 2));
+        assert_eq!(two_hosts.place(across), None);
+        // Rank 0 on channel 0 receives from 1 only now (from 2 and 3 over NET); on channel
+        // 1, whose ring edge into 0 comes from 3, from nobody.
+        assert_eq!(two_hosts.into_rank(0).count(), 1);
     }
 
     #[test]

@@ -162,7 +162,8 @@ impl GpuComm {
             settings.step_bytes,
             settings.protocols.ll_buffer_bytes(),
         )
-        .with_read(read);
+        .with_read(read)
+        .with_hosts(peers.iter().map(|p| p.host_hash).collect());
         let windows = Windows::open(
             &ctx,
             &mut bootstrap,
