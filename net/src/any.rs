@@ -438,66 +438,57 @@ impl Net for AnyNet {
     }
 }
 
-fn socket_bufs<'a>(
+/// `bufs` with each registration narrowed to one backend's by `pick`; a registration of
+/// another backend is an error, as every mixed use is.
+fn narrow_bufs<'a, M>(
     bufs: &[RecvBuffer<'a, AnyMemHandle>],
-) -> Result<Vec<RecvBuffer<'a, SocketMemHandle>>, NetError> {
+    pick: impl Fn(&'a AnyMemHandle) -> Option<&'a M>,
+) -> Result<Vec<RecvBuffer<'a, M>>, NetError> {
     bufs.iter()
-        .map(|b| match b.mr {
-            AnyMemHandle::Socket(m) => Ok(RecvBuffer {
+        .map(|b| {
+            let mr = pick(b.mr).ok_or_else(|| mixed("a registration"))?;
+            Ok(RecvBuffer {
                 data: b.data,
                 size: b.size,
                 tag: b.tag,
-                mr: m,
-            }),
-            _ => Err(mixed("a registration")),
+                mr,
+            })
         })
         .collect()
+}
+
+fn socket_bufs<'a>(
+    bufs: &[RecvBuffer<'a, AnyMemHandle>],
+) -> Result<Vec<RecvBuffer<'a, SocketMemHandle>>, NetError> {
+    narrow_bufs(bufs, |m| match m {
+        AnyMemHandle::Socket(m) => Some(m),
+        _ => None,
+    })
 }
 
 fn ib_bufs<'a>(
     bufs: &[RecvBuffer<'a, AnyMemHandle>],
 ) -> Result<Vec<RecvBuffer<'a, IbMemHandle>>, NetError> {
-    bufs.iter()
-        .map(|b| match b.mr {
-            AnyMemHandle::Ib(m) => Ok(RecvBuffer {
-                data: b.data,
-                size: b.size,
-                tag: b.tag,
-                mr: m,
-            }),
-            _ => Err(mixed("a registration")),
-        })
-        .collect()
+    narrow_bufs(bufs, |m| match m {
+        AnyMemHandle::Ib(m) => Some(m),
+        _ => None,
+    })
 }
 
 fn mesh_bufs<'a>(
     bufs: &[RecvBuffer<'a, AnyMemHandle>],
 ) -> Result<Vec<RecvBuffer<'a, MeshMemHandle>>, NetError> {
-    bufs.iter()
-        .map(|b| match b.mr {
-            AnyMemHandle::Mesh(m) => Ok(RecvBuffer {
-                data: b.data,
-                size: b.size,
-                tag: b.tag,
-                mr: m,
-            }),
-            _ => Err(mixed("a registration")),
-        })
-        .collect()
+    narrow_bufs(bufs, |m| match m {
+        AnyMemHandle::Mesh(m) => Some(m),
+        _ => None,
+    })
 }
 
 fn external_bufs<'a>(
     bufs: &[RecvBuffer<'a, AnyMemHandle>],
 ) -> Result<Vec<RecvBuffer<'a, ExternalMemHandle>>, NetError> {
-    bufs.iter()
-        .map(|b| match b.mr {
-            AnyMemHandle::External(m) => Ok(RecvBuffer {
-                data: b.data,
-                size: b.size,
-                tag: b.tag,
-                mr: m,
-            }),
-            _ => Err(mixed("a registration")),
-        })
-        .collect()
+    narrow_bufs(bufs, |m| match m {
+        AnyMemHandle::External(m) => Some(m),
+        _ => None,
+    })
 }

@@ -11,6 +11,16 @@ use weft_runtime::comm::CommError;
 /// The deadline of every wait in these tests: failures must be reported well before it.
 const TIMEOUT: Duration = Duration::from_secs(8);
 
+/// SIGKILLs this rank process 300 ms from now, in the middle of whatever call it makes.
+fn kill_self_soon() {
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        let me = std::process::id() as libc::pid_t;
+        // SAFETY: signalling our own process; SIGKILL ends it at once, mid-call.
+        unsafe { libc::kill(me, libc::SIGKILL) };
+    });
+}
+
 /// Loops large all-reduces; the victim SIGKILLs itself in the middle of one. The others
 /// must fail within the deadline with an error naming the victim.
 fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
@@ -20,12 +30,7 @@ fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
         let send = vec![1u8; count * 4];
         let mut recv = vec![0u8; count * 4];
         if role.rank == victim {
-            std::thread::spawn(|| {
-                std::thread::sleep(Duration::from_millis(300));
-                let me = std::process::id() as libc::pid_t;
-                // SAFETY: signalling our own process; SIGKILL ends it at once, mid-call.
-                unsafe { libc::kill(me, libc::SIGKILL) };
-            });
+            kill_self_soon();
         }
         let start = Instant::now();
         let mut last_ok = Instant::now();
@@ -104,12 +109,7 @@ fn killed_rank_then_shrink(name: &str, nranks: usize, victim: usize, transport: 
         let send = vec![1u8; count * 4];
         let mut recv = vec![0u8; count * 4];
         if role.rank == victim {
-            std::thread::spawn(|| {
-                std::thread::sleep(Duration::from_millis(300));
-                let me = std::process::id() as libc::pid_t;
-                // SAFETY: signalling our own process; SIGKILL ends it at once, mid-call.
-                unsafe { libc::kill(me, libc::SIGKILL) };
-            });
+            kill_self_soon();
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while comm

@@ -110,11 +110,15 @@ impl Layout {
         Layout { hosts, ..self }
     }
 
+    /// Whether ranks `a` and `b` are on two hosts (a connection between them is NET's).
+    pub fn between_hosts(&self, a: u32, b: u32) -> bool {
+        self.hosts.get(a as usize) != self.hosts.get(b as usize)
+    }
+
     /// Whether `from -> to` on `channel` is a connection whose memory is in the windows:
     /// every connection between ranks of one host.
     fn windowed(&self, channel: u32, from: u32, to: u32) -> bool {
-        self.connected(channel, from, to)
-            && self.hosts.get(from as usize) == self.hosts.get(to as usize)
+        self.connected(channel, from, to) && !self.between_hosts(from, to)
     }
 
     /// The same layout in read mode (`true`: SIMPLE FIFOs in the senders' windows).
@@ -188,32 +192,37 @@ impl Layout {
             && (self.next(channel, from) == to || channel < self.p2p_channels)
     }
 
+    /// Every connection into (`into`) or out of `rank`, in channel then peer order.
+    fn edges(&self, rank: u32, into: bool) -> impl Iterator<Item = Edge> + '_ {
+        (0..self.nchannels()).flat_map(move |channel| {
+            (0..self.nranks)
+                .map(move |peer| {
+                    let (from, to) = if into { (peer, rank) } else { (rank, peer) };
+                    Edge { channel, from, to }
+                })
+                .filter(|e| self.connected(e.channel, e.from, e.to))
+        })
+    }
+
     /// Every connection into `rank` that lies in the windows, in window order (channel,
     /// then sender).
     pub fn into_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
-        (0..self.nchannels()).flat_map(move |channel| {
-            (0..self.nranks)
-                .filter(move |&from| self.windowed(channel, from, rank))
-                .map(move |from| Edge {
-                    channel,
-                    from,
-                    to: rank,
-                })
-        })
+        self.edges(rank, true)
+            .filter(|e| !self.between_hosts(e.from, e.to))
     }
 
     /// Every connection out of `rank` that lies in the windows, in window order (channel,
     /// then receiver).
     pub fn out_of_rank(&self, rank: u32) -> impl Iterator<Item = Edge> + '_ {
-        (0..self.nchannels()).flat_map(move |channel| {
-            (0..self.nranks)
-                .filter(move |&to| self.windowed(channel, rank, to))
-                .map(move |to| Edge {
-                    channel,
-                    from: rank,
-                    to,
-                })
-        })
+        self.edges(rank, false)
+            .filter(|e| !self.between_hosts(e.from, e.to))
+    }
+
+    /// Every connection into (`into`) or out of `rank` that joins two hosts: NET's, with
+    /// no place in the windows.
+    pub fn net_edges(&self, rank: u32, into: bool) -> impl Iterator<Item = Edge> + '_ {
+        self.edges(rank, into)
+            .filter(|e| self.between_hosts(e.from, e.to))
     }
 
     fn slot_stride(&self) -> usize {
@@ -365,6 +374,8 @@ mod test {
         };
         assert!(two_hosts.connected(0, 1, 2));
         assert_eq!(two_hosts.place(across), None);
+        assert!(two_hosts.net_edges(1, false).any(|e| e == across));
+        assert!(one_host.net_edges(1, false).next().is_none());
         // Rank 0 on channel 0 receives from 1 only now (from 2 and 3 over NET); on channel
         // 1, whose ring edge into 0 comes from 3, from nobody.
         assert_eq!(two_hosts.into_rank(0).count(), 1);

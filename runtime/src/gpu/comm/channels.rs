@@ -10,7 +10,7 @@
 use weft_core::abi::MAX_CHANNELS;
 use weft_core::wire::bootstrap::bus_id_from_str;
 
-use super::peers::GpuPeer;
+use super::peers::{GpuPeer, several_hosts};
 use crate::bootstrap::Bootstrap;
 use crate::comm::channels::{SOURCE_SEARCH, TopoInput, agree_on_channels_with, bound_channels};
 use crate::comm::peers::{Peer, Settings};
@@ -157,11 +157,6 @@ fn agreed_rings(
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
         Err(e) => Ok((plain(&e.to_string()), None, Vec::new(), false)),
     }
-}
-
-/// Whether the ranks are on more than one host.
-fn several_hosts(peers: &[GpuPeer]) -> bool {
-    peers.windows(2).any(|w| w[0].host_hash != w[1].host_hash)
 }
 
 /// The ranks host by host (hosts in the order of their first rank), each host's in rank

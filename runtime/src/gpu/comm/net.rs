@@ -21,7 +21,7 @@ use weft_core::abi::{CONN_HOST_MEMORY, CONN_PROXY_DRIVEN, ConnInfo, Protocol, ST
 use weft_cuda::{Context, HostMapped};
 
 use super::faults::AbortHandle;
-use super::peers::GpuPeer;
+use super::peers::{GpuPeer, several_hosts};
 use crate::bootstrap::Bootstrap;
 use crate::comm::CommOptions;
 use crate::comm::setup::open_net;
@@ -56,12 +56,6 @@ pub(super) struct NetEnds {
     failure: FirstFailure,
 }
 
-/// Whether `edge` joins ranks of two hosts.
-pub(super) fn crosses_hosts(peers: &[GpuPeer], edge: Edge) -> bool {
-    let host = |r: u32| peers.get(r as usize).map(|p| p.host_hash);
-    host(edge.from) != host(edge.to)
-}
-
 /// One record of the handshake: a receiving rank's listen handle for one connection.
 const RECORD_BYTES: usize = 8 + NET_HANDLE_MAXSIZE;
 
@@ -80,33 +74,12 @@ impl NetEnds {
         opts: &CommOptions,
         abort: AbortHandle,
     ) -> Result<Option<NetEnds>, GpuError> {
-        let multi_host = peers.iter().any(|p| p.host_hash != peers[rank].host_hash);
-        if !multi_host {
+        if !several_hosts(peers) {
             return Ok(None);
         }
         let r = rank as u32;
-        let mut outgoing = Vec::new();
-        let mut incoming = Vec::new();
-        for channel in 0..layout.nchannels() {
-            for q in 0..peers.len() as u32 {
-                let out = Edge {
-                    channel,
-                    from: r,
-                    to: q,
-                };
-                if layout.connected(channel, r, q) && crosses_hosts(peers, out) {
-                    outgoing.push(out);
-                }
-                let inn = Edge {
-                    channel,
-                    from: q,
-                    to: r,
-                };
-                if layout.connected(channel, q, r) && crosses_hosts(peers, inn) {
-                    incoming.push(inn);
-                }
-            }
-        }
+        let outgoing: Vec<Edge> = layout.net_edges(r, false).collect();
+        let incoming: Vec<Edge> = layout.net_edges(r, true).collect();
         // Every rank takes part in the exchange below, even one without NET connections.
         let proxy_abort = AbortFlag::new();
         let net = open_net(opts)

@@ -160,6 +160,11 @@ pub(super) fn check_peers(
     Ok(reach)
 }
 
+/// Whether the ranks are on more than one host (connections between hosts go over NET).
+pub(super) fn several_hosts(peers: &[GpuPeer]) -> bool {
+    peers.windows(2).any(|w| w[0].host_hash != w[1].host_hash)
+}
+
 /// NCCL's default for P2P read mode (`ncclTopoCheckP2p`): GPUs of compute capability 8.0
 /// (Ampere) joined by NVLink, here every pair `rank` has with a GPU this process can see
 /// (CUDA's native-atomics P2P attribute standing for NVLink). A peer's GPU this process

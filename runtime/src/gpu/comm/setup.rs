@@ -23,7 +23,7 @@ use super::launch::Launcher;
 use super::net::NetEnds;
 use super::order::StreamOrder;
 use super::p2p::p2p_channel_count;
-use super::peers::{GpuPeer, check_peers, connection_lines, read_by_default};
+use super::peers::{GpuPeer, check_peers, connection_lines, read_by_default, several_hosts};
 use super::plan::{DEFAULT_MIN_SLICES, Planner};
 use super::region::{PeerRegion, RegionSite, agree_on_plan, region_algo};
 use super::windows::Windows;
@@ -146,7 +146,7 @@ impl GpuComm {
         settings.protocols.ll_by_default = !via_host;
         // Ranks on several hosts: NET connections carry SIMPLE steps only (`super::net`),
         // so no connection gets an LL buffer. Every rank sees the same peers.
-        let multi_host = peers.iter().any(|p| p.host_hash != me.host_hash);
+        let multi_host = several_hosts(&peers);
         if multi_host && settings.protocols.ll_lines > 0 {
             log::info!("weft: ranks on several hosts: LL off (NET connections carry SIMPLE only)");
             settings.protocols.ll_lines = 0;
