@@ -8,10 +8,17 @@
 #   PROFILE=debug scripts/build-nccl.sh    # the debug build (what the tests use)
 #   STRIP=1 scripts/build-nccl.sh          # strip debug info (smaller file to carry)
 #   OUT=dir scripts/build-nccl.sh          # lay it out in dir instead
+#   WEFT_KERNEL_BUNDLE=file scripts/build-nccl.sh   # embed this kernel bundle; by default
+#                                          # <target>/weft-kernels.bundle when it exists
+#                                          # (scripts/build-kernel-bundle.sh), none else
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${PROFILE:-release}"
 target_dir="${CARGO_TARGET_DIR:-target}"
+if [ -z "${WEFT_KERNEL_BUNDLE+set}" ] && [ -f "$target_dir/weft-kernels.bundle" ]; then
+    export WEFT_KERNEL_BUNDLE="$PWD/$target_dir/weft-kernels.bundle"
+fi
+echo "kernel bundle embedded: ${WEFT_KERNEL_BUNDLE:-none (kernels compile with NVRTC at first use)}"
 if [ "$profile" = release ]; then
     cargo build --release -p weft-nccl
 else

@@ -3,7 +3,9 @@
 //! weft compiles its CUDA kernels at run time (NVRTC, seconds per element type) and keeps the
 //! machine code on disk; a job's first collective on a type otherwise pays for it. This
 //! compiles every module for an architecture on every core, with no GPU needed, so that a
-//! container image or a shared cache directory can carry them.
+//! container image or a shared cache directory can carry them; with `--bundle` it also
+//! packs them into a kernel bundle (`weft_cuda::bundle`), which a build embeds in libnccl and
+//! `weft` (`scripts/build-kernel-bundle.sh`) or `WEFT_KERNEL_BUNDLE` names at run time.
 
 use std::process::ExitCode;
 
@@ -11,7 +13,7 @@ use weft_core::abi::DataType;
 use weft_runtime::gpu::kernels::{PeerSource, module_types, precompile};
 
 const USAGE: &str = "\
-usage: weft kernels [--arch MAJOR.MINOR ...] [--dtype NAME ...]
+usage: weft kernels [--arch MAJOR.MINOR ...] [--dtype NAME ...] [--bundle FILE]
 
 Compiles weft's CUDA kernels (ring, one-/two-shot and NVLS modules, every element type)
 into the kernel cache: $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft/kernels, else
@@ -20,6 +22,10 @@ must be used with the same NVRTC version and WEFT_KERNEL_THREADS / WEFT_KERNEL_U
 
   --arch 9.0     compute capability to compile for (repeatable; default: every GPU seen)
   --dtype float  only this element type (repeatable; default: all of them)
+  --bundle FILE  also write every module compiled into FILE, a kernel bundle: embedded
+                 when weft is built with WEFT_KERNEL_BUNDLE=FILE, or read at run time
+                 from WEFT_KERNEL_BUNDLE=FILE; then no NVRTC is needed for these
+                 architectures
 ";
 
 pub fn main(args: &[String]) -> ExitCode {
@@ -35,6 +41,7 @@ pub fn main(args: &[String]) -> ExitCode {
 fn run(args: &[String]) -> Result<(), String> {
     let mut archs: Vec<(u32, u32)> = Vec::new();
     let mut dtypes: Vec<DataType> = Vec::new();
+    let mut bundle: Option<std::path::PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| {
@@ -64,6 +71,7 @@ fn run(args: &[String]) -> Result<(), String> {
                     )
                 })?);
             }
+            "--bundle" => bundle = Some(value("a file to write")?.into()),
             "-h" | "--help" => {
                 print!("{USAGE}");
                 return Ok(());
@@ -100,13 +108,29 @@ fn run(args: &[String]) -> Result<(), String> {
         .iter()
         .flat_map(|&(name, text)| types.iter().map(move |&d| (name, text, d)))
         .collect();
+    if let Some(b) = weft_cuda::bundle::process_bundle() {
+        println!(
+            "kernel bundle in use ({}): {} modules compiled by NVRTC {}.{}",
+            if tuning.bundle.is_some() {
+                "WEFT_KERNEL_BUNDLE"
+            } else {
+                "built in"
+            },
+            b.len(),
+            b.nvrtc_version().0,
+            b.nvrtc_version().1
+        );
+    }
+    let mut entries = Vec::new();
     for arch in archs {
         let started = std::time::Instant::now();
         let runnable = pairs
             .iter()
             .filter(|(_, _, d)| weft_kernels::compiles_for(*d, arch))
             .count();
-        let compiled = precompile(&pairs, arch, tuning).map_err(|e| e.to_string())?;
+        let modules = precompile(&pairs, arch, tuning, true).map_err(|e| e.to_string())?;
+        let compiled = modules.iter().filter(|m| !m.from_cache).count();
+        entries.extend(modules.into_iter().map(|m| (m.cache_name, m.image)));
         println!(
             "sm_{}{}: {runnable} modules, {compiled} compiled now, {} already cached, {:.1} s ({})",
             arch.0,
@@ -114,6 +138,21 @@ fn run(args: &[String]) -> Result<(), String> {
             runnable - compiled,
             started.elapsed().as_secs_f64(),
             cache.display()
+        );
+    }
+    if let Some(path) = bundle {
+        let version = weft_cuda::nvrtc::nvrtc_version().map_err(|e| e.to_string())?;
+        let bytes = weft_cuda::bundle::KernelBundle::write(version, &entries);
+        std::fs::write(&path, &bytes).map_err(|e| format!("--bundle {}: {e}", path.display()))?;
+        let raw: usize = entries.iter().map(|(_, image)| image.len()).sum();
+        println!(
+            "bundle {}: {} modules, {:.1} MiB ({:.1} MiB unpacked), NVRTC {}.{}",
+            path.display(),
+            entries.len(),
+            bytes.len() as f64 / (1 << 20) as f64,
+            raw as f64 / (1 << 20) as f64,
+            version.0,
+            version.1
         );
     }
     Ok(())

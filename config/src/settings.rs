@@ -253,6 +253,8 @@ pub struct KernelSettings {
     pub unroll: Option<u32>,
     pub cache: bool,
     pub cache_dir: Option<PathBuf>,
+    /// `WEFT_KERNEL_BUNDLE` at run time: a bundle file, or `0` for none.
+    pub bundle: Option<PathBuf>,
     pub nvrtc: Option<PathBuf>,
 }
 
@@ -472,6 +474,7 @@ impl Settings {
             unroll: r.optional(&t::KERNEL_UNROLL),
             cache: r.value(&t::KERNEL_CACHE),
             cache_dir: r.optional(&t::CACHE_DIR),
+            bundle: r.optional(&t::KERNEL_BUNDLE),
             nvrtc: r.optional(&t::NVRTC),
         };
         let debug = DebugSettings {

@@ -860,6 +860,15 @@ pub static CACHE_DIR: Var<PathBuf> = var(
     Reject,
     parse::path,
 );
+pub static KERNEL_BUNDLE: Var<PathBuf> = var(
+    &["WEFT_KERNEL_BUNDLE"],
+    Kernels,
+    Means("the bundle built into the library, if any"),
+    "a bundle file (`weft kernels --bundle`), or 0 for none",
+    "Kernels compiled ahead of time, taken before the cache and NVRTC. Set at build time, it names the bundle to build in (scripts/build-kernel-bundle.sh).",
+    Reject,
+    parse::path,
+);
 pub static NVRTC: Var<PathBuf> = var(
     &["WEFT_NVRTC"],
     Kernels,
@@ -974,6 +983,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &KERNEL_UNROLL,
     &KERNEL_CACHE,
     &CACHE_DIR,
+    &KERNEL_BUNDLE,
     &NVRTC,
     &DEBUG,
     &DEBUG_SUBSYS,

@@ -17,8 +17,10 @@
 //! - [`multicast`]: NVLink SHARP multicast objects behind an explicit opt-in
 //!   (`WEFT_NVLS=1`), and their unicast stand-in over peer-mapped memory.
 //! - [`Module`], [`Function`]: PTX loaded into a context, and kernel launches.
-//! - [`compile`] (module `nvrtc`): CUDA C++ to PTX with NVRTC, cached on disk.
+//! - [`compile`] (module `nvrtc`): CUDA C++ to PTX or machine code with NVRTC, cached on
+//!   disk; [`bundle`]: machine code compiled ahead of time and shipped in the binary.
 
+pub mod bundle;
 mod context;
 mod device;
 mod error;

@@ -132,7 +132,12 @@ pub struct Compiled {
     pub image: Vec<u8>,
     /// NVRTC's log (warnings), empty from the cache.
     pub log: String,
+    /// Taken from the disk cache or the kernel bundle, not compiled now.
     pub from_cache: bool,
+    /// Taken from the kernel bundle ([`crate::bundle`]).
+    pub from_bundle: bool,
+    /// Its file name in a cache (and its entry's in a bundle): the source's name and key.
+    pub cache_name: String,
 }
 
 /// Compiles `source` (named `name` in messages) with `headers` (`(include name, text)`),
@@ -179,8 +184,10 @@ pub fn default_cache_dir_of(settings: &KernelSettings) -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|p| p.join(".cache").join("weft").join("kernels")))
 }
 
-/// [`compile`] with an explicit cache directory (`None`: no cache). A module that compiled
-/// with warnings is not kept, so every compile of it shows them.
+/// [`compile`] with an explicit cache directory (`None`: no cache): machine code from the
+/// kernel bundle ([`crate::bundle`]) when it has this module, else from the cache, else
+/// compiled now. A module that compiled with warnings is not kept, so every compile of it
+/// shows them.
 pub fn compile_with_cache(
     name: &str,
     source: &str,
@@ -188,11 +195,65 @@ pub fn compile_with_cache(
     opts: &CompileOptions,
     cache: Option<&Path>,
 ) -> Result<Compiled> {
+    compile_from(name, source, headers, opts, cache, true)
+}
+
+/// [`compile`] past the kernel bundle: for an image of the bundle that the driver refused
+/// (a driver older than the NVRTC that built the bundle), compiled again by this machine's
+/// NVRTC.
+pub fn compile_without_bundle(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+) -> Result<Compiled> {
+    compile_from(name, source, headers, opts, cache_dir().as_deref(), false)
+}
+
+fn compile_from(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+    cache: Option<&Path>,
+    use_bundle: bool,
+) -> Result<Compiled> {
     let options = opts.nvrtc_options();
-    let version = nvrtc_version()?;
-    let key = cache_key(source, headers, &options, version);
     let ext = if opts.cubin { "cubin" } else { "ptx" };
-    let file = cache.map(|d| d.join(format!("{}-{key}.{ext}", sanitize(name))));
+    let file_name = |version| {
+        let key = cache_key(source, headers, &options, version);
+        format!("{}-{key}.{ext}", sanitize(name))
+    };
+    // The bundle first: a hit needs no NVRTC at all.
+    let bundle = crate::bundle::process_bundle().filter(|_| use_bundle && opts.cubin);
+    if let Some(bundle) = bundle {
+        // Machine code runs on later minor revisions of its major architecture (sm_80 on
+        // sm_86 and sm_89): the exact one first, then the nearest built below it.
+        for minor in (0..=opts.arch.1).rev() {
+            let built_for = CompileOptions {
+                arch: (opts.arch.0, minor),
+                ..opts.clone()
+            };
+            let key = cache_key(
+                source,
+                headers,
+                &built_for.nvrtc_options(),
+                bundle.nvrtc_version(),
+            );
+            let entry = format!("{}-{key}.{ext}", sanitize(name));
+            if let Some(image) = bundle.get(&entry).filter(|i| elf_is_whole(i)) {
+                return Ok(Compiled {
+                    image,
+                    log: String::new(),
+                    from_cache: true,
+                    from_bundle: true,
+                    cache_name: entry,
+                });
+            }
+        }
+    }
+    let cache_name = file_name(nvrtc_version()?);
+    let file = cache.map(|d| d.join(&cache_name));
     if let Some(f) = &file {
         if let Ok(image) = std::fs::read(f) {
             let whole = if opts.cubin {
@@ -205,6 +266,8 @@ pub fn compile_with_cache(
                     image,
                     log: String::new(),
                     from_cache: true,
+                    from_bundle: false,
+                    cache_name,
                 });
             }
             log::warn!(
@@ -213,7 +276,8 @@ pub fn compile_with_cache(
             );
         }
     }
-    let compiled = compile_uncached(name, source, headers, &options, opts.cubin)?;
+    let mut compiled = compile_uncached(name, source, headers, &options, opts.cubin)?;
+    compiled.cache_name = cache_name;
     // Only a module NVRTC compiled without a word is kept: a warning in kernel code is a
     // bug (the kernel tests fail on one), and a module compiled again shows it again.
     if let Some(f) = file.as_ref().filter(|_| compiled.log.trim().is_empty()) {
@@ -423,6 +487,8 @@ fn compile_uncached(
         image,
         log,
         from_cache: false,
+        from_bundle: false,
+        cache_name: String::new(),
     })
 }
 

@@ -97,6 +97,18 @@ pub fn compile_module(
     arch: (u32, u32),
     tuning: &KernelSettings,
 ) -> Result<weft_cuda::Compiled, GpuError> {
+    compile_module_from(name, text, dtype, arch, tuning, false)
+}
+
+/// [`compile_module`], past the kernel bundle when `past_bundle`.
+fn compile_module_from(
+    name: &str,
+    text: &str,
+    dtype: DataType,
+    arch: (u32, u32),
+    tuning: &KernelSettings,
+    past_bundle: bool,
+) -> Result<weft_cuda::Compiled, GpuError> {
     let mut defines = weft_kernels::defines(dtype);
     // A tuning knob for measurements: 16-byte packs in flight per thread.
     if let Some(u) = tuning.unroll {
@@ -113,13 +125,19 @@ pub fn compile_module(
         extra: Vec::new(),
     };
     let started = std::time::Instant::now();
-    let compiled = weft_cuda::compile(name, text, weft_kernels::HEADERS, &opts)?;
+    let compiled = if past_bundle {
+        weft_cuda::nvrtc::compile_without_bundle(name, text, weft_kernels::HEADERS, &opts)?
+    } else {
+        weft_cuda::compile(name, text, weft_kernels::HEADERS, &opts)?
+    };
     log::info!(
         "weft: {name} {} kernels for sm_{}{} {}",
         dtype.name(),
         arch.0,
         arch.1,
-        if compiled.from_cache {
+        if compiled.from_bundle {
+            "taken from the kernel bundle".to_string()
+        } else if compiled.from_cache {
             "loaded from the kernel cache".to_string()
         } else {
             format!(
@@ -134,12 +152,14 @@ pub fn compile_module(
 /// Compiles every `(source, dtype)` pair for `arch` into the on-disk cache, several at once
 /// (one NVRTC compilation takes seconds and uses one core): the first use of a type then
 /// only loads it. Pairs the architecture cannot run (fp8 reductions before sm_89) are
-/// skipped. Returns how many were compiled now (the rest were in the cache).
+/// skipped. Returns the modules, in the order of `pairs` (`from_cache` false for those
+/// compiled now). `past_bundle`: NVRTC and the cache only, as for writing a bundle.
 pub fn precompile(
     pairs: &[(&'static str, &'static str, DataType)],
     arch: (u32, u32),
     tuning: &KernelSettings,
-) -> Result<usize, GpuError> {
+    past_bundle: bool,
+) -> Result<Vec<weft_cuda::Compiled>, GpuError> {
     // Ranks of one process prepare together: the second waits here and then finds
     // everything in the cache instead of compiling it all a second time.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -152,7 +172,7 @@ pub fn precompile(
         .map_or(1, |n| n.get())
         .min(pairs.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let compiled = std::sync::atomic::AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<weft_cuda::Compiled>>> = Mutex::new(vec![None; pairs.len()]);
     let first_error: Mutex<Option<GpuError>> = Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -170,11 +190,8 @@ pub fn precompile(
                     let Some((name, text, dtype)) = pairs.get(i) else {
                         return;
                     };
-                    match compile_module(name, text, *dtype, arch, tuning) {
-                        Ok(c) if !c.from_cache => {
-                            compiled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        Ok(_) => {}
+                    match compile_module_from(name, text, *dtype, arch, tuning, past_bundle) {
+                        Ok(c) => done.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(c),
                         Err(e) => {
                             let mut slot =
                                 first_error.lock().unwrap_or_else(PoisonError::into_inner);
@@ -185,13 +202,18 @@ pub fn precompile(
             });
         }
     });
-    match first_error
+    if let Some(e) = first_error
         .into_inner()
         .unwrap_or_else(PoisonError::into_inner)
     {
-        Some(e) => Err(e),
-        None => Ok(compiled.into_inner()),
+        return Err(e);
     }
+    Ok(done
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// Whether files can be created in `dir` (made if missing): a probe file, removed again.
@@ -330,10 +352,23 @@ impl Kernels {
         dtype: DataType,
     ) -> Result<(Arc<Module>, u32), GpuError> {
         let compiled = compile_module(name, text, dtype, self.arch, &self.tuning)?;
-        Ok((
-            Module::load(&self.ctx, &compiled.image)?,
-            self.tuning.threads,
-        ))
+        let module = match Module::load(&self.ctx, &compiled.image) {
+            // The bundle's NVRTC may be newer than this machine's driver: this machine's
+            // NVRTC, where there is one, makes code the driver takes.
+            Err(e) if compiled.from_bundle => {
+                log::warn!(
+                    "weft: the kernel bundle's {name} {} for sm_{}{} did not load ({e}); \
+                     compiling it with this machine's NVRTC",
+                    dtype.name(),
+                    self.arch.0,
+                    self.arch.1
+                );
+                let again = compile_module_from(name, text, dtype, self.arch, &self.tuning, true)?;
+                Module::load(&self.ctx, &again.image)?
+            }
+            loaded => loaded?,
+        };
+        Ok((module, self.tuning.threads))
     }
 
     fn check_threads(&self, functions: &[Function], threads: u32) -> Result<(), GpuError> {
@@ -372,8 +407,13 @@ impl Kernels {
                 missing.push((name, text, d));
             }
         }
-        if !missing.is_empty() && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
-            precompile(&missing, self.arch, &self.tuning)?;
+        // With a kernel bundle the modules load one by one from it (milliseconds each);
+        // only a module it lacks compiles then.
+        if !missing.is_empty()
+            && weft_cuda::bundle::process_bundle().is_none()
+            && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d))
+        {
+            precompile(&missing, self.arch, &self.tuning, false)?;
         }
         for d in types {
             self.get(d)?;

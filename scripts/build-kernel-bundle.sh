@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Compiles weft's CUDA kernels ahead of time into a kernel bundle (docs/cuda.md, "Kernel
+# bundles"), so that libnccl.so.2 and `weft` built with it load their kernels at first use
+# instead of compiling them with NVRTC there (seconds per module on a fresh machine).
+#
+#   scripts/build-kernel-bundle.sh                 # sm_80, sm_90, sm_100 -> target/weft-kernels.bundle
+#   ARCHS="9.0" scripts/build-kernel-bundle.sh     # only these
+#   BUNDLE=file scripts/build-kernel-bundle.sh     # write it there instead
+# Then embed it:   WEFT_KERNEL_BUNDLE=$PWD/target/weft-kernels.bundle scripts/build-nccl.sh
+# (or cargo build; the GPU bundle scripts embed it when the file exists), or name it at run
+# time with WEFT_KERNEL_BUNDLE. Needs NVRTC here (scripts/install-deps fetches it), no GPU.
+# The modules compiled are kept in the kernel cache ($WEFT_CACHE_DIR, else ~/.cache/weft/
+# kernels), so a second run only packs. All 36 modules of one architecture take about 5
+# minutes on 2 cores.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+archs="${ARCHS:-8.0 9.0 10.0}"
+bundle="${BUNDLE:-$ROOT/target/weft-kernels.bundle}"
+if [ -z "${WEFT_NVRTC:-}" ]; then
+    eval "$(scripts/install-deps | grep '^export')"
+fi
+# The bundle's own build must not embed an older bundle (it would not change what is
+# compiled, but would rebuild weft for nothing when the file changes).
+WEFT_KERNEL_BUNDLE= cargo build --release --bin weft
+args=()
+for a in $archs; do args+=(--arch "$a"); done
+WEFT_KERNEL_BUNDLE= target/release/weft kernels "${args[@]}" --bundle "$bundle"
