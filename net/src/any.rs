@@ -337,6 +337,38 @@ impl Net for AnyNet {
         }
     }
 
+    unsafe fn isend_batch(
+        &self,
+        comm: &mut AnySendComm,
+        sends: &[(*const u8, usize, u32)],
+        mr: &AnyMemHandle,
+    ) -> Result<Vec<AnyRequest>, NetError> {
+        let posted = match (self, comm, mr) {
+            (AnyNet::Socket(n), AnySendComm::Socket(c), AnyMemHandle::Socket(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                let r = unsafe { n.isend_batch(c, sends, m) }?;
+                r.into_iter().map(AnyRequest::Socket).collect()
+            }
+            (AnyNet::Ib(n), AnySendComm::Ib(c), AnyMemHandle::Ib(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                let r = unsafe { n.isend_batch(c, sends, m) }?;
+                r.into_iter().map(AnyRequest::Ib).collect()
+            }
+            (AnyNet::Mesh(n), AnySendComm::Mesh(c), AnyMemHandle::Mesh(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                let r = unsafe { n.isend_batch(c, sends, m) }?;
+                r.into_iter().map(AnyRequest::Mesh).collect()
+            }
+            (AnyNet::External(n), AnySendComm::External(c), AnyMemHandle::External(m)) => {
+                // SAFETY: the caller's contract, passed on.
+                let r = unsafe { n.isend_batch(c, sends, m) }?;
+                r.into_iter().map(AnyRequest::External).collect()
+            }
+            _ => return Err(mixed("a send comm or registration")),
+        };
+        Ok(posted)
+    }
+
     unsafe fn irecv(
         &self,
         comm: &mut AnyRecvComm,

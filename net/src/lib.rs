@@ -304,6 +304,31 @@ pub trait Net: Send + Sync {
         mr: &Self::MemHandle,
     ) -> Result<Option<Self::Request>, NetError>;
 
+    /// Posts the sends `(data, size, tag)` on `comm`, in order, all covered by `mr`, as
+    /// `isend` would one by one, stopping at the first the backend cannot take now: the
+    /// requests of those posted, in order (fewer than `sends` when it stopped). A backend
+    /// may hand them to the network together: the socket backend writes all their frames
+    /// with one system call, where each `isend` writes at once.
+    ///
+    /// # Safety
+    /// As for `isend`, for every send.
+    unsafe fn isend_batch(
+        &self,
+        comm: &mut Self::SendComm,
+        sends: &[(*const u8, usize, u32)],
+        mr: &Self::MemHandle,
+    ) -> Result<Vec<Self::Request>, NetError> {
+        let mut posted = Vec::with_capacity(sends.len());
+        for &(data, size, tag) in sends {
+            // SAFETY: the caller's contract, send by send.
+            match unsafe { self.isend(comm, data, size, tag, mr) }? {
+                Some(request) => posted.push(request),
+                None => break,
+            }
+        }
+        Ok(posted)
+    }
+
     /// Posts a grouped receive of `bufs.len()` (1..=`max_recvs`) buffers; each is filled by
     /// the send whose tag matches. The sends for one group must all be posted before the
     /// sends of the next. `Ok(None)` means "cannot post now".

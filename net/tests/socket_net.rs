@@ -1009,3 +1009,60 @@ fn trace_files_of_both_ends_line_up() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_batch_of_sends_arrives_as_single_sends_do_and_stops_at_the_request_limit() {
+    let net = net(2, 2);
+    let (mut send, mut recv) = pair(&net);
+    let mut rng = XorShift(0xba7c4);
+    // Empty, small, inline-sized and data-socket sized messages, in one batch.
+    let sizes = [0usize, 16, 8, 32 * 1024, 200_000, 3];
+    let datas: Vec<Vec<u8>> = sizes.iter().map(|&s| rng.bytes(s)).collect();
+    let mut rbufs: Vec<Vec<u8>> = sizes.iter().map(|&s| vec![0u8; s + 5]).collect();
+    let rmrs: Vec<SocketMemHandle> = rbufs
+        .iter_mut()
+        .map(|b| SocketMemHandle {
+            addr: b.as_mut_ptr() as usize,
+            size: b.len(),
+        })
+        .collect();
+    let mut reqs = Vec::new();
+    for (i, (b, m)) in rbufs.iter_mut().zip(&rmrs).enumerate() {
+        let bufs = [RecvBuffer {
+            data: b.as_mut_ptr(),
+            size: b.len(),
+            tag: 40 + i as u32,
+            mr: m,
+        }];
+        // SAFETY: the buffers outlive the requests, which complete below.
+        reqs.push(unsafe { net.irecv(&mut recv, &bufs) }.unwrap().unwrap());
+    }
+    let sends: Vec<(*const u8, usize, u32)> = datas
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.as_ptr(), d.len(), 40 + i as u32))
+        .collect();
+    let smr = SocketMemHandle { addr: 0, size: 0 };
+    // SAFETY: `datas` outlives the requests.
+    let posted = unsafe { net.isend_batch(&mut send, &sends, &smr) }.unwrap();
+    assert_eq!(posted.len(), sizes.len());
+    reqs.extend(posted);
+    let done = wait_all(&net, &mut reqs);
+    for (i, &size) in sizes.iter().enumerate() {
+        assert_eq!(done[i].as_ref().unwrap().sizes(), &[size], "receive {i}");
+        assert_eq!(
+            done[sizes.len() + i].as_ref().unwrap().sizes(),
+            &[size],
+            "send {i}"
+        );
+        assert!(rbufs[i][..size] == datas[i][..], "message {i}");
+    }
+    // More sends than request slots: the batch stops at the limit, as isend would.
+    let one = [7u8; 4];
+    let many: Vec<(*const u8, usize, u32)> = (0..NET_MAX_REQUESTS + 3)
+        .map(|_| (one.as_ptr(), one.len(), 1))
+        .collect();
+    // SAFETY: `one` outlives the requests (the comms close first, at the end of the test).
+    let posted = unsafe { net.isend_batch(&mut send, &many, &smr) }.unwrap();
+    assert_eq!(posted.len(), NET_MAX_REQUESTS);
+}

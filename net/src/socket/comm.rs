@@ -226,7 +226,27 @@ impl Conn {
         size: usize,
         tag: u32,
     ) -> Result<Option<(usize, u32)>, NetError> {
-        self.timed(Call::Isend, |st| self.post_send_locked(st, addr, size, tag))
+        self.timed(Call::Isend, |st| {
+            let posted = self.queue_send_locked(st, addr, size, tag)?;
+            st.progress(self);
+            Ok(posted)
+        })
+    }
+
+    /// Posts sends `(addr, size, tag)` in order up to the first that finds no free request
+    /// slot, and writes all their frames together: one system call for all.
+    pub fn post_sends(&self, sends: &[(usize, usize, u32)]) -> Result<Vec<(usize, u32)>, NetError> {
+        self.timed(Call::Isend, |st| {
+            let mut posted = Vec::with_capacity(sends.len());
+            for &(addr, size, tag) in sends {
+                match self.queue_send_locked(st, addr, size, tag)? {
+                    Some(request) => posted.push(request),
+                    None => break,
+                }
+            }
+            st.progress(self);
+            Ok(posted)
+        })
     }
 
     /// Posts a grouped receive; `Ok(None)` when all request slots are taken.
@@ -253,15 +273,15 @@ impl Conn {
         out
     }
 
-    fn post_send_locked(
+    /// Queues a send's frame (and an inline payload) without writing it: the caller's
+    /// `progress` then flushes it with anything queued before, in one system call.
+    fn queue_send_locked(
         &self,
         st: &mut State,
         addr: usize,
         size: usize,
         tag: u32,
     ) -> Result<Option<(usize, u32)>, NetError> {
-        // No progress before posting: the one after it flushes this frame together with
-        // anything already queued, in one system call.
         st.usable(self)?;
         let Some(idx) = st.free_slot() else {
             return Ok(None);
@@ -297,7 +317,6 @@ impl Conn {
             inline_end,
         };
         st.unmatched.push_back(idx);
-        st.progress(self);
         Ok(Some((idx, st.slots[idx].generation)))
     }
 

@@ -469,6 +469,34 @@ impl Net for SocketNet {
             }))
     }
 
+    unsafe fn isend_batch(
+        &self,
+        comm: &mut SocketSendComm,
+        sends: &[(*const u8, usize, u32)],
+        _mr: &SocketMemHandle,
+    ) -> Result<Vec<SocketRequest>, NetError> {
+        if let Some(&(_, size, _)) = sends.iter().find(|(d, size, _)| d.is_null() && *size > 0) {
+            return Err(NetError::new(
+                NetErrorKind::InvalidArgument,
+                format!("isend of {size} bytes from a null pointer"),
+            ));
+        }
+        let raw: Vec<(usize, usize, u32)> = sends
+            .iter()
+            .map(|&(data, size, tag)| (data as usize, size, tag))
+            .collect();
+        Ok(comm
+            .conn
+            .post_sends(&raw)?
+            .into_iter()
+            .map(|(slot, generation)| SocketRequest {
+                conn: Arc::clone(&comm.conn),
+                slot,
+                generation,
+            })
+            .collect())
+    }
+
     unsafe fn irecv(
         &self,
         comm: &mut SocketRecvComm,

@@ -571,6 +571,11 @@ pub(crate) enum Link<N: Net> {
 }
 
 impl<N: Net> Link<N> {
+    /// Whether this link sends (a FIFO -> the network).
+    pub(crate) fn is_send(&self) -> bool {
+        matches!(self, Link::Send(_) | Link::StagedSend(_))
+    }
+
     pub(crate) fn conn(&self) -> ConnId {
         match self {
             Link::Send(l) => l.conn(),

@@ -197,6 +197,10 @@ fn take_incoming<N: Net>(shared: &Shared<N>, links: &mut Vec<Link<N>>) {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         links.append(&mut incoming);
+        // Senders first in every pass: a kernel's newly posted step goes out before the
+        // pass spends its time re-posting receives (a system call each on sockets), which
+        // only need to be ahead of data that is not on its way yet.
+        links.sort_by_key(|l| !l.is_send());
     }
 }
 

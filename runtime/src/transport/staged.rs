@@ -87,11 +87,18 @@ impl<N: Net + 'static> StagedNet<N> {
                     conn,
                     err,
                 })?;
+        // Both of a step's buffers in one receive where the backend groups them.
+        let grouped = self
+            .proxy
+            .net()
+            .properties(self.dev)
+            .is_ok_and(|p| p.max_recvs >= 2);
         self.proxy.add(Link::StagedRecv(StagedRecvLink::new(
             conn,
             listen,
             staging,
             self.connect_timeout,
+            grouped,
         )));
         Ok(handle)
     }
