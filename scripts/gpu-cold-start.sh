@@ -44,7 +44,12 @@ for c in $configs; do
         echo "$c: failed (exit $rc)"; tail -15 "$out/$c.log"; status=1; continue
     fi
     echo "$c $line" >> "$out/results.txt"
-    python3 -c 'import json,sys; c=sys.argv[1]; d=json.loads(sys.argv[2]); print(f"{c:12} init + first all_reduce {d[\"init_first\"]:7.2f} s; first of each type: " + ", ".join(f"{k} {v:.2f} s" for k, v in d["types"].items()))' "$c" "$line"
+    python3 - "$c" "$line" <<'PY'
+import json, sys
+name, d = sys.argv[1], json.loads(sys.argv[2])
+each = ", ".join(f"{k} {v:.3f} s" for k, v in d["types"].items())
+print(f"{name:12} init + first all_reduce {d['init_first']:7.3f} s; first of each further type: {each}")
+PY
 done
 rm -rf "$cold"
 exit $status
