@@ -62,7 +62,21 @@ impl<N: Net + 'static> StagedNet<N> {
 
     /// NCCL's name of the connections in its INFO lines: `NET/Socket/0`.
     pub fn describe(&self) -> String {
-        format!("{NET_NAME}/{}/{}", self.proxy.net().name(), self.dev)
+        self.describe_dev(self.dev)
+    }
+
+    /// NCCL's name of connections on device `dev`: `NET/Socket/<dev>`.
+    pub fn describe_dev(&self, dev: usize) -> String {
+        format!("{NET_NAME}/{}/{dev}", self.proxy.net().name())
+    }
+
+    /// The backend's devices, each with its PCI path where it has one (for choosing the
+    /// device nearest a GPU).
+    pub fn device_paths(&self) -> Vec<Option<String>> {
+        let net = self.proxy.net();
+        (0..net.devices())
+            .map(|d| net.properties(d).ok().and_then(|p| p.pci_path))
+            .collect()
     }
 
     /// Connection ends still open on the proxy thread.
@@ -77,11 +91,21 @@ impl<N: Net + 'static> StagedNet<N> {
         conn: ConnId,
         staging: Arc<Staging>,
     ) -> Result<NetHandle, NetTransportError> {
+        self.recv_on(conn, self.dev, staging)
+    }
+
+    /// [`recv`](Self::recv) on device `dev` instead of the default one.
+    pub fn recv_on(
+        &self,
+        conn: ConnId,
+        dev: usize,
+        staging: Arc<Staging>,
+    ) -> Result<NetHandle, NetTransportError> {
         debug_assert_eq!(conn.dir, Direction::Recv);
         let (handle, listen) =
             self.proxy
                 .net()
-                .listen(self.dev)
+                .listen(dev)
                 .map_err(|err| NetTransportError::Net {
                     what: "listen",
                     conn,
@@ -91,7 +115,7 @@ impl<N: Net + 'static> StagedNet<N> {
         let grouped = self
             .proxy
             .net()
-            .properties(self.dev)
+            .properties(dev)
             .is_ok_and(|p| p.max_recvs >= 2);
         self.proxy.add(Link::StagedRecv(StagedRecvLink::new(
             conn,
@@ -111,6 +135,17 @@ impl<N: Net + 'static> StagedNet<N> {
         handle: &[u8],
         staging: Arc<Staging>,
     ) -> Result<(), NetTransportError> {
+        self.send_on(conn, self.dev, handle, staging)
+    }
+
+    /// [`send`](Self::send) from device `dev` instead of the default one.
+    pub fn send_on(
+        &self,
+        conn: ConnId,
+        dev: usize,
+        handle: &[u8],
+        staging: Arc<Staging>,
+    ) -> Result<(), NetTransportError> {
         debug_assert_eq!(conn.dir, Direction::Send);
         let bytes: [u8; NET_HANDLE_MAXSIZE] =
             handle
@@ -121,7 +156,7 @@ impl<N: Net + 'static> StagedNet<N> {
                 })?;
         self.proxy.add(Link::StagedSend(StagedSendLink::new(
             conn,
-            self.dev,
+            dev,
             NetHandle(bytes),
             staging,
             self.connect_timeout,

@@ -35,6 +35,7 @@ mod control;
 mod faults;
 mod launch;
 mod net;
+mod nic;
 mod order;
 mod p2p;
 mod peers;

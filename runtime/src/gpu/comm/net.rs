@@ -21,6 +21,7 @@ use weft_core::abi::{CONN_HOST_MEMORY, CONN_PROXY_DRIVEN, ConnInfo, Protocol, ST
 use weft_cuda::{Context, HostMapped};
 
 use super::faults::AbortHandle;
+use super::nic;
 use super::peers::{GpuPeer, several_hosts};
 use crate::bootstrap::Bootstrap;
 use crate::comm::CommOptions;
@@ -51,6 +52,9 @@ struct NetEnd {
 pub(super) struct NetEnds {
     ends: BTreeMap<Edge, NetEnd>,
     net: StagedNet<AnyNet>,
+    /// This GPU's sysfs path and the backend's devices' (each channel's device: `nic`).
+    gpu_path: Option<String>,
+    nics: Vec<Option<String>>,
     /// Stops the proxy when the communicator is aborted.
     abort: AbortFlag,
     failure: FirstFailure,
@@ -95,8 +99,11 @@ impl NetEnds {
             });
         // From here every connection belongs to `setup`, whose `Drop` closes their areas
         // (so their links finish at once) on any early return.
+        let gpu_path = peers.get(rank).and_then(|p| nic::gpu_pci_path(&p.bus_id));
         let mut setup = net.map(|net| NetEnds {
             ends: BTreeMap::new(),
+            nics: net.device_paths(),
+            gpu_path,
             net,
             abort: proxy_abort,
             failure: FirstFailure::default(),
@@ -145,18 +152,24 @@ impl NetEnds {
                 })?;
             let end = NetEnd::alloc(ctx, layout, &ends.failure, &abort)?;
             ends.net
-                .send(
+                .send_on(
                     conn_id(edge, r, Direction::Send),
+                    ends.nic(edge.channel),
                     handle,
                     end.staging.clone(),
                 )
                 .map_err(|e| unreachable(edge.to, e))?;
             ends.ends.insert(edge, end);
         }
+        let mut used: Vec<usize> = ends.ends.keys().map(|e| ends.nic(e.channel)).collect();
+        used.sort_unstable();
+        used.dedup();
         log::info!(
-            "weft: rank {rank}: {} NET connection(s) to other hosts via {}",
+            "weft: rank {rank}: {} NET connection(s) to other hosts on device(s) {used:?} of \
+             {} ({})",
             ends.ends.len(),
-            ends.net.describe()
+            ends.nics.len(),
+            ends.net.backend()
         );
         Ok(Some(ends))
     }
@@ -176,7 +189,11 @@ impl NetEnds {
             let end = NetEnd::alloc(ctx, layout, &self.failure, abort)?;
             let handle = self
                 .net
-                .recv(conn_id(edge, rank, Direction::Recv), end.staging.clone())
+                .recv_on(
+                    conn_id(edge, rank, Direction::Recv),
+                    self.nic(edge.channel),
+                    end.staging.clone(),
+                )
                 .map_err(|e| unreachable(edge.from, e))?;
             records.extend_from_slice(&edge.channel.to_be_bytes());
             records.extend_from_slice(&edge.from.to_be_bytes());
@@ -216,9 +233,15 @@ impl NetEnds {
         self.net.backend().to_string()
     }
 
-    /// NCCL's name of the connections: `NET/Socket/0`.
-    pub(super) fn describe(&self) -> String {
-        self.net.describe()
+    /// The backend's device for this rank's connections on `channel` (the one nearest
+    /// this GPU; see `nic`).
+    fn nic(&self, channel: u32) -> usize {
+        nic::nic_for_channel(self.gpu_path.as_deref(), &self.nics, channel)
+    }
+
+    /// NCCL's name of channel `channel`'s connections on this rank: `NET/Socket/<device>`.
+    pub(super) fn describe(&self, channel: u32) -> String {
+        self.net.describe_dev(self.nic(channel))
     }
 
     /// Where the first failure of a connection is kept (the proxy's words, naming the

@@ -204,15 +204,16 @@ fn local_device_of(bus_id: &str) -> Result<Option<Device>, GpuError> {
 /// NCCL's INFO line per ring connection this rank sends on (`Channel 00/0 : 0[0] -> 1[1]
 /// via P2P/IPC/read`), from channel `c`'s ring order in `rings`: `SHM/direct` for windows
 /// in shared host memory, `P2P/direct pointer` to a GPU of this process, `P2P/IPC` to
-/// another process's; `/read` in read mode; `[send] via NET/Socket/0` (`net`) to a rank of
-/// another host, and `[receive] via NET/Socket/0` from one. Ranks are `rank[CUDA ordinal]` as in NCCL.
+/// another process's; `/read` in read mode; `[send] via NET/Socket/0` (`net`: each
+/// channel's name of its NET device) to a rank of another host, and `[receive] via
+/// NET/Socket/0` from one. Ranks are `rank[CUDA ordinal]` as in NCCL.
 pub(super) fn connection_lines(
     rank: usize,
     peers: &[GpuPeer],
     rings: &[Vec<u32>],
     via_host: bool,
     read: bool,
-    net: Option<&str>,
+    net: Option<&dyn Fn(u32) -> String>,
 ) -> Vec<String> {
     let dev = |r: usize| peers.get(r).map_or(0, |p| p.device);
     let mut out = Vec::new();
@@ -226,7 +227,11 @@ pub(super) fn connection_lines(
         }
         let read = if read { "/read" } else { "" };
         let host = |r: usize| peers.get(r).map(|p| p.host_hash);
-        let how = if let Some(net) = net.filter(|_| host(next) != host(rank)) {
+        let net_of = |peer: usize| {
+            net.filter(|_| host(peer) != host(rank))
+                .map(|name| name(c as u32))
+        };
+        let how = if let Some(net) = net_of(next) {
             format!("[send] via {net}")
         } else if via_host {
             "via SHM/direct".to_string()
@@ -244,7 +249,7 @@ pub(super) fn connection_lines(
         ));
         // NCCL also names the receiving end of a NET connection.
         let prev = ring[(at + ring.len() - 1) % ring.len()] as usize;
-        if let Some(net) = net.filter(|_| host(prev) != host(rank)) {
+        if let Some(net) = net_of(prev) {
             out.push(format!(
                 "Channel {c:02}/0 : {prev}[{}] -> {rank}[{}] [receive] via {net}",
                 dev(prev),
@@ -290,12 +295,14 @@ mod test {
         // Rank 2 on another host: NET, as NCCL says it.
         let mut far = peers.clone();
         far[2].host_hash = 8;
+        // Each channel names its own device (here: the channel's number).
+        let net = |c: u32| format!("NET/Socket/{c}");
         assert_eq!(
-            connection_lines(1, &far, &rings, false, false, Some("NET/Socket/0")),
+            connection_lines(1, &far, &rings, false, false, Some(&net)),
             [
                 "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0",
                 "Channel 01/0 : 1[1] -> 0[0] via P2P/direct pointer",
-                "Channel 01/0 : 2[0] -> 1[1] [receive] via NET/Socket/0",
+                "Channel 01/0 : 2[0] -> 1[1] [receive] via NET/Socket/1",
             ]
         );
         // One rank: nothing to connect.

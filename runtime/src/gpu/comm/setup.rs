@@ -187,13 +187,14 @@ impl GpuComm {
             faults.watch_net(net.failure());
         }
         let windows = windows.with_net(net);
+        let net_name = windows.net().map(|n| move |c: u32| n.describe(c));
         let connections = connection_lines(
             rank,
             &peers,
             &ring_orders,
             via_host,
             read,
-            windows.net().map(|n| n.describe()).as_deref(),
+            net_name.as_ref().map(|f| f as &dyn Fn(u32) -> String),
         );
         agree_on_algo(&mut bootstrap, rank, opts.algo)?;
         // The peer algorithms map every rank's memory: one host only.
