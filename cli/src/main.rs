@@ -6,6 +6,7 @@
 //! - `weft topo [options]`: the machine's topology, paths and channels (`topo`).
 //! - `weft kernels [options]`: compiles the CUDA kernels into the on-disk cache ahead of time.
 //! - `weft config [--changed]`: every environment variable weft reads, its value and default.
+//! - `weft status [ADDR]`: what every rank of a running job is doing, and which holds it up.
 
 mod args;
 mod config;
@@ -14,6 +15,7 @@ mod perf;
 mod perf_cuda;
 mod perf_host;
 mod spawn;
+mod status;
 mod topo;
 
 use std::process::ExitCode;
@@ -34,6 +36,9 @@ commands:
   config [--changed]
         every environment variable weft reads, its value here and its default; --changed:
         only those set to other than their default, as NCCL_DEBUG=INFO lists them
+  status [ADDR ...] [--json]
+        ask every rank of a running job what it is doing and name the rank that holds it
+        up (weft status --help)
   unique-id
         print a unique id for `weft perf --id` and serve its rendezvous until every rank
         has checked in
@@ -53,6 +58,7 @@ fn main() -> ExitCode {
         "topo" => topo(rest),
         "kernels" => kernels::main(rest),
         "config" => config(rest),
+        "status" => status::main(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

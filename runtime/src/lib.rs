@@ -17,6 +17,8 @@
 //!   collectives on host memory.
 //! - [`exec`]: the CPU executor: ring programs over FIFO connections, one thread per channel;
 //!   [`exec::reduce`] holds its reduction kernels.
+//! - [`status`]: the job health query: what every rank of a communicator is doing, and
+//!   the rank that holds the job up.
 //! - [`gpu`]: the device communicator: CUDA kernels over P2P (NVLink) connections, on device
 //!   memory.
 
@@ -31,5 +33,6 @@ pub mod gpu;
 pub mod launcher;
 pub use weft_net as net;
 pub mod proxy;
+pub mod status;
 pub mod topo;
 pub mod transport;

@@ -257,3 +257,149 @@ fn forced_shm_across_hosts_is_refused() {
     );
     common::assert_all_ok(name, &exits);
 }
+
+/// Issue 26's health query: a rank stops (SIGSTOP) in the middle of a job; rank 0, stuck
+/// in its all-reduce, asks every rank from another thread, and the report names the stopped
+/// rank within 2 seconds, with the others' calls and waits. Rank 0 then ends the stopped
+/// process, and the others fail naming it.
+#[test]
+fn a_stopped_rank_is_named_by_the_health_query() {
+    const VICTIM: usize = 2;
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(Duration::from_secs(30)));
+        let count = 1 << 14;
+        let send = vec![1u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        if role.rank == VICTIM {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: stopping our own process; rank 0 ends it with SIGKILL.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            });
+        }
+        let watcher = (role.rank == 0).then(|| {
+            let status = comm.status();
+            let victim_pid = comm.peer_pids()[VICTIM];
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                loop {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let report = status.query(weft_runtime::status::QUERY_DEADLINE);
+                    let culprit = report.culprit();
+                    if culprit
+                        .as_ref()
+                        .is_some_and(|c| c.why.contains("did not answer"))
+                    {
+                        println!("health query after {:?}:\n{report}", start.elapsed());
+                        println!("as JSON: {}", report.to_json());
+                        let c = culprit.unwrap();
+                        assert_eq!(c.rank as usize, VICTIM, "{report}");
+                        assert!(report.took < Duration::from_secs(2), "{report}");
+                        // The others answered, each in a call or waiting.
+                        for (r, rank) in report.ranks.iter().enumerate() {
+                            if r != VICTIM {
+                                let rank = rank.as_ref().expect("a live rank answers");
+                                assert!(rank.started > 0, "{report}");
+                            }
+                        }
+                        let text = report.to_string();
+                        assert!(text.contains("holding the job up: rank 2"), "{text}");
+                        // SAFETY: ending the stopped rank's process, whose pid it sent us.
+                        unsafe { libc::kill(victim_pid as libc::pid_t, libc::SIGKILL) };
+                        return;
+                    }
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "never named: {report}"
+                    );
+                }
+            })
+        });
+        let mut failed = None;
+        for _ in 0..100_000 {
+            if let Err(e) = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum) {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
+        let text = failed.expect("the job cannot finish with a rank stopped");
+        println!("rank {}: {text}", role.rank);
+        assert!(text.contains(&format!("rank {VICTIM}")), "{text}");
+        if let Some(w) = watcher {
+            w.join().expect("the watcher's checks");
+        }
+        return;
+    }
+    let exits = common::launch(
+        "a_stopped_rank_is_named_by_the_health_query",
+        3,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        Duration::from_secs(60),
+    );
+    for e in &exits {
+        if e.rank == VICTIM {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                e.status.and_then(|s| s.signal()),
+                Some(libc::SIGKILL),
+                "{}",
+                e.log
+            );
+        } else {
+            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+        }
+    }
+    let rank0 = &exits.iter().find(|e| e.rank == 0).unwrap().log;
+    println!("{rank0}");
+}
+
+/// A rank that never makes the call the others are in: at their deadline the others run
+/// the health query, and the error that reaches the program names that rank as the one
+/// holding the job up (not merely the neighbour each waited on).
+#[test]
+fn a_deadline_names_the_rank_that_never_called() {
+    const ABSENT: usize = 2;
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(Duration::from_secs(2)));
+        if role.rank == ABSENT {
+            // Alive and answering the query, but never in the call.
+            std::thread::sleep(Duration::from_secs(6));
+            return;
+        }
+        let send = vec![1u8; 4096];
+        let mut recv = vec![0u8; 4096];
+        let err = comm
+            .all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum)
+            .expect_err("rank 2 never calls");
+        let text = err.to_string();
+        println!("rank {}: {text}", role.rank);
+        if matches!(err, CommError::Stuck { .. }) {
+            assert!(text.contains("holding the job up: rank 2"), "{text}");
+            assert_eq!(err.culprit(), Some(ABSENT), "{text}");
+        }
+        return;
+    }
+    let exits = common::launch(
+        "a_deadline_names_the_rank_that_never_called",
+        3,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        Duration::from_secs(60),
+    );
+    for e in &exits {
+        assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+        for line in e.log.lines().filter(|l| l.contains("holding the job up")) {
+            println!("{line}");
+        }
+    }
+    assert!(
+        exits.iter().any(|e| e
+            .log
+            .contains("holding the job up: rank 2: it has not begun call #1")),
+        "no rank's deadline named rank 2:\n{}",
+        exits
+            .iter()
+            .map(|e| e.log.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -27,6 +27,7 @@ fn options(step_bytes: usize, timeout: Duration, abort: AbortFlag) -> NetOptions
             policy: WaitPolicy::default().with_timeout(timeout),
             abort,
             peer_pid: None,
+            board: None,
         },
         connect_timeout: Duration::from_secs(20),
         linger: Duration::from_millis(500),

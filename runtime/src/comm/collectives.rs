@@ -133,11 +133,18 @@ impl HostComm {
         self.usable()?;
         // SAFETY: forwarded from this function's contract.
         let buffers = unsafe { RawBuffers::new(send, send_len, recv, recv_len) };
+        let call = self
+            .status
+            .board
+            .call(collective.name(), count, dtype.name());
         match self
             .executor
             .collective(collective, count, dtype, op, buffers)
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                call.done();
+                Ok(())
+            }
             Err(e) => Err(self.failure(e)),
         }
     }

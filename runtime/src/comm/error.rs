@@ -46,6 +46,12 @@ pub enum CommError {
         pid: u32,
         cause: ExecError,
     },
+    /// A wait of this rank reached its deadline; the job's health query, run then, named
+    /// the rank that holds the job up (`holder`: its rank and why), if it could.
+    Stuck {
+        cause: ExecError,
+        holder: Option<(usize, String)>,
+    },
     /// An earlier error left the communicator unusable (its peers have given up too).
     Failed(String),
 }
@@ -72,6 +78,14 @@ impl CommError {
             CommError::Transport { peer, .. } => Some(*peer),
             CommError::Channels { rank, .. } => Some(*rank),
             CommError::PeerDied { rank, .. } => Some(*rank),
+            CommError::Stuck {
+                holder: Some((rank, _)),
+                ..
+            } => Some(*rank),
+            CommError::Stuck {
+                cause: ExecError::Conn(e),
+                ..
+            } => Some(e.conn().peer as usize),
             CommError::Exec(ExecError::Conn(e)) => Some(e.conn().peer as usize),
             CommError::Exec(ExecError::SizeMismatch { conn, .. }) => Some(conn.peer as usize),
             _ => None,
@@ -116,6 +130,18 @@ impl fmt::Display for CommError {
                 write!(f, "choosing the channels (on rank {rank}): {detail}")
             }
             CommError::Exec(e) => write!(f, "{e}"),
+            CommError::Stuck { cause, holder } => match holder {
+                Some((rank, why)) => write!(
+                    f,
+                    "{cause} The job's health query at this deadline: holding the job up: \
+                     rank {rank}: {why}"
+                ),
+                None => write!(
+                    f,
+                    "{cause} The job's health query at this deadline named no rank (the log \
+                     has every rank's state)"
+                ),
+            },
             CommError::PeerDied { rank, pid, cause } => write!(
                 f,
                 "rank {rank} (pid {pid}) is gone (killed, crashed, or exited after an error): \

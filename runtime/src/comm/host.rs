@@ -18,6 +18,7 @@ use super::peers::Peer;
 use crate::bootstrap::Bootstrap;
 use crate::conn::{AbortFlag, AbortSource, ConnError, FifoRecvEnd, FifoSendEnd, process_alive};
 use crate::exec::{ExecError, Executor, lock};
+use crate::status::{QUERY_DEADLINE, StatusView};
 
 /// One rank's communicator over host memory.
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub struct HostComm {
     pub(super) abort: AbortFlag,
     pub(super) failed: Option<String>,
     pub(super) bootstrap: Bootstrap,
+    /// This rank's side of the health query.
+    pub(super) status: StatusView,
 }
 
 /// The point-to-point connections built so far, by peer: built on first use, in a
@@ -101,6 +104,13 @@ impl HostComm {
 
     /// A flag that aborts this communicator from any thread: every wait ends at its next
     /// check and the call in progress fails.
+    /// This rank's side of the health query (`crate::status`): ask every rank of the
+    /// communicator what it is doing, from any thread, even while a call of this rank is
+    /// stuck.
+    pub fn status(&self) -> StatusView {
+        self.status.clone()
+    }
+
     pub fn abort_flag(&self) -> AbortFlag {
         self.abort.clone()
     }
@@ -166,15 +176,30 @@ impl HostComm {
                 dead = find_dead();
             }
         }
+        let timed_out = matches!(&err, ExecError::Conn(ConnError::Timeout { .. }));
         let err = match dead {
             Some((rank, p)) => CommError::PeerDied {
                 rank,
                 pid: p.settings.pid,
                 cause: err,
             },
+            // At a deadline, the whole job's picture: which rank holds it up.
+            None if timed_out => {
+                let report = self.status.query(QUERY_DEADLINE);
+                log::error!(
+                    "weft: rank {}: the job at this rank's deadline: {report}",
+                    self.rank
+                );
+                CommError::Stuck {
+                    cause: err,
+                    holder: report.culprit().map(|c| (c.rank as usize, c.why)),
+                }
+            }
             None => CommError::Exec(err),
         };
-        self.failed.get_or_insert_with(|| err.to_string());
+        let text = err.to_string();
+        self.status.board.failed(&text);
+        self.failed.get_or_insert(text);
         err
     }
 }

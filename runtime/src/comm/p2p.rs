@@ -109,8 +109,15 @@ impl HostComm {
         if jobs.is_empty() {
             return Ok(());
         }
+        let call = self
+            .status
+            .board
+            .call("send/recv group", ops.len(), "operations");
         match self.executor.run_with(jobs, !sequential) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                call.done();
+                Ok(())
+            }
             Err(e) => Err(self.failure(e)),
         }
     }

@@ -16,6 +16,7 @@
 //! These are the orderings NCCL gets from `volatile` plus `__threadfence_system()` on the GPU
 //! and `__atomic` builtins in its proxy; on x86 they compile to plain moves.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use weft_core::fifo::ll::{LlReceiver, LlSender};
@@ -25,6 +26,7 @@ use super::error::{AbortSource, ConnError, ConnId, Direction, WaitFor};
 use super::layout::flags;
 use super::region::FifoRegion;
 use super::wait::{AbortFlag, Backoff, Due, WaitPolicy, pid_namespace, process_alive, this_cpu};
+use crate::status::{Board, WaitGuard};
 
 /// How an end waits and when it gives up: the deadline policy, the communicator's abort
 /// flag, and the peer's pid for dead-peer detection (`None`: take it from the connection
@@ -34,6 +36,9 @@ pub struct Waiter {
     pub policy: WaitPolicy,
     pub abort: AbortFlag,
     pub peer_pid: Option<u32>,
+    /// Where a wait that outlasts its spin phase shows for the health query (`None`: it
+    /// shows nowhere).
+    pub board: Option<Arc<Board>>,
 }
 
 /// What both ends share: the memory, who they are, how they wait.
@@ -129,6 +134,9 @@ impl Side {
         let (peer_closed, peer_aborted) = self.peer_bits();
         let mut backoff = Backoff::new(self.waiter.policy);
         let conn = self.conn;
+        // Shown on the board once the spin phase is over (slow waits only: the fast path
+        // takes no lock), until the wait ends whichever way.
+        let mut _shown: Option<WaitGuard> = None;
         let fail = |err: ConnError| {
             self.raise_abort();
             Err(err)
@@ -170,6 +178,13 @@ impl Side {
                 && self.shares_cpu_with_peer()
             {
                 backoff.stop_spinning();
+            }
+            if _shown.is_none() && !backoff.spinning() {
+                _shown = self
+                    .waiter
+                    .board
+                    .as_ref()
+                    .map(|b| b.waiting(conn, waiting_for));
             }
             match backoff.pause() {
                 Due::Nothing => {}

@@ -50,6 +50,12 @@ pub enum WaitFor {
     LlData,
 }
 
+impl fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what())
+    }
+}
+
 impl WaitFor {
     fn what(self) -> &'static str {
         match self {

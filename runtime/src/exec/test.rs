@@ -79,6 +79,7 @@ fn executors_with(
         policy: WaitPolicy::default().with_timeout(Duration::from_secs(20)),
         abort: aborts[r].clone(),
         peer_pid: None,
+        board: None,
     };
     let ring: Arc<[u32]> = (0..nranks as u32).collect();
     let mut channels: Vec<Vec<ExecChannel>> = vec![Vec::new(); nranks];

@@ -102,6 +102,7 @@ impl NetOptions {
                 policy: net_wait_policy(WaitPolicy::from_settings(settings)),
                 abort,
                 peer_pid: None,
+                board: None,
             },
             ..NetOptions::default()
         };

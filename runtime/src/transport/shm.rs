@@ -40,6 +40,7 @@ use crate::conn::{
     layout::{FIFO_VERSION, RECEIVER_PIDNS_OFFSET, REGION_ALIGN, VERSION_OFFSET},
     pid_namespace, process_alive,
 };
+use crate::status::Board;
 
 /// Where segments live unless `WEFT_SHM_DIR` says otherwise.
 pub const DEFAULT_DIR: &str = "/dev/shm";
@@ -148,6 +149,8 @@ pub struct ShmTransport {
     abort: AbortFlag,
     /// `NCCL_SHM_DISABLE=1`: `can_connect` refuses every pair.
     disabled: bool,
+    /// Where slow waits show for the health query.
+    board: Option<Arc<Board>>,
 }
 
 impl ShmTransport {
@@ -161,7 +164,14 @@ impl ShmTransport {
             policy,
             abort,
             disabled: false,
+            board: None,
         }
+    }
+
+    /// Shows this transport's slow waits on `board` (the health query, `crate::status`).
+    pub fn with_board(mut self, board: Option<Arc<Board>>) -> Self {
+        self.board = board;
+        self
     }
 
     /// The transport `settings` describe: their layout ([`FifoLayout::from_settings`]),
@@ -174,6 +184,7 @@ impl ShmTransport {
             policy: WaitPolicy::from_settings(settings),
             abort,
             disabled: settings.shm_disable,
+            board: None,
         })
     }
 
@@ -213,6 +224,7 @@ impl ShmTransport {
             policy: self.policy,
             abort: self.abort.clone(),
             peer_pid: None,
+            board: self.board.clone(),
         }
     }
 }

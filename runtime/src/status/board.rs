@@ -1,0 +1,195 @@
+//! One rank's board: what it is doing now, as the health query reports it. Written by the
+//! rank's own threads (each call, and each wait that outlasts its spin phase), read by the
+//! process's status server.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use crate::conn::{ConnId, Direction, WaitFor};
+
+/// A call of the communicator's, as reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallDesc {
+    /// The operation (`all_reduce`, `send/recv group`, ...).
+    pub op: String,
+    /// Elements per rank (operations for a send/receive group).
+    pub count: usize,
+    pub dtype: String,
+}
+
+/// A wait of one of the rank's threads that has lasted past its spin phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitDesc {
+    pub channel: u32,
+    pub peer: u32,
+    /// `send` (waiting for the peer's credit) or `recv` (for its data).
+    pub dir: String,
+    /// `data`, `credit`, `LL data`, `LL credit`.
+    pub what: String,
+    /// Milliseconds so far (when reported).
+    pub for_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Calls begun and calls completed (a call that failed is begun, not completed).
+    started: u64,
+    done: u64,
+    current: Option<(CallDesc, Instant)>,
+    waits: Vec<(u64, ConnId, WaitFor, Instant)>,
+    next_wait: u64,
+    failed: Option<String>,
+}
+
+/// One rank's board (see the module documentation).
+#[derive(Debug)]
+pub struct Board {
+    pub(super) comm: u64,
+    pub(super) rank: u32,
+    pub(super) nranks: u32,
+    state: Mutex<State>,
+}
+
+/// A snapshot of a board, as the server sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankReport {
+    pub comm: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub pid: u32,
+    pub host: String,
+    pub started: u64,
+    pub done: u64,
+    /// The call in progress and for how long, in milliseconds.
+    pub current: Option<(CallDesc, u64)>,
+    pub waits: Vec<WaitDesc>,
+    pub failed: Option<String>,
+}
+
+impl Board {
+    pub fn new(comm: u64, rank: u32, nranks: u32) -> Arc<Board> {
+        Arc::new(Board {
+            comm,
+            rank,
+            nranks,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call begins; the returned guard marks it completed ([`CallGuard::done`]) or, when
+    /// dropped without, left unfinished.
+    pub fn call(self: &Arc<Self>, op: &str, count: usize, dtype: &str) -> CallGuard {
+        let desc = CallDesc {
+            op: op.to_string(),
+            count,
+            dtype: dtype.to_string(),
+        };
+        let mut s = self.state();
+        s.started += 1;
+        s.current = Some((desc, Instant::now()));
+        CallGuard {
+            board: Arc::clone(self),
+        }
+    }
+
+    /// A wait on `conn` has outlasted its spin phase: it shows until the guard goes.
+    pub fn waiting(self: &Arc<Self>, conn: ConnId, what: WaitFor) -> WaitGuard {
+        let mut s = self.state();
+        let id = s.next_wait;
+        s.next_wait += 1;
+        s.waits.push((id, conn, what, Instant::now()));
+        WaitGuard {
+            board: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The communicator failed: the first cause shows from now on.
+    pub fn failed(&self, cause: &str) {
+        self.state().failed.get_or_insert_with(|| cause.to_string());
+    }
+
+    /// What the board says now.
+    pub fn report(&self) -> RankReport {
+        let s = self.state();
+        let now = Instant::now();
+        let ms = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        RankReport {
+            comm: self.comm,
+            rank: self.rank,
+            nranks: self.nranks,
+            pid: std::process::id(),
+            host: host_name(),
+            started: s.started,
+            done: s.done,
+            current: s.current.as_ref().map(|(c, t)| (c.clone(), ms(*t))),
+            waits: s
+                .waits
+                .iter()
+                .map(|(_, conn, what, t)| WaitDesc {
+                    channel: conn.channel,
+                    peer: conn.peer,
+                    dir: match conn.dir {
+                        Direction::Send => "send",
+                        Direction::Recv => "recv",
+                    }
+                    .to_string(),
+                    what: what.to_string(),
+                    for_ms: ms(*t),
+                })
+                .collect(),
+            failed: s.failed.clone(),
+        }
+    }
+}
+
+/// A call in progress on a [`Board`].
+#[derive(Debug)]
+pub struct CallGuard {
+    board: Arc<Board>,
+}
+
+impl CallGuard {
+    /// The call completed.
+    pub fn done(self) {
+        let mut s = self.board.state();
+        s.done += 1;
+        s.current = None;
+    }
+}
+
+/// A wait shown on a [`Board`] until dropped.
+#[derive(Debug)]
+pub struct WaitGuard {
+    board: Arc<Board>,
+    id: u64,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.board.state().waits.retain(|w| w.0 != self.id);
+    }
+}
+
+/// This machine's name (`gethostname`), or `?`.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer of the length given; the kernel NUL-terminates within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "?".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl fmt::Display for CallDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} of {} x {}", self.op, self.count, self.dtype)
+    }
+}
