@@ -78,6 +78,8 @@ typedef enum {
 
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
+/* ncclCommRevoke's flags (NCCL 2.28.x, after the 2.28.3 header weft is checked against). */
+#define NCCL_REVOKE_DEFAULT 0x00
 
 /* Communicator settings; start from NCCL_CONFIG_INITIALIZER. weft honours blocking = 1,
  * commName, and the hints listed in docs/nccl-api.md; other set fields are refused with
@@ -188,6 +190,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
                            ncclConfig_t *config);
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                             ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);

@@ -41,6 +41,9 @@ pub struct Comm {
     pub settings: CommSettings,
     /// `ncclCommFinalize` was called: later calls on it are refused, as NCCL's.
     pub finalized: AtomicBool,
+    /// `ncclCommRevoke` was called: collectives and point-to-point calls are refused;
+    /// split, shrink, abort and destroy remain.
+    pub revoked: AtomicBool,
     /// Held across blocking host calls (finalize's synchronize and barrier, a split's
     /// exchanges): what must not wait for it lives outside, in `abort`.
     state: Mutex<CommState>,
@@ -65,6 +68,7 @@ impl Comm {
             device,
             settings,
             finalized: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             state: Mutex::new(CommState::Pending),
             abort: OnceLock::new(),
             async_reported: Mutex::new(None),
@@ -96,8 +100,8 @@ impl Comm {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Refuses work on a finalized communicator (NCCL's ncclInvalidUsage).
-    pub fn check_not_finalized(&self) -> Result<(), ApiError> {
+    /// Refuses work on a finalized or revoked communicator (NCCL's ncclInvalidUsage).
+    pub fn check_usable(&self) -> Result<(), ApiError> {
         if self.finalized.load(Ordering::SeqCst) {
             return Err(ApiError::invalid_usage(format!(
                 "rank {}: the communicator was finalized (ncclCommFinalize); only \
@@ -105,7 +109,22 @@ impl Comm {
                 self.rank
             )));
         }
+        if self.revoked.load(Ordering::SeqCst) {
+            return Err(ApiError::invalid_usage(format!(
+                "rank {}: the communicator was revoked (ncclCommRevoke); destroy, split or \
+                 shrink it",
+                self.rank
+            )));
+        }
         Ok(())
+    }
+
+    /// Raises the kernels' abort flag without waiting for the state lock (as `abort`), so
+    /// that a call blocked holding it ends; `ncclCommRevoke` then drains and lowers it.
+    pub fn raise_abort_flag(&self) {
+        if let Some(flag) = self.abort.get() {
+            flag.raise();
+        }
     }
 
     /// Runs `f` on the initialised communicator.

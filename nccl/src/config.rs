@@ -235,7 +235,9 @@ pub fn parse(
         );
     }
     if set(c.shrink_share) && c.shrink_share != 0 {
-        return refuse("shrinkShare", c.shrink_share, "weft has no ncclCommShrink");
+        notes.push(
+            "shrinkShare 1 taken as a hint: a shrunk communicator gets its own resources".into(),
+        );
     }
     // nccl-tests sets it on every 2.28 communicator: a scheduling hint, no result changes.
     if set(c.nvlink_centric_sched) && c.nvlink_centric_sched != 0 {

@@ -65,7 +65,7 @@ pub fn in_group() -> bool {
 pub fn submit(calls: Vec<Call>) -> Result<(), ApiError> {
     for c in &calls {
         if let Call::Coll { comm, .. } | Call::P2p { comm, .. } = c {
-            comm.check_not_finalized()?;
+            comm.check_usable()?;
         }
     }
     let queued = GROUP.with(|g| {

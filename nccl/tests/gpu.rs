@@ -15,7 +15,7 @@ use nccl::entry::info::*;
 use nccl::entry::lifecycle::*;
 use nccl::entry::memory::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use nccl::entry::{NcclComm, NcclUniqueId};
-use nccl::result::{NCCL_INVALID_ARGUMENT, NCCL_SUCCESS};
+use nccl::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
 use weft_cuda::{Context, Device, DeviceBuffer, Stream};
 
 const INT32: c_int = 2;
@@ -862,6 +862,79 @@ fn every_call_through_comm_init_all() {
     in_place_on(&ranks);
     premul_sum_on(&ranks);
     simulate_on(&ranks);
+    shrink_on(&ranks, 0);
+    destroy(ranks);
+}
+
+/// NCCL 2.28's `ncclCommRevoke`: rank 0 alone enters an all-reduce the others never join
+/// (its kernel waits on them); revoking it from the host returns promptly, the kernel is
+/// gone, the communicator reports no error but refuses more calls and finalize; the others
+/// are revoked too (nothing in flight there), and the survivors of a shrink of the revoked
+/// communicators run a correct all-reduce.
+#[test]
+fn revoke_ends_a_call_no_peer_joined_and_shrink_goes_on() {
+    let Some(devices) = rank_devices() else {
+        return;
+    };
+    let n = devices.len();
+    let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
+    let mut comms = vec![std::ptr::null_mut(); n];
+    // SAFETY: `comms` holds n slots; `list` n devices.
+    ok(
+        unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as c_int, list.as_ptr()) },
+        "ncclCommInitAll",
+    );
+    let ranks = ranks_from(comms, &devices);
+    let count = 4096usize;
+    let buf = ranks[0].buffer(count * 4);
+    let p = buf.ptr() as *mut c_void;
+    ranks[0].ctx.bind().unwrap();
+    ok(
+        ncclAllReduce(p, p, count, 2, 0, ranks[0].comm, ranks[0].s()),
+        "ncclAllReduce on rank 0 alone",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    ok(
+        ncclCommRevoke(ranks[0].comm, REVOKE_DEFAULT),
+        "ncclCommRevoke",
+    );
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "revoke took {took:?}"
+    );
+    ranks[0]
+        .stream
+        .synchronize()
+        .expect("the revoked kernel has ended");
+    let mut state = -1;
+    // SAFETY: a valid out-pointer.
+    ok(
+        unsafe { ncclCommGetAsyncError(ranks[0].comm, &mut state) },
+        "ncclCommGetAsyncError",
+    );
+    assert_eq!(
+        state, NCCL_SUCCESS,
+        "a revoked communicator reports no error"
+    );
+    assert_eq!(
+        ncclAllReduce(p, p, count, 2, 0, ranks[0].comm, ranks[0].s()),
+        NCCL_INVALID_USAGE
+    );
+    assert_eq!(ncclCommFinalize(ranks[0].comm), NCCL_INVALID_ARGUMENT);
+    assert_eq!(
+        ncclCommRevoke(ranks[0].comm, REVOKE_DEFAULT),
+        NCCL_INVALID_ARGUMENT
+    );
+    for r in &ranks[1..] {
+        r.ctx.bind().unwrap();
+        ok(
+            ncclCommRevoke(r.comm, REVOKE_DEFAULT),
+            "ncclCommRevoke (idle)",
+        );
+    }
+    eprintln!("revoked rank 0's stuck all-reduce in {took:?}");
     shrink_on(&ranks, 0);
     destroy(ranks);
 }

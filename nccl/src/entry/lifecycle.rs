@@ -213,6 +213,13 @@ pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
             return Ok(());
         }
         let c = comm::lookup(comm as usize)?;
+        if c.revoked.load(Ordering::SeqCst) {
+            return Err(ApiError::invalid_argument(format!(
+                "comm {:#x} (rank {}) was revoked (ncclCommRevoke): it cannot be finalized; \
+                 destroy it (or split or shrink it first)",
+                comm as usize, c.rank
+            )));
+        }
         // NCCL marks the communicator finalized on entry: a second call is an invalid
         // argument even when the first failed.
         if c.finalized.swap(true, Ordering::SeqCst) {
@@ -456,9 +463,50 @@ pub unsafe extern "C" fn ncclCommUserRank(comm: NcclComm, rank: *mut c_int) -> N
 
 /// `NCCL_SHRINK_ABORT`: stop what runs on the parent first.
 pub const SHRINK_ABORT: c_int = 0x01;
-/// How long a shrink's parent gets to stop its kernels (they leave every wait at their next
+/// How long a revoked communicator, or a shrink's parent, gets to stop its kernels (they leave every wait at their next
 /// look at the abort flag).
-const SHRINK_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `NCCL_REVOKE_DEFAULT`, the only flag value `ncclCommRevoke` takes.
+pub const REVOKE_DEFAULT: c_int = 0x00;
+
+/// NCCL's `ncclCommRevoke`: stops every call in flight on `comm` without waiting on any
+/// peer (the kernels leave their waits at their next look at the abort flag; a call of
+/// another thread blocked on the communicator ends too), then lowers the flag again, so
+/// that the communicator reports no error of its own (`ncclCommGetAsyncError` says
+/// `ncclSuccess`). Afterwards collectives and point-to-point calls on it return
+/// `ncclInvalidUsage`; split, shrink, abort and destroy remain, `ncclCommFinalize` is
+/// refused (`ncclInvalidArgument`), as NCCL's. Blocking: it returns once the kernels
+/// stopped. Refused: a flag other than `NCCL_REVOKE_DEFAULT`, a NULL communicator, a second
+/// revoke, a call inside a group.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommRevoke(comm: NcclComm, revoke_flags: c_int) -> NcclResult {
+    run("ncclCommRevoke", || {
+        if revoke_flags != REVOKE_DEFAULT {
+            return Err(ApiError::invalid_argument(format!(
+                "revokeFlags {revoke_flags:#x}: only NCCL_REVOKE_DEFAULT (0) is defined"
+            )));
+        }
+        if comm.is_null() {
+            return Err(ApiError::invalid_argument(
+                "comm is NULL: pass the communicator to revoke",
+            ));
+        }
+        let c = comm::lookup(comm as usize)?;
+        if issue::in_group() {
+            return Err(ApiError::unsupported("ncclCommRevoke inside a group"));
+        }
+        if c.revoked.swap(true, Ordering::SeqCst) {
+            return Err(ApiError::invalid_argument(format!(
+                "comm {:#x} (rank {}) was already revoked: destroy, split or shrink it",
+                comm as usize, c.rank
+            )));
+        }
+        // Before the state lock: a call of another thread blocked holding it ends now.
+        c.raise_abort_flag();
+        c.with_gpu(|gpu| Ok(gpu.revoke(DRAIN)?))
+    })
+}
 
 /// The survivors of a shrink in parent order and this rank's rank among them
 /// (`weft_runtime::comm::shrink::shrink_plan`), its refusals as `ncclInvalidArgument`
@@ -533,7 +581,7 @@ pub unsafe extern "C" fn ncclCommShrink(
             // As NCCL: the parent's kernels stop (abort flag up), then the flag goes down
             // again, so the parent reports no error of its own (PyTorch's watchdog polls
             // it) and its bootstrap serves the survivors' agreement below.
-            parent.with_gpu(|gpu| Ok(gpu.stop_in_flight(SHRINK_DRAIN)?))?;
+            parent.with_gpu(|gpu| Ok(gpu.stop_in_flight(DRAIN)?))?;
         }
         let id = parent.with_gpu(|gpu| {
             weft_runtime::comm::shrink::agree_on_id(
@@ -623,6 +671,29 @@ mod tests {
         let buf = 0x1000 as *mut std::ffi::c_void;
         let rc = crate::entry::calls::ncclAllReduce(buf, buf, 4, 7, 0, h, std::ptr::null_mut());
         assert_eq!(rc, NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommDestroy(h), NCCL_SUCCESS);
+    }
+
+    #[test]
+    fn revoke_refuses_bad_arguments_and_a_second_revoke_and_blocks_later_calls() {
+        assert_eq!(
+            ncclCommRevoke(std::ptr::null_mut(), 0),
+            NCCL_INVALID_ARGUMENT
+        );
+        assert!(crate::boundary::last_error().contains("comm is NULL"));
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let h = comm::register(c) as NcclComm;
+        assert_eq!(ncclCommRevoke(h, 1), NCCL_INVALID_ARGUMENT);
+        assert!(crate::boundary::last_error().contains("NCCL_REVOKE_DEFAULT"));
+        // Never initialised (no GPU here): the revoke itself fails on that, but marks it.
+        assert_eq!(ncclCommRevoke(h, REVOKE_DEFAULT), NCCL_INVALID_USAGE);
+        assert_eq!(ncclCommRevoke(h, REVOKE_DEFAULT), NCCL_INVALID_ARGUMENT);
+        assert!(crate::boundary::last_error().contains("already revoked"));
+        let buf = 0x1000 as *mut std::ffi::c_void;
+        let rc = crate::entry::calls::ncclAllReduce(buf, buf, 4, 7, 0, h, std::ptr::null_mut());
+        assert_eq!(rc, NCCL_INVALID_USAGE);
+        assert!(crate::boundary::last_error().contains("revoked"));
+        assert_eq!(ncclCommFinalize(h), NCCL_INVALID_ARGUMENT);
         assert_eq!(ncclCommDestroy(h), NCCL_SUCCESS);
     }
 

@@ -261,6 +261,16 @@ impl GpuComm {
         if self.order.idle()? {
             return Ok(());
         }
+        self.revoke(drain)
+    }
+
+    /// NCCL's `ncclCommRevoke`: the abort flag goes up whatever is in flight, the kernels
+    /// leave their waits (within `drain`; none waits on a dead peer past its next look at
+    /// the flag), then the flag and the fault records are cleared, so that the
+    /// communicator reports no error of its own. What was cut short leaves the ranks'
+    /// FIFOs out of step: such a communicator is for destroying, splitting or shrinking.
+    /// An error when the kernels did not stop within `drain`.
+    pub fn revoke(&mut self, drain: std::time::Duration) -> Result<(), GpuError> {
         self.faults.handle().raise();
         let deadline = std::time::Instant::now() + drain;
         while !self.order.idle()? {
