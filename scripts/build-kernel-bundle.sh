@@ -22,7 +22,7 @@ if [ -z "${WEFT_NVRTC:-}" ]; then
 fi
 # The bundle's own build must not embed an older bundle (it would not change what is
 # compiled, but would rebuild weft for nothing when the file changes).
-WEFT_KERNEL_BUNDLE= cargo build --release --bin weft
+WEFT_KERNEL_BUNDLE='' cargo build --release --bin weft
 args=()
 for a in $archs; do args+=(--arch "$a"); done
-WEFT_KERNEL_BUNDLE= target/release/weft kernels "${args[@]}" --bundle "$bundle"
+WEFT_KERNEL_BUNDLE='' target/release/weft kernels "${args[@]}" --bundle "$bundle"

@@ -18,7 +18,7 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset WEFT_NVLS WEFT_CACHE_DIR WEFT_KERNEL_BUNDLE
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 gpus="${GPUS:-2}"
 configs="${CONFIGS:-nccl weft-nvrtc weft-bundle weft-warm}"
 lib="$(realpath "${WEFT_LIB:-.gpu/nccl/lib/libnccl.so.2}")"
@@ -26,7 +26,7 @@ out="${OUT:-$(mktemp -d /tmp/weft-cold-start.XXXXXX)}"
 mkdir -p "$out"
 cold=$(mktemp -d /tmp/weft-cold-cache.XXXXXX)
 status=0
-echo "library: $(ls -la "$lib" | awk '{print $5}') bytes weft; NVIDIA's: $(python3 -c 'import nvidia.nccl, os, glob; print(" ".join(str(os.path.getsize(f)) for f in glob.glob(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so*"))))' 2>/dev/null) bytes"
+echo "library: $(stat -c %s "$lib") bytes weft; NVIDIA's: $(python3 -c 'import nvidia.nccl, os, glob; print(" ".join(str(os.path.getsize(f)) for f in glob.glob(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so*"))))' 2>/dev/null) bytes"
 for c in $configs; do
     envs=()
     case "$c" in

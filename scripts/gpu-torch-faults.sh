@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Faults PyTorch meets through its NCCL (issues 27 and 24): a send/receive size mismatch, a
+# receive whose sender never sends, and a rank killed mid-all-reduce with the ranks split
+# into two hosts (NCCL_HOSTID per torchrun launch, as scripts/gpu-hosts-allreduce.sh). Each
+# case runs on weft's libnccl (and, with SIDES="nccl weft", on NVIDIA's for comparison);
+# scripts/torch_faults.py prints what each rank saw. Passes when, on weft, every rank of
+# every case ends (no hang: each run has RUN_TIMEOUT) and the ranks that fail name the
+# rank at fault ("rank N") in the text PyTorch shows (weft's ncclGetLastError).
+#
+#   scripts/gpu-torch-faults.sh
+# Environment: GPUS (default 2, even), CASES ("mismatch absent killed"), SIDES ("weft"),
+#   WEFT_LIB (.gpu/nccl/lib/libnccl.so.2), RUN_TIMEOUT (120 s per case), OUT (logs).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset WEFT_NVLS
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_BLOCKING_WAIT=1
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+gpus="${GPUS:-2}"
+per_host=$((gpus / 2))
+lib="$(realpath "${WEFT_LIB:-.gpu/nccl/lib/libnccl.so.2}")"
+out="${OUT:-$(mktemp -d /tmp/weft-torch-faults.XXXXXX)}"
+mkdir -p "$out"
+port=29700
+status=0
+for side in ${SIDES:-weft}; do
+    envs=(NCCL_DEBUG=WARN)
+    [[ "$side" == weft ]] && envs+=(LD_PRELOAD="$lib" WEFT_TIMEOUT=10)
+    for c in ${CASES:-mismatch absent killed}; do
+        port=$((port + 1))
+        log="$out/$side-$c"
+        start=$(date +%s)
+        if [[ "$c" == killed ]]; then
+            pids=()
+            for node in 0 1; do
+                first=$((node * per_host))
+                env "${envs[@]}" NCCL_HOSTID="weft-fault-host-$node" \
+                    CUDA_VISIBLE_DEVICES="$(seq -s, "$first" $((first + per_host - 1)))" \
+                    timeout "${RUN_TIMEOUT:-120}" torchrun --nnodes 2 --node-rank "$node" \
+                    --nproc-per-node "$per_host" --master-addr 127.0.0.1 --master-port "$port" \
+                    scripts/torch_faults.py "$c" > "$log-node$node.log" 2>&1 &
+                pids+=($!)
+            done
+            rcs=()
+            for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+            cat "$log"-node*.log > "$log.log"
+        else
+            env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" torchrun --standalone \
+                --nproc-per-node "$gpus" scripts/torch_faults.py "$c" > "$log.log" 2>&1
+            rcs=($?)
+        fi
+        took=$(($(date +%s) - start))
+        echo "== $side $c: ${took} s, exit ${rcs[*]}"
+        grep -h "^rank [0-9]*: $c:" "$log.log" | sort
+        if [[ "$side" == weft ]]; then
+            if [[ " ${rcs[*]} " == *" 124 "* ]]; then
+                echo "   FAIL: a run hung until RUN_TIMEOUT"; status=1
+            fi
+            # Which rank is at fault, and which ranks must name it.
+            case "$c" in
+                mismatch | absent) culprit=0; must="1" ;;
+                killed) culprit=$((gpus - 1)); must="$(seq -s' ' 0 $((gpus - 2)))" ;;
+            esac
+            for r in $must; do
+                line="$(grep -h "^rank $r: $c:" "$log.log" | head -1)"
+                if [[ "$line" != *ERROR* ]]; then
+                    echo "   FAIL: rank $r did not fail: ${line:-no line}"; status=1
+                elif [[ "$line" != *"rank $culprit"* ]]; then
+                    echo "   FAIL: rank $r's error does not name rank $culprit"; status=1
+                fi
+            done
+        fi
+    done
+done
+echo "logs: $out"
+exit "$status"
