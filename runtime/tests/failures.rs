@@ -96,6 +96,68 @@ fn killed_rank_over_net() {
     killed_rank("killed_rank_over_net", 3, 1, "net");
 }
 
+/// Issue 26's root cause across hosts: each rank on a host of its own (`NCCL_HOSTID`), so
+/// no rank can see the victim's process die; the survivors' errors still name the victim,
+/// found by the health query (its process no longer answers), not the neighbour that
+/// passed the failure on.
+#[test]
+fn killed_rank_on_another_host_is_named() {
+    const VICTIM: usize = 1;
+    if let Some(role) = common::role() {
+        let mut comm = role.comm(&common::options(TIMEOUT));
+        let count = 1 << 20;
+        let send = vec![1u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        if role.rank == VICTIM {
+            kill_self_soon();
+        }
+        let start = Instant::now();
+        loop {
+            if let Err(e) = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum) {
+                let text = e.to_string();
+                println!("rank {}: {text}", role.rank);
+                assert_eq!(e.culprit(), Some(VICTIM), "{text}");
+                assert!(text.contains(&format!("rank {VICTIM}")), "{text}");
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "rank {VICTIM} never died"
+            );
+        }
+    }
+    let exits = common::launch_each(
+        "killed_rank_on_another_host_is_named",
+        3,
+        &[
+            ("WEFT_TEST_CHANNELS", "2".to_string()),
+            ("WEFT_TEST_TRANSPORT", "net".to_string()),
+        ],
+        |rank| vec![("NCCL_HOSTID".to_string(), format!("weft-test-host-{rank}"))],
+        Duration::from_secs(60),
+    );
+    for e in &exits {
+        if e.rank == VICTIM {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                e.status.and_then(|s| s.signal()),
+                Some(libc::SIGKILL),
+                "{}",
+                e.log
+            );
+        } else {
+            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+            for line in e
+                .log
+                .lines()
+                .filter(|l| l.contains(&format!("rank {}: ", e.rank)))
+            {
+                println!("{line}");
+            }
+        }
+    }
+}
+
 /// Issue 26: a rank SIGKILLs itself mid-all-reduce; the others fail naming it (as above),
 /// then shrink it away and run all-reduces on the survivors' communicator, every element
 /// checked. Prints how long init and the shrink took.

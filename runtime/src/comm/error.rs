@@ -46,8 +46,9 @@ pub enum CommError {
         pid: u32,
         cause: ExecError,
     },
-    /// A wait of this rank reached its deadline; the job's health query, run then, named
-    /// the rank that holds the job up (`holder`: its rank and why), if it could.
+    /// A wait of this rank reached its deadline, or a neighbour gave up because of a rank
+    /// elsewhere; the job's health query, run then, named the rank that holds the job up
+    /// (`holder`: its rank and why), if it could.
     Stuck {
         cause: ExecError,
         holder: Option<(usize, String)>,
@@ -133,13 +134,13 @@ impl fmt::Display for CommError {
             CommError::Stuck { cause, holder } => match holder {
                 Some((rank, why)) => write!(
                     f,
-                    "{cause} The job's health query at this deadline: holding the job up: \
-                     rank {rank}: {why}"
+                    "{cause} The job's health query then: holding the job up: rank {rank}: \
+                     {why}"
                 ),
                 None => write!(
                     f,
-                    "{cause} The job's health query at this deadline named no rank (the log \
-                     has every rank's state)"
+                    "{cause} The job's health query then named no rank (the log has every \
+                     rank's state)"
                 ),
             },
             CommError::PeerDied { rank, pid, cause } => write!(

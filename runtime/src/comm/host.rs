@@ -177,6 +177,7 @@ impl HostComm {
             }
         }
         let timed_out = matches!(&err, ExecError::Conn(ConnError::Timeout { .. }));
+        let passed_on = cascades(&err);
         let err = match dead {
             Some((rank, p)) => CommError::PeerDied {
                 rank,
@@ -195,10 +196,21 @@ impl HostComm {
                     holder: report.culprit().map(|c| (c.rank as usize, c.why)),
                 }
             }
+            // A neighbour gave up and no peer of this host died: ask the others where it
+            // began (a peer on another host whose process is gone does not answer; one
+            // whose own call failed first says so), so that every rank names the root of
+            // it, not the neighbour that passed it on.
+            None if passed_on => match self.status.query(QUERY_DEADLINE).culprit() {
+                Some(c) if c.rank as usize != self.rank => CommError::Stuck {
+                    cause: err,
+                    holder: Some((c.rank as usize, c.why)),
+                },
+                _ => CommError::Exec(err),
+            },
             None => CommError::Exec(err),
         };
         let text = err.to_string();
-        self.status.board.failed(&text);
+        self.status.board.failed(&text, !passed_on);
         self.failed.get_or_insert(text);
         err
     }

@@ -40,6 +40,8 @@ struct State {
     waits: Vec<(u64, ConnId, WaitFor, Instant)>,
     next_wait: u64,
     failed: Option<String>,
+    /// The failure began here (not a neighbour's passed on).
+    failed_here: bool,
 }
 
 /// One rank's board (see the module documentation).
@@ -65,6 +67,8 @@ pub struct RankReport {
     pub current: Option<(CallDesc, u64)>,
     pub waits: Vec<WaitDesc>,
     pub failed: Option<String>,
+    /// The failure began at this rank: not an abort or a close a neighbour passed on.
+    pub failed_here: bool,
 }
 
 impl Board {
@@ -109,9 +113,14 @@ impl Board {
         }
     }
 
-    /// The communicator failed: the first cause shows from now on.
-    pub fn failed(&self, cause: &str) {
-        self.state().failed.get_or_insert_with(|| cause.to_string());
+    /// The communicator failed: the first cause shows from now on; `here`: it began at
+    /// this rank (not a neighbour's failure passed on).
+    pub fn failed(&self, cause: &str, here: bool) {
+        let mut s = self.state();
+        if s.failed.is_none() {
+            s.failed = Some(cause.to_string());
+            s.failed_here = here;
+        }
     }
 
     /// What the board says now.
@@ -144,6 +153,7 @@ impl Board {
                 })
                 .collect(),
             failed: s.failed.clone(),
+            failed_here: s.failed_here,
         }
     }
 }

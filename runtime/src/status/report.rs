@@ -25,7 +25,12 @@ pub fn ask(addr: &str, comm: Option<u64>, deadline: Duration) -> Result<Vec<Line
         .map_err(|e| format!("{addr}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr}: no address"))?;
-    let stream = TcpStream::connect_timeout(&sock, deadline).map_err(|e| format!("{addr}: {e}"))?;
+    let stream = TcpStream::connect_timeout(&sock, deadline).map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            format!("{addr} refuses connections: its process is gone")
+        }
+        _ => format!("{addr}: {e}"),
+    })?;
     let left = deadline
         .saturating_sub(started.elapsed())
         .max(Duration::from_millis(1));
@@ -142,7 +147,8 @@ pub struct Culprit {
 
 impl JobReport {
     /// Names the rank that holds the others up: one that did not answer (stopped, dead, or
-    /// hung outside weft) before anything else, then one that failed, then one that has not
+    /// hung outside weft) before anything else, then one where a failure began (not one a
+    /// neighbour passed on), then one that has not
     /// begun the call the others have been in for [`STUCK_AFTER`], then one that others
     /// have waited on that long while it waits on nobody. `None` when every rank answered
     /// and none is behind or waited on that long (a job that runs).
@@ -165,16 +171,22 @@ impl JobReport {
             .find(|(r, _)| waited_on(*r))
             .or_else(|| silent.first())
         {
-            return Some(Culprit {
-                rank: *rank,
-                why: format!("it did not answer ({why}): stopped, dead, or hung outside weft"),
-            });
+            let why = if why.contains("process is gone") {
+                format!("it did not answer ({why})")
+            } else {
+                format!("it did not answer ({why}): stopped, dead, or hung outside weft")
+            };
+            return Some(Culprit { rank: *rank, why });
         }
         let reports: Vec<&RankReport> = self.ranks.iter().filter_map(|r| r.as_ref().ok()).collect();
-        if let Some(r) = reports.iter().find(|r| r.failed.is_some()) {
+        // A failure that began at a rank, not one a neighbour passed on.
+        if let Some(r) = reports.iter().find(|r| r.failed.is_some() && r.failed_here) {
             return Some(Culprit {
                 rank: r.rank,
-                why: format!("it failed: {}", r.failed.as_deref().unwrap_or_default()),
+                why: format!(
+                    "it failed first: {}",
+                    r.failed.as_deref().unwrap_or_default()
+                ),
             });
         }
         let furthest = reports.iter().map(|r| r.started).max().unwrap_or(0);
@@ -258,14 +270,16 @@ impl JobReport {
                         .collect();
                     format!(
                         "{{\"rank\":{},\"answered\":true,\"pid\":{},\"host\":{},\"started\":{},\
-                         \"done\":{},\"call\":{call},\"waits\":[{}],\"failed\":{}}}",
+                         \"done\":{},\"call\":{call},\"waits\":[{}],\"failed\":{},\
+                         \"failed_here\":{}}}",
                         r.rank,
                         r.pid,
                         esc(&r.host),
                         r.started,
                         r.done,
                         waits.join(","),
-                        r.failed.as_deref().map_or("null".to_string(), esc)
+                        r.failed.as_deref().map_or("null".to_string(), esc),
+                        r.failed_here
                     )
                 }
             })
@@ -360,6 +374,7 @@ mod test {
                 })
                 .collect(),
             failed: None,
+            failed_here: false,
         }
     }
 

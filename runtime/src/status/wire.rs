@@ -4,7 +4,8 @@
 //! tab-separated `key=value` fields (values never hold a tab or a newline; free text has
 //! them replaced by spaces): `comm`, `rank`, `nranks`, `pid`, `host`, `started`, `done`,
 //! `call` (`op:count:dtype:ms`, absent when idle), `waits` (`channel/dir/peer/what/ms`,
-//! comma-separated), `failed`, `members` (every rank's status address, comma-separated).
+//! comma-separated), `failed` and `failed_here` (1: the failure began at this rank),
+//! `members` (every rank's status address, comma-separated).
 //! Unknown keys are ignored, so that a newer weft can add fields.
 
 use super::board::{CallDesc, RankReport, WaitDesc};
@@ -56,6 +57,7 @@ pub fn encode(r: &RankReport, members: &[String]) -> String {
     }
     if let Some(cause) = &r.failed {
         f.push(format!("failed={}", clean(cause)));
+        f.push(format!("failed_here={}", u8::from(r.failed_here)));
     }
     f.push(format!("members={}", members.join(",")));
     f.join("\t")
@@ -75,6 +77,7 @@ pub fn decode(line: &str) -> Option<(RankReport, Vec<String>)> {
         current: None,
         waits: Vec::new(),
         failed: None,
+        failed_here: false,
     };
     let mut members = Vec::new();
     for field in line.split('\t') {
@@ -115,6 +118,7 @@ pub fn decode(line: &str) -> Option<(RankReport, Vec<String>)> {
                 }
             }
             "failed" => r.failed = Some(v.to_string()),
+            "failed_here" => r.failed_here = v == "1",
             "members" => {
                 members = v
                     .split(',')
@@ -157,6 +161,7 @@ mod test {
                 for_ms: 1250,
             }],
             failed: Some("rank 2: gone\nfor good".to_string()),
+            failed_here: true,
         }
     }
 
