@@ -19,7 +19,7 @@ mod server;
 mod wire;
 
 pub use board::{Board, CallDesc, CallGuard, RankReport, WaitDesc, WaitGuard, host_name};
-pub use report::{Culprit, JobReport, ask, query};
+pub use report::{Culprit, JobReport, Line, STUCK_AFTER, ask, query};
 pub use server::{discovery_dir, register, start};
 
 use std::sync::Arc;
