@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 profile="${PROFILE:-release}"
 target_dir="${CARGO_TARGET_DIR:-target}"
 if [ -z "${WEFT_KERNEL_BUNDLE+set}" ] && [ -f "$target_dir/weft-kernels.bundle" ]; then
-    export WEFT_KERNEL_BUNDLE="$PWD/$target_dir/weft-kernels.bundle"
+    WEFT_KERNEL_BUNDLE="$(realpath "$target_dir/weft-kernels.bundle")"
+    export WEFT_KERNEL_BUNDLE
 fi
 echo "kernel bundle embedded: ${WEFT_KERNEL_BUNDLE:-none (kernels compile with NVRTC at first use)}"
 if [ "$profile" = release ]; then

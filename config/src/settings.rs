@@ -266,6 +266,8 @@ pub struct DebugSettings {
     pub subsys: Option<String>,
     /// `NCCL_DEBUG_FILE` as given (`%h` and `%p` not yet replaced).
     pub file: Option<String>,
+    /// `WEFT_STATUS`: whether this process answers the job health query.
+    pub status: bool,
 }
 
 /// Each group's `Default`: its part of [`Settings::default`] (every variable unset), so
@@ -481,6 +483,7 @@ impl Settings {
             level: r.optional(&t::DEBUG),
             subsys: r.optional(&t::DEBUG_SUBSYS),
             file: r.optional(&t::DEBUG_FILE),
+            status: r.value(&t::STATUS),
         };
         Settings {
             net,

@@ -899,6 +899,15 @@ pub static DEBUG_FILE: Var<String> = var(
     Ignore,
     parse::text,
 );
+pub static STATUS: Var<bool> = var(
+    &["WEFT_STATUS"],
+    Debug,
+    Value("1"),
+    "0 or 1",
+    "1: each process answers the job health query (weft status) on a port of the bootstrap interface; 0: no status server.",
+    Ignore,
+    parse::switch,
+);
 pub static DEBUG_SUBSYS: Var<String> = var(
     &["WEFT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"],
     Debug,
@@ -988,6 +997,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &DEBUG,
     &DEBUG_SUBSYS,
     &DEBUG_FILE,
+    &STATUS,
 ];
 
 /// The entry that has `name` among its names.

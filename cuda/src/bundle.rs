@@ -179,6 +179,11 @@ impl KernelBundle {
         self.entries.is_empty()
     }
 
+    /// Whether an entry is stored as `name` (nothing unpacked).
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
     /// The image stored as `name` (a cache file name), unpacked; `None` when absent or
     /// damaged (a warning says which).
     pub fn get(&self, name: &str) -> Option<Vec<u8>> {

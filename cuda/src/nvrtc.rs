@@ -224,58 +224,38 @@ fn compile_from(
         let key = cache_key(source, headers, &options, version);
         format!("{}-{key}.{ext}", sanitize(name))
     };
-    // The bundle first: a hit needs no NVRTC at all.
+    // The bundle first, for exactly this architecture: a hit needs no NVRTC at all.
     let bundle = crate::bundle::process_bundle().filter(|_| use_bundle && opts.cubin);
-    if let Some(bundle) = bundle {
-        // Machine code runs on later minor revisions of its major architecture (sm_80 on
-        // sm_86 and sm_89): the exact one first, then the nearest built below it.
-        for minor in (0..=opts.arch.1).rev() {
-            let built_for = CompileOptions {
-                arch: (opts.arch.0, minor),
-                ..opts.clone()
-            };
-            let key = cache_key(
-                source,
-                headers,
-                &built_for.nvrtc_options(),
-                bundle.nvrtc_version(),
-            );
-            let entry = format!("{}-{key}.{ext}", sanitize(name));
-            if let Some(image) = bundle.get(&entry).filter(|i| elf_is_whole(i)) {
-                return Ok(Compiled {
-                    image,
-                    log: String::new(),
-                    from_cache: true,
-                    from_bundle: true,
-                    cache_name: entry,
-                });
-            }
+    let bundled = |minors: &[u32]| {
+        let bundle = bundle?;
+        minors
+            .iter()
+            .find_map(|&minor| bundle_entry(bundle, name, source, headers, opts, minor))
+    };
+    if let Some(hit) = bundled(&[opts.arch.1]) {
+        return Ok(hit);
+    }
+    // Then the disk cache (its keys need NVRTC's version), then the bundle's code for an
+    // earlier minor revision of this architecture, then NVRTC.
+    let version = nvrtc_version();
+    if let Ok(v) = version {
+        let cache_name = file_name(v);
+        if let Some(hit) = cache.and_then(|d| from_cache(&d.join(&cache_name), opts.cubin)) {
+            return Ok(Compiled {
+                image: hit,
+                log: String::new(),
+                from_cache: true,
+                from_bundle: false,
+                cache_name,
+            });
         }
     }
-    let cache_name = file_name(nvrtc_version()?);
+    let earlier: Vec<u32> = (0..opts.arch.1).rev().collect();
+    if let Some(hit) = bundled(&earlier) {
+        return Ok(hit);
+    }
+    let cache_name = file_name(version?);
     let file = cache.map(|d| d.join(&cache_name));
-    if let Some(f) = &file {
-        if let Ok(image) = std::fs::read(f) {
-            let whole = if opts.cubin {
-                elf_is_whole(&image)
-            } else {
-                image.last() == Some(&0) && image.starts_with(b"//")
-            };
-            if whole {
-                return Ok(Compiled {
-                    image,
-                    log: String::new(),
-                    from_cache: true,
-                    from_bundle: false,
-                    cache_name,
-                });
-            }
-            log::warn!(
-                "weft-cuda: ignoring a damaged kernel cache file {}",
-                f.display()
-            );
-        }
-    }
     let mut compiled = compile_uncached(name, source, headers, &options, opts.cubin)?;
     compiled.cache_name = cache_name;
     // Only a module NVRTC compiled without a word is kept: a warning in kernel code is a
@@ -289,6 +269,77 @@ fn compile_from(
         }
     }
     Ok(compiled)
+}
+
+/// The bundle's image of `name` built for minor revision `minor` of `opts`'s architecture
+/// (machine code runs on later minor revisions of its major one: sm_80's on sm_86 and
+/// sm_89), if it has a whole one.
+fn bundle_entry(
+    bundle: &crate::bundle::KernelBundle,
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+    minor: u32,
+) -> Option<Compiled> {
+    let entry = bundle_name(bundle, name, source, headers, opts, minor);
+    let image = bundle.get(&entry).filter(|i| elf_is_whole(i))?;
+    Some(Compiled {
+        image,
+        log: String::new(),
+        from_cache: true,
+        from_bundle: true,
+        cache_name: entry,
+    })
+}
+
+/// The bundle's entry name of `name` built for minor revision `minor` of `opts`'s
+/// architecture.
+fn bundle_name(
+    bundle: &crate::bundle::KernelBundle,
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+    minor: u32,
+) -> String {
+    let built_for = CompileOptions {
+        arch: (opts.arch.0, minor),
+        ..opts.clone()
+    };
+    let options = built_for.nvrtc_options();
+    let key = cache_key(source, headers, &options, bundle.nvrtc_version());
+    let ext = if opts.cubin { "cubin" } else { "ptx" };
+    format!("{}-{key}.{ext}", sanitize(name))
+}
+
+/// Whether the process's kernel bundle has machine code `compile` would take for this
+/// module (its architecture, or an earlier minor revision of it): such a module needs no
+/// NVRTC, and no compiling ahead of time.
+pub fn bundled(name: &str, source: &str, headers: &[(&str, &str)], opts: &CompileOptions) -> bool {
+    let Some(bundle) = crate::bundle::process_bundle().filter(|_| opts.cubin) else {
+        return false;
+    };
+    (0..=opts.arch.1)
+        .any(|minor| bundle.contains(&bundle_name(bundle, name, source, headers, opts, minor)))
+}
+
+/// A cached image at `file`, if whole (a CUBIN's ELF complete, PTX with its end).
+fn from_cache(file: &Path, cubin: bool) -> Option<Vec<u8>> {
+    let image = std::fs::read(file).ok()?;
+    let whole = if cubin {
+        elf_is_whole(&image)
+    } else {
+        image.last() == Some(&0) && image.starts_with(b"//")
+    };
+    if !whole {
+        log::warn!(
+            "weft-cuda: ignoring a damaged kernel cache file {}",
+            file.display()
+        );
+        return None;
+    }
+    Some(image)
 }
 
 /// Whether `image` is a 64-bit ELF file whose section table and every section with bytes

@@ -308,7 +308,9 @@ pub trait Net: Send + Sync {
     /// `isend` would one by one, stopping at the first the backend cannot take now: the
     /// requests of those posted, in order (fewer than `sends` when it stopped). A backend
     /// may hand them to the network together: the socket backend writes all their frames
-    /// with one system call, where each `isend` writes at once.
+    /// with one system call, where each `isend` writes at once. After an error the sends
+    /// already posted by this call are lost with their requests: the caller must close
+    /// `comm` (which ends them) before reusing their buffers.
     ///
     /// # Safety
     /// As for `isend`, for every send.

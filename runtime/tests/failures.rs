@@ -456,7 +456,7 @@ fn a_deadline_names_the_rank_that_never_called() {
     assert!(
         exits.iter().any(|e| e
             .log
-            .contains("holding the job up: rank 2: it has not begun call #1")),
+            .contains("holding the job up: rank 2: it has not begun collective #1")),
         "no rank's deadline named rank 2:\n{}",
         exits
             .iter()

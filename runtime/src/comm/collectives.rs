@@ -136,7 +136,7 @@ impl HostComm {
         let call = self
             .status
             .board
-            .call(collective.name(), count, dtype.name());
+            .call(collective.name(), count, dtype.name(), true);
         match self
             .executor
             .collective(collective, count, dtype, op, buffers)

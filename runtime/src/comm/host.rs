@@ -102,8 +102,6 @@ impl HostComm {
         self.peers.iter().map(|p| p.settings.pid).collect()
     }
 
-    /// A flag that aborts this communicator from any thread: every wait ends at its next
-    /// check and the call in progress fails.
     /// This rank's side of the health query (`crate::status`): ask every rank of the
     /// communicator what it is doing, from any thread, even while a call of this rank is
     /// stuck.
@@ -111,6 +109,8 @@ impl HostComm {
         self.status.clone()
     }
 
+    /// A flag that aborts this communicator from any thread: every wait ends at its next
+    /// check and the call in progress fails.
     pub fn abort_flag(&self) -> AbortFlag {
         self.abort.clone()
     }
@@ -210,7 +210,9 @@ impl HostComm {
             None => CommError::Exec(err),
         };
         let text = err.to_string();
-        self.status.board.failed(&text, !passed_on);
+        // Where it began: not a neighbour's failure passed on, nor a deadline (a symptom:
+        // the query names what held this rank up).
+        self.status.board.failed(&text, !passed_on && !timed_out);
         self.failed.get_or_insert(text);
         err
     }

@@ -112,7 +112,7 @@ impl HostComm {
         let call = self
             .status
             .board
-            .call("send/recv group", ops.len(), "operations");
+            .call("send/recv group", ops.len(), "operations", false);
         match self.executor.run_with(jobs, !sequential) {
             Ok(()) => {
                 call.done();

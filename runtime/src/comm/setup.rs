@@ -26,7 +26,6 @@ use crate::net::external;
 use crate::net::ib::{IbConfig, IbNet};
 use crate::net::mesh::MeshNet;
 use crate::net::socket::{SocketConfig, SocketNet};
-use crate::status::{Board, StatusView};
 use crate::transport::net::{NetOptions, NetTransport};
 use crate::transport::shm::ShmTransport;
 
@@ -55,7 +54,7 @@ impl HostComm {
         let mut bootstrap = Bootstrap::init(id, rank, nranks, &opts.bootstrap)?;
         let me = this_rank(rank, opts, ll_lines);
         let peers = gather_peers(&mut bootstrap, rank, &me)?;
-        let status = status_view(&mut bootstrap, rank, nranks)?;
+        let status = crate::status::join(&mut bootstrap, rank, nranks)?;
         let rings = agree_on_rings(&mut bootstrap, rank, &peers, opts)?;
 
         let abort = AbortFlag::new();
@@ -103,55 +102,6 @@ impl HostComm {
             bootstrap,
             status,
         })
-    }
-}
-
-/// This rank's side of the health query (`crate::status`): the process's status server
-/// (started with its first communicator, on the bootstrap's interface), a board for this
-/// rank, and every rank's server address; the communicator's id is rank 0's random number.
-/// A server that cannot start costs a warning, never the communicator.
-fn status_view(
-    bootstrap: &mut Bootstrap,
-    rank: usize,
-    nranks: usize,
-) -> Result<StatusView, CommError> {
-    let id = if rank == 0 { random_u64() } else { 0 };
-    let addr = match crate::status::start(bootstrap.listen_addr().ip()) {
-        Ok(a) => a.to_string(),
-        Err(e) => {
-            log::warn!("weft: {e}; the health query (weft status) will not reach rank {rank}");
-            String::new()
-        }
-    };
-    let mut blob = id.to_be_bytes().to_vec();
-    blob.extend_from_slice(addr.as_bytes());
-    let all = bootstrap.all_gather(&blob)?;
-    let comm = all
-        .first()
-        .and_then(|b| b.get(..8))
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_be_bytes);
-    let members = all
-        .iter()
-        .map(|b| String::from_utf8_lossy(b.get(8..).unwrap_or_default()).into_owned())
-        .collect();
-    let board = Board::new(comm, rank as u32, nranks as u32);
-    Ok(StatusView::new(board, members))
-}
-
-/// 64 random bits from the kernel (a communicator's id: unique, and telling nothing).
-fn random_u64() -> u64 {
-    let mut v = [0u8; 8];
-    // SAFETY: an 8-byte buffer of ours; getrandom writes at most that many bytes.
-    let got = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
-    if got == 8 {
-        u64::from_ne_bytes(v)
-    } else {
-        // No getrandom (very old kernels): time and pid, unique enough for an id.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        t ^ (u64::from(std::process::id()) << 32)
     }
 }
 

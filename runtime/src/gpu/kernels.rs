@@ -109,21 +109,7 @@ fn compile_module_from(
     tuning: &KernelSettings,
     past_bundle: bool,
 ) -> Result<weft_cuda::Compiled, GpuError> {
-    let mut defines = weft_kernels::defines(dtype);
-    // A tuning knob for measurements: 16-byte packs in flight per thread.
-    if let Some(u) = tuning.unroll {
-        defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
-    }
-    let threads = tuning.threads;
-    if threads != weft_kernels::THREADS {
-        defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
-    }
-    let opts = CompileOptions {
-        arch,
-        cubin: true,
-        defines,
-        extra: Vec::new(),
-    };
+    let opts = module_options(dtype, arch, tuning);
     let started = std::time::Instant::now();
     let compiled = if past_bundle {
         weft_cuda::nvrtc::compile_without_bundle(name, text, weft_kernels::HEADERS, &opts)?
@@ -147,6 +133,43 @@ fn compile_module_from(
         }
     );
     Ok(compiled)
+}
+
+/// What NVRTC compiles a module for `dtype` on `arch` with: the type's definitions and the
+/// measurement knobs of `tuning` (`WEFT_KERNEL_UNROLL`, `WEFT_KERNEL_THREADS`), as machine
+/// code.
+fn module_options(dtype: DataType, arch: (u32, u32), tuning: &KernelSettings) -> CompileOptions {
+    let mut defines = weft_kernels::defines(dtype);
+    // A tuning knob for measurements: 16-byte packs in flight per thread.
+    if let Some(u) = tuning.unroll {
+        defines.push(("WEFT_UNROLL".to_string(), u.to_string()));
+    }
+    let threads = tuning.threads;
+    if threads != weft_kernels::THREADS {
+        defines.push(("WEFT_THREADS".to_string(), threads.to_string()));
+    }
+    CompileOptions {
+        arch,
+        cubin: true,
+        defines,
+        extra: Vec::new(),
+    }
+}
+
+/// Whether the kernel bundle has `name`'s machine code for `dtype` on `arch`.
+fn in_bundle(
+    name: &str,
+    text: &str,
+    dtype: DataType,
+    arch: (u32, u32),
+    tuning: &KernelSettings,
+) -> bool {
+    weft_cuda::nvrtc::bundled(
+        name,
+        text,
+        weft_kernels::HEADERS,
+        &module_options(dtype, arch, tuning),
+    )
 }
 
 /// Compiles every `(source, dtype)` pair for `arch` into the on-disk cache, several at once
@@ -407,12 +430,10 @@ impl Kernels {
                 missing.push((name, text, d));
             }
         }
-        // With a kernel bundle the modules load one by one from it (milliseconds each);
-        // only a module it lacks compiles then.
-        if !missing.is_empty()
-            && weft_cuda::bundle::process_bundle().is_none()
-            && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d))
-        {
+        // Modules the kernel bundle has load from it one by one (milliseconds each); the
+        // others compile here first, on every core.
+        missing.retain(|(name, text, d)| !in_bundle(name, text, *d, self.arch, &self.tuning));
+        if !missing.is_empty() && weft_cuda::nvrtc::cache_dir().is_some_and(|d| writable_dir(&d)) {
             precompile(&missing, self.arch, &self.tuning, false)?;
         }
         for d in types {

@@ -33,9 +33,12 @@ pub struct WaitDesc {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Calls begun and calls completed (a call that failed is begun, not completed).
+    /// Calls begun and calls completed (a call that failed is begun, not completed), and
+    /// the collectives among those begun (every rank makes the same ones, unlike
+    /// point-to-point groups).
     started: u64,
     done: u64,
+    collectives: u64,
     current: Option<(CallDesc, Instant)>,
     waits: Vec<(u64, ConnId, WaitFor, Instant)>,
     next_wait: u64,
@@ -63,6 +66,8 @@ pub struct RankReport {
     pub host: String,
     pub started: u64,
     pub done: u64,
+    /// Collectives begun (the count every rank shares, unlike point-to-point groups).
+    pub collectives: u64,
     /// The call in progress and for how long, in milliseconds.
     pub current: Option<(CallDesc, u64)>,
     pub waits: Vec<WaitDesc>,
@@ -87,7 +92,14 @@ impl Board {
 
     /// A call begins; the returned guard marks it completed ([`CallGuard::done`]) or, when
     /// dropped without, left unfinished.
-    pub fn call(self: &Arc<Self>, op: &str, count: usize, dtype: &str) -> CallGuard {
+    /// `collective`: every rank makes this call (not a point-to-point group).
+    pub fn call(
+        self: &Arc<Self>,
+        op: &str,
+        count: usize,
+        dtype: &str,
+        collective: bool,
+    ) -> CallGuard {
         let desc = CallDesc {
             op: op.to_string(),
             count,
@@ -95,6 +107,7 @@ impl Board {
         };
         let mut s = self.state();
         s.started += 1;
+        s.collectives += u64::from(collective);
         s.current = Some((desc, Instant::now()));
         CallGuard {
             board: Arc::clone(self),
@@ -136,6 +149,7 @@ impl Board {
             host: host_name(),
             started: s.started,
             done: s.done,
+            collectives: s.collectives,
             current: s.current.as_ref().map(|(c, t)| (c.clone(), ms(*t))),
             waits: s
                 .waits

@@ -3,12 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::board::RankReport;
 use super::wire;
+
+/// The most bytes read from one server's answer.
+const MAX_ANSWER: u64 = 1 << 20;
 
 /// A rank's report with every rank's status address, as a server sends it.
 pub type Line = (RankReport, Vec<String>);
@@ -19,7 +22,8 @@ type Answer = (Vec<u32>, Result<Vec<Line>, String>);
 /// What one status server said: its ranks' lines (every communicator's, or one's), with
 /// the members each lists.
 pub fn ask(addr: &str, comm: Option<u64>, deadline: Duration) -> Result<Vec<Line>, String> {
-    let started = Instant::now();
+    let end = Instant::now() + deadline;
+    let late = || format!("{addr}: no answer within {deadline:?}");
     let sock: SocketAddr = addr
         .to_socket_addrs()
         .map_err(|e| format!("{addr}: {e}"))?
@@ -29,37 +33,52 @@ pub fn ask(addr: &str, comm: Option<u64>, deadline: Duration) -> Result<Vec<Line
         std::io::ErrorKind::ConnectionRefused => {
             format!("{addr} refuses connections: its process is gone")
         }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => late(),
         _ => format!("{addr}: {e}"),
     })?;
-    let left = deadline
-        .saturating_sub(started.elapsed())
-        .max(Duration::from_millis(1));
-    stream
-        .set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
-    stream
-        .set_write_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
+    // Every read and write gets what is left of the one deadline, so a server that
+    // trickles its answer cannot stretch it.
+    let time_left = |stream: &TcpStream| -> Result<(), String> {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
+        stream
+            .set_write_timeout(Some(left))
+            .map_err(|e| e.to_string())
+    };
+    time_left(&stream)?;
     let want = comm.map_or("*".to_string(), |c| format!("{c:016x}"));
     (&stream)
         .write_all(format!("{} {want}\n", wire::REQUEST).as_bytes())
         .map_err(|e| format!("{addr}: {e}"))?;
     let mut out = Vec::new();
-    for line in BufReader::new(&stream).lines() {
-        let line = line.map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                format!("{addr}: no answer within {deadline:?}")
-            }
+    let mut reader = BufReader::new(&stream).take(MAX_ANSWER);
+    loop {
+        time_left(&stream)?;
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => late(),
             _ => format!("{addr}: {e}"),
         })?;
+        if n == 0 {
+            break;
+        }
+        let line = line.trim_end_matches('\n');
         if line == wire::END {
             return Ok(out);
         }
-        if let Some(rank) = wire::decode(&line) {
+        if let Some(rank) = wire::decode(line) {
             out.push(rank);
         }
     }
-    Err(format!("{addr}: the answer ended before {}", wire::END))
+    Err(format!(
+        "{addr}: the answer ended (or passed {MAX_ANSWER} bytes) before {}",
+        wire::END
+    ))
 }
 
 /// Every rank of one communicator, as far as they answered.
@@ -79,7 +98,7 @@ pub struct JobReport {
 pub fn query(comm: u64, members: &[String], deadline: Duration) -> JobReport {
     let started = Instant::now();
     let mut by_addr: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for (r, m) in members.iter().enumerate() {
+    for (r, m) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
         by_addr.entry(m.as_str()).or_default().push(r as u32);
     }
     let answers: Vec<Answer> = std::thread::scope(|scope| {
@@ -101,7 +120,13 @@ pub fn query(comm: u64, members: &[String], deadline: Duration) -> JobReport {
     let nranks = members.len() as u32;
     let mut ranks: Vec<Result<RankReport, String>> = members
         .iter()
-        .map(|m| Err(format!("no report from {m}")))
+        .map(|m| {
+            Err(if m.is_empty() {
+                format!("{NO_SERVER} (WEFT_STATUS=0 there, or it could not start)")
+            } else {
+                format!("no report from {m}")
+            })
+        })
         .collect();
     for (asked, answer) in answers {
         match answer {
@@ -135,6 +160,9 @@ pub fn query(comm: u64, members: &[String], deadline: Duration) -> JobReport {
     }
 }
 
+/// What a rank without a status server shows: never taken for a silent (stopped) rank.
+const NO_SERVER: &str = "no status server";
+
 /// How long a call or a wait must have lasted before the report calls it stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(1);
 
@@ -165,6 +193,7 @@ impl JobReport {
             .iter()
             .enumerate()
             .filter_map(|(r, rep)| rep.as_ref().err().map(|e| (r as u32, e)))
+            .filter(|(_, e)| !e.starts_with(NO_SERVER))
             .collect();
         if let Some((rank, why)) = silent
             .iter()
@@ -189,26 +218,26 @@ impl JobReport {
                 ),
             });
         }
-        let furthest = reports.iter().map(|r| r.started).max().unwrap_or(0);
+        // Collectives only: every rank makes the same ones (point-to-point groups differ).
+        let furthest = reports.iter().map(|r| r.collectives).max().unwrap_or(0);
         // Behind only if the ranks ahead have been in their call for a while: in a job
         // that runs, ranks are a call apart all the time.
         let ahead_since = reports
             .iter()
-            .filter(|r| r.started == furthest)
+            .filter(|r| r.collectives == furthest)
             .filter_map(|r| r.current.as_ref().map(|(_, ms)| *ms))
             .min()
             .unwrap_or(0);
         if let Some(r) = reports
             .iter()
-            .filter(|r| r.started < furthest && ahead_since >= stuck)
-            .min_by_key(|r| (r.started, r.rank))
+            .filter(|r| r.collectives < furthest && ahead_since >= stuck)
+            .min_by_key(|r| (r.collectives, r.rank))
         {
             return Some(Culprit {
                 rank: r.rank,
                 why: format!(
-                    "it has not begun call #{furthest}, which others are in (it completed {} \
-                     calls)",
-                    r.done
+                    "it has not begun collective #{furthest}, which others are in (it began {})",
+                    r.collectives
                 ),
             });
         }
@@ -270,13 +299,14 @@ impl JobReport {
                         .collect();
                     format!(
                         "{{\"rank\":{},\"answered\":true,\"pid\":{},\"host\":{},\"started\":{},\
-                         \"done\":{},\"call\":{call},\"waits\":[{}],\"failed\":{},\
+                         \"done\":{},\"collectives\":{},\"call\":{call},\"waits\":[{}],\"failed\":{},\
                          \"failed_here\":{}}}",
                         r.rank,
                         r.pid,
                         esc(&r.host),
                         r.started,
                         r.done,
+                        r.collectives,
                         waits.join(","),
                         r.failed.as_deref().map_or("null".to_string(), esc),
                         r.failed_here
@@ -355,6 +385,7 @@ mod test {
             host: "h".into(),
             started,
             done: started.saturating_sub(1),
+            collectives: started,
             current: Some((
                 CallDesc {
                     op: "all_reduce".into(),
@@ -445,6 +476,55 @@ mod test {
         let j = job(ranks.into_iter().map(Ok).collect());
         assert_eq!(j.culprit(), None, "{j}");
         assert!(j.to_string().contains("no rank holds the job up"));
+    }
+
+    #[test]
+    fn point_to_point_groups_make_no_rank_look_behind() {
+        // Rank 1 made two more send/recv groups than the others: the same collectives.
+        let mut ranks = vec![rank(0, 6, &[]), rank(1, 8, &[]), rank(2, 6, &[])];
+        for r in &mut ranks {
+            r.collectives = 5;
+        }
+        let j = job(ranks.into_iter().map(Ok).collect());
+        assert_eq!(j.culprit(), None, "{j}");
+    }
+
+    #[test]
+    fn a_rank_without_a_status_server_is_not_taken_for_a_stopped_one() {
+        let j = query(
+            7,
+            &[String::new(), String::new()],
+            Duration::from_millis(100),
+        );
+        assert!(
+            j.ranks
+                .iter()
+                .all(|r| r.as_ref().is_err_and(|e| e.starts_with(NO_SERVER)))
+        );
+        assert_eq!(j.culprit(), None, "{j}");
+    }
+
+    #[test]
+    fn a_silent_client_holds_the_server_up_for_no_one() {
+        let board = super::super::Board::new(0x5eed, 0, 1);
+        let addr = match super::super::start("127.0.0.1".parse().unwrap()) {
+            Ok(Some(a)) => a.to_string(),
+            other => panic!("no status server: {other:?}"),
+        };
+        super::super::register(&board, vec![addr.clone()]);
+        // Connected, says nothing, reads nothing.
+        let _silent = TcpStream::connect(&addr).unwrap();
+        let asked = Instant::now();
+        let lines = ask(&addr, Some(0x5eed), Duration::from_secs(1)).unwrap();
+        assert!(
+            asked.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].0.comm, 0x5eed);
+        // Every communicator: answered to a client of this host.
+        assert!(!ask(&addr, None, Duration::from_secs(1)).unwrap().is_empty());
     }
 
     #[test]

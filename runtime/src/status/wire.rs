@@ -38,6 +38,7 @@ pub fn encode(r: &RankReport, members: &[String]) -> String {
         format!("host={}", clean(&r.host)),
         format!("started={}", r.started),
         format!("done={}", r.done),
+        format!("collectives={}", r.collectives),
     ];
     if let Some((c, ms)) = &r.current {
         f.push(format!(
@@ -74,6 +75,7 @@ pub fn decode(line: &str) -> Option<(RankReport, Vec<String>)> {
         host: String::new(),
         started: 0,
         done: 0,
+        collectives: 0,
         current: None,
         waits: Vec::new(),
         failed: None,
@@ -90,6 +92,7 @@ pub fn decode(line: &str) -> Option<(RankReport, Vec<String>)> {
             "host" => r.host = v.to_string(),
             "started" => r.started = v.parse().ok()?,
             "done" => r.done = v.parse().ok()?,
+            "collectives" => r.collectives = v.parse().ok()?,
             "call" => {
                 let mut p = v.split(':');
                 let (op, count, dtype, ms) = (p.next()?, p.next()?, p.next()?, p.next()?);
@@ -145,6 +148,7 @@ mod test {
             host: "node\t7".to_string(),
             started: 15,
             done: 14,
+            collectives: 12,
             current: Some((
                 CallDesc {
                     op: "all_reduce".to_string(),

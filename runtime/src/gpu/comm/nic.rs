@@ -9,7 +9,12 @@
 //! (`/sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0/...`): the same switch shares more
 //! components than the same root complex, which shares more than another CPU's. A device
 //! without a PCI path (loopback, a virtual interface, a plugin that says nothing) counts as
-//! farthest.
+//! farthest; a GPU whose path is unknown keeps device 0.
+//!
+//! Each end chooses for itself, as NCCL does with `NCCL_CROSS_NIC=1`: on a fabric with a
+//! subnet per rail, where GPU i's NIC only reaches the other hosts' NIC i, the hosts must be
+//! built alike (GPU i behind NIC i everywhere), which rail-optimised clusters are; NCCL's
+//! search pairing the same NIC at both ends of a channel is not done yet.
 
 use std::path::Path;
 
@@ -45,7 +50,13 @@ fn shared_components(a: &str, b: &str) -> usize {
 /// `channel`: the nearest to `gpu` (see the module documentation), the channels taking the
 /// equally near ones in turn. 0 where there are no devices.
 pub(super) fn nic_for_channel(gpu: Option<&str>, nics: &[Option<String>], channel: u32) -> usize {
-    let nearness = |nic: &Option<String>| match (gpu, nic) {
+    // Where this GPU's place is not known, every rank keeps to device 0, as before: both
+    // ends of a connection then use the same one, which a fabric with a subnet per rail
+    // needs (choosing by channel on each end alone could pair two rails).
+    let Some(gpu) = gpu else {
+        return 0;
+    };
+    let nearness = |nic: &Option<String>| match (Some(gpu), nic) {
         (Some(g), Some(n)) => shared_components(g, n),
         _ => 0,
     };
@@ -112,12 +123,18 @@ mod test {
     }
 
     #[test]
-    fn no_paths_means_every_device_in_turn_and_no_devices_means_zero() {
+    fn unknown_places_fall_back_sensibly_and_no_devices_means_zero() {
+        // The GPU's place unknown: device 0, whatever the channel.
         let nics = vec![None, None, None];
         let picked: Vec<usize> = (0..4).map(|c| nic_for_channel(None, &nics, c)).collect();
+        assert_eq!(picked, [0, 0, 0, 0]);
+        // The GPU's known, no NIC's: every device as near, taken in turn.
+        let (gpus, _) = dgx();
+        let picked: Vec<usize> = (0..4)
+            .map(|c| nic_for_channel(Some(&gpus[0]), &nics, c))
+            .collect();
         assert_eq!(picked, [0, 1, 2, 0]);
         // A NIC with a path beats ones without (lo, virtual interfaces).
-        let (gpus, _) = dgx();
         let some = vec![
             None,
             Some("/sys/devices/pci0000:10/0000:10:00.0".to_string()),
