@@ -1519,6 +1519,14 @@ fn a_skipped_call_is_named(settings: Settings) {
             comm.prepare(&[DataType::Float32]).unwrap();
             comm.barrier().unwrap();
             let mut outcome = None;
+            let mut status = None;
+            if rank == 1 {
+                // Sitting the call out, it asks the job what holds it up (issue 26's health
+                // query): rank 0 has been in a collective this rank has not begun.
+                std::thread::sleep(Duration::from_millis(1500));
+                let report = comm.status().query(weft_runtime::status::QUERY_DEADLINE);
+                status = Some((report.culprit().map(|c| (c.rank, c.why)), report.to_string()));
+            }
             if rank == 0 {
                 let t = Instant::now();
                 // SAFETY: the buffer outlives the synchronize.
@@ -1541,10 +1549,15 @@ fn a_skipped_call_is_named(settings: Settings) {
             }
             // Rank 1 sat out; both now leave without finalize (their FIFOs disagree).
             gate.wait();
-            outcome
+            (outcome, status)
         },
     );
-    let (result, took) = results[0].clone().expect("rank 0 ran");
+    let (culprit, report) = results[1].1.clone().expect("rank 1 asked");
+    eprintln!("{settings:?}: the health query while rank 0 waited:\n{report}");
+    let (who, why) = culprit.unwrap_or_else(|| panic!("no rank named:\n{report}"));
+    assert_eq!(who, 1, "{report}");
+    assert!(why.contains("has not begun collective #1"), "{report}");
+    let (result, took) = results[0].0.clone().expect("rank 0 ran");
     let (culprit, text) = result.expect_err("the all-reduce cannot finish without rank 1");
     assert_eq!(culprit, Some(1), "{text}");
     assert!(text.contains("rank 1"), "{text}");

@@ -47,13 +47,27 @@ struct State {
     failed_here: bool,
 }
 
+/// Whether everything a rank launched has finished (`None`: cannot tell), for boards whose
+/// calls end on a device, after the call that launched them returned.
+pub type Probe = Box<dyn Fn() -> Option<bool> + Send + Sync>;
+
 /// One rank's board (see the module documentation).
-#[derive(Debug)]
 pub struct Board {
     pub(super) comm: u64,
     pub(super) rank: u32,
     pub(super) nranks: u32,
     state: Mutex<State>,
+    probe: Mutex<Option<Probe>>,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Board")
+            .field("comm", &self.comm)
+            .field("rank", &self.rank)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A snapshot of a board, as the server sends it.
@@ -83,6 +97,7 @@ impl Board {
             rank,
             nranks,
             state: Mutex::new(State::default()),
+            probe: Mutex::new(None),
         })
     }
 
@@ -114,6 +129,27 @@ impl Board {
         }
     }
 
+    /// A call was launched on a device and runs after this returns: it shows as the call
+    /// in progress until the [`Probe`] says everything launched has finished.
+    pub fn launched(&self, op: &str, count: usize, dtype: &str, collective: bool) {
+        let mut s = self.state();
+        s.started += 1;
+        s.collectives += u64::from(collective);
+        s.current = Some((
+            CallDesc {
+                op: op.to_string(),
+                count,
+                dtype: dtype.to_string(),
+            },
+            Instant::now(),
+        ));
+    }
+
+    /// How the board learns that device calls ([`Board::launched`]) have finished.
+    pub fn set_probe(&self, probe: Probe) {
+        *self.probe.lock().unwrap_or_else(PoisonError::into_inner) = Some(probe);
+    }
+
     /// A wait on `conn` has outlasted its spin phase: it shows until the guard goes.
     pub fn waiting(self: &Arc<Self>, conn: ConnId, what: WaitFor) -> WaitGuard {
         let mut s = self.state();
@@ -138,7 +174,18 @@ impl Board {
 
     /// What the board says now.
     pub fn report(&self) -> RankReport {
-        let s = self.state();
+        // Outside the state lock: the probe asks the driver.
+        let finished = self
+            .probe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(|p| p());
+        let mut s = self.state();
+        if finished == Some(true) && s.current.is_some() {
+            s.done = s.started;
+            s.current = None;
+        }
         let now = Instant::now();
         let ms = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         RankReport {
@@ -215,5 +262,62 @@ pub fn host_name() -> String {
 impl fmt::Display for CallDesc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} of {} x {}", self.op, self.count, self.dtype)
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    #[test]
+    fn a_device_call_shows_until_the_probe_says_it_finished() {
+        let board = Board::new(1, 0, 2);
+        let state = Arc::new(AtomicU8::new(0)); // 0 running, 1 finished, 2 unknown
+        let seen = Arc::clone(&state);
+        board.set_probe(Box::new(move || match seen.load(Ordering::Relaxed) {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }));
+        board.launched("AllReduce", 8, "float", true);
+        board.launched("send/recv group", 2, "operations", false);
+        let r = board.report();
+        assert_eq!((r.started, r.done, r.collectives), (2, 0, 1));
+        assert_eq!(r.current.as_ref().unwrap().0.op, "send/recv group");
+        state.store(2, Ordering::Relaxed);
+        assert!(board.report().current.is_some(), "unknown is not finished");
+        state.store(1, Ordering::Relaxed);
+        let r = board.report();
+        assert_eq!((r.started, r.done), (2, 2));
+        assert!(r.current.is_none());
+    }
+
+    #[test]
+    fn host_calls_and_waits_show_while_they_last() {
+        let board = Board::new(1, 0, 2);
+        let call = board.call("AllReduce", 8, "float", true);
+        let conn = ConnId {
+            transport: "SHM",
+            rank: 0,
+            peer: 1,
+            channel: 3,
+            dir: Direction::Recv,
+        };
+        let wait = board.waiting(conn, WaitFor::Data);
+        let r = board.report();
+        assert_eq!(r.waits.len(), 1);
+        assert_eq!((r.waits[0].channel, r.waits[0].peer), (3, 1));
+        drop(wait);
+        assert!(board.report().waits.is_empty());
+        call.done();
+        let r = board.report();
+        assert_eq!((r.started, r.done), (1, 1));
+        assert!(r.current.is_none());
+        board.failed("first", true);
+        board.failed("second", false);
+        let r = board.report();
+        assert_eq!(r.failed.as_deref(), Some("first"));
+        assert!(r.failed_here);
     }
 }

@@ -56,6 +56,7 @@ use super::protocol::GpuProtocols;
 use super::redop::GpuRedOp;
 pub use super::redop::avg_scale_bits;
 use crate::bootstrap::{Bootstrap, BootstrapError};
+use crate::status::StatusView;
 pub use channels::DEFAULT_CHANNELS;
 pub use faults::AbortHandle;
 use faults::Faults;
@@ -90,6 +91,8 @@ pub struct GpuComm {
     order: StreamOrder,
     /// NCCL's INFO line per ring connection this rank sends on.
     connections: Vec<String>,
+    /// This rank's side of the health query: its launches (not yet its kernels' waits).
+    status: StatusView,
 }
 
 impl GpuComm {
@@ -288,6 +291,12 @@ impl GpuComm {
         Ok(())
     }
 
+    /// This rank's side of the health query (`crate::status`): ask every rank of the
+    /// communicator what it launched last and whether it finished, from any thread.
+    pub fn status(&self) -> StatusView {
+        self.status.clone()
+    }
+
     /// Makes every kernel of this communicator return at its next look at the flag, and
     /// every later call fail (NCCL's `ncclCommAbort`, without the teardown); stops the NET
     /// proxy, if any.
@@ -444,6 +453,13 @@ impl GpuComm {
         stream: &Stream,
     ) -> Result<usize, GpuError> {
         let captured = self.order.before_launch(stream)?;
+        if let Some((op, count, dtype)) = group.first {
+            let op = match group.calls {
+                1 => op.to_string(),
+                n => format!("group of {n} collectives, first {op}"),
+            };
+            self.status.board.launched(&op, count, dtype, true);
+        }
         // SAFETY: the caller's promise for every call, passed on.
         let launched = unsafe {
             self.launcher
@@ -470,6 +486,10 @@ impl GpuComm {
         Ok(PlannedGroup {
             owner: self.launcher.control_ptr(),
             planned,
+            first: calls
+                .first()
+                .map(|c| (c.collective.name(), c.count, c.dtype.name())),
+            calls: calls.len(),
         })
     }
 
@@ -518,6 +538,9 @@ impl GpuComm {
             &self.planner.protocols,
         )?;
         let captured = self.order.before_launch(stream)?;
+        self.status
+            .board
+            .launched("send/recv group", ops.len(), "operations", false);
         // SAFETY: the caller's promise, passed on.
         let launched = unsafe { self.launcher.launch_p2p(plan, stream) };
         // Marked even after a failure: a copy or an earlier launch may be queued.

@@ -27,7 +27,7 @@
 //! two threads' per-thread default streams are not ordered (nor may a communicator be used
 //! from two threads at once anyway).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use weft_cuda::{Context, Event, Stream};
 
@@ -45,8 +45,18 @@ struct Last {
 pub(super) struct StreamOrder {
     ctx: Arc<Context>,
     /// Created at the first launch.
-    event: Option<Event>,
+    event: Option<Arc<Event>>,
     last: Option<Last>,
+    /// What another thread may read of the last eager launch (the health query's probe):
+    /// its event once it is recorded, `None` before any launch or after one whose end could
+    /// not be marked.
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    launched: bool,
+    marked: Option<Arc<Event>>,
 }
 
 /// Whether a launch goes into a graph capture (`before_launch`'s answer, for
@@ -60,6 +70,7 @@ impl StreamOrder {
             ctx,
             event: None,
             last: None,
+            shared: Arc::new(Mutex::new(Shared::default())),
         }
     }
 
@@ -105,8 +116,9 @@ impl StreamOrder {
             stream: stream.raw() as usize,
             recorded: false,
         });
+        self.publish(None);
         if self.event.is_none() {
-            self.event = Some(Event::new(&self.ctx, false)?);
+            self.event = Some(Arc::new(Event::new(&self.ctx, false)?));
         }
         if let Some(event) = &self.event {
             event.record(stream)?;
@@ -114,8 +126,33 @@ impl StreamOrder {
                 stream: stream.raw() as usize,
                 recorded: true,
             });
+            self.publish(Some(Arc::clone(event)));
         }
         Ok(())
+    }
+
+    fn publish(&self, marked: Option<Arc<Event>>) {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.launched = true;
+        shared.marked = marked;
+    }
+
+    /// For another thread (the health query): whether everything launched has finished
+    /// (`Some(true)` before any launch), `None` where it cannot be told (a launch whose end
+    /// could not be marked, a driver error). Captured launches are not counted.
+    pub(super) fn probe(&self) -> impl Fn() -> Option<bool> + Send + Sync + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || {
+            let (launched, marked) = {
+                let s = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                (s.launched, s.marked.clone())
+            };
+            match (launched, marked) {
+                (false, _) => Some(true),
+                (true, Some(event)) => event.is_done().ok(),
+                (true, None) => None,
+            }
+        }
     }
 
     /// Whether the last eager launch has finished (true when there was none). A launch

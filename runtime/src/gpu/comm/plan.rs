@@ -52,6 +52,10 @@ pub struct PlannedGroup {
     /// The communicator's control block address: a group launched on another is refused.
     pub(super) owner: u64,
     pub(super) planned: Vec<Planned>,
+    /// What the health query shows while it runs: the first call's collective, count and
+    /// type, and how many calls the group holds.
+    pub(super) first: Option<(&'static str, usize, &'static str)>,
+    pub(super) calls: usize,
 }
 
 /// The calls of `planned` that share a launch ([`batch::launches`] over their fuse keys).

@@ -123,6 +123,7 @@ impl GpuComm {
             min_slices: settings.min_slices,
         };
         let peers = gather_peers(&mut bootstrap, &me)?;
+        let status = crate::status::join(&mut bootstrap, rank, nranks)?;
         // P2P where every rank reaches every other's GPU; otherwise every window lives in
         // shared host memory (SHM). Every rank decides from the same all-gathered answers.
         let p2p_disabled = opts.settings.transport.p2p_disable;
@@ -229,11 +230,14 @@ impl GpuComm {
         };
         let kernels = Kernels::with_settings(&ctx, &opts.settings.kernels)?;
         let control = write_control(&ctx, &windows, &faults, rank, nranks, 0)?;
+        let order = StreamOrder::new(ctx.clone());
+        status.board.set_probe(Box::new(order.probe()));
         let comm = GpuComm {
             rank,
             nranks,
             launcher: Launcher::new(kernels, control),
-            order: StreamOrder::new(ctx.clone()),
+            order,
+            status,
             connections,
             ctx,
             faults,
