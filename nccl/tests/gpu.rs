@@ -843,11 +843,8 @@ fn destroy(ranks: Vec<Rank>) {
     }
 }
 
-#[test]
-fn every_call_through_comm_init_all() {
-    let Some(devices) = rank_devices() else {
-        return;
-    };
+/// One communicator per GPU of `devices`, by ncclCommInitAll.
+fn init_all(devices: &[usize]) -> Vec<Rank> {
     let n = devices.len();
     let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
     let mut comms = vec![std::ptr::null_mut(); n];
@@ -856,7 +853,15 @@ fn every_call_through_comm_init_all() {
         unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as c_int, list.as_ptr()) },
         "ncclCommInitAll",
     );
-    let ranks = ranks_from(comms, &devices);
+    ranks_from(comms, devices)
+}
+
+#[test]
+fn every_call_through_comm_init_all() {
+    let Some(devices) = rank_devices() else {
+        return;
+    };
+    let ranks = init_all(&devices);
     every_call_on(&ranks);
     many_sends_per_peer_on(&ranks);
     in_place_on(&ranks);
@@ -876,15 +881,7 @@ fn revoke_ends_a_call_no_peer_joined_and_shrink_goes_on() {
     let Some(devices) = rank_devices() else {
         return;
     };
-    let n = devices.len();
-    let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
-    let mut comms = vec![std::ptr::null_mut(); n];
-    // SAFETY: `comms` holds n slots; `list` n devices.
-    ok(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as c_int, list.as_ptr()) },
-        "ncclCommInitAll",
-    );
-    let ranks = ranks_from(comms, &devices);
+    let ranks = init_all(&devices);
     let count = 4096usize;
     let buf = ranks[0].buffer(count * 4);
     let p = buf.ptr() as *mut c_void;

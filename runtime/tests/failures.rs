@@ -21,6 +21,28 @@ fn kill_self_soon() {
     });
 }
 
+/// The victim's process ended by SIGKILL, every other rank's cleanly (its checks passed);
+/// the others' lines that name their own rank are printed.
+fn victim_killed_others_ok(exits: &[common::RankExit], victim: usize) {
+    use std::os::unix::process::ExitStatusExt;
+    for e in exits {
+        if e.rank == victim {
+            assert_eq!(
+                e.status.and_then(|s| s.signal()),
+                Some(libc::SIGKILL),
+                "the victim should have been killed: {}",
+                e.log
+            );
+        } else {
+            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
+            let mine = format!("rank {}: ", e.rank);
+            for line in e.log.lines().filter(|l| l.contains(&mine)) {
+                println!("{line}");
+            }
+        }
+    }
+}
+
 /// Loops large all-reduces; the victim SIGKILLs itself in the middle of one. The others
 /// must fail within the deadline with an error naming the victim.
 fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
@@ -71,19 +93,7 @@ fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
         ],
         Duration::from_secs(60),
     );
-    for e in &exits {
-        if e.rank == victim {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                e.status.and_then(|s| s.signal()),
-                Some(libc::SIGKILL),
-                "the victim should have been killed: {}",
-                e.log
-            );
-        } else {
-            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
-        }
-    }
+    victim_killed_others_ok(&exits, victim);
 }
 
 #[test]
@@ -136,26 +146,7 @@ fn killed_rank_on_another_host_is_named() {
         |rank| vec![("NCCL_HOSTID".to_string(), format!("weft-test-host-{rank}"))],
         Duration::from_secs(60),
     );
-    for e in &exits {
-        if e.rank == VICTIM {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                e.status.and_then(|s| s.signal()),
-                Some(libc::SIGKILL),
-                "{}",
-                e.log
-            );
-        } else {
-            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
-            for line in e
-                .log
-                .lines()
-                .filter(|l| l.contains(&format!("rank {}: ", e.rank)))
-            {
-                println!("{line}");
-            }
-        }
-    }
+    victim_killed_others_ok(&exits, VICTIM);
 }
 
 /// Issue 26: a rank SIGKILLs itself mid-all-reduce; the others fail naming it (as above),
@@ -398,19 +389,7 @@ fn a_stopped_rank_is_named_by_the_health_query() {
         &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
         Duration::from_secs(60),
     );
-    for e in &exits {
-        if e.rank == VICTIM {
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                e.status.and_then(|s| s.signal()),
-                Some(libc::SIGKILL),
-                "{}",
-                e.log
-            );
-        } else {
-            assert!(e.ok(), "rank {} ({:?}):\n{}", e.rank, e.status, e.log);
-        }
-    }
+    victim_killed_others_ok(&exits, VICTIM);
     let rank0 = &exits.iter().find(|e| e.rank == 0).unwrap().log;
     println!("{rank0}");
 }

@@ -1525,7 +1525,10 @@ fn a_skipped_call_is_named(settings: Settings) {
                 // query): rank 0 has been in a collective this rank has not begun.
                 std::thread::sleep(Duration::from_millis(1500));
                 let report = comm.status().query(weft_runtime::status::QUERY_DEADLINE);
-                status = Some((report.culprit().map(|c| (c.rank, c.why)), report.to_string()));
+                status = Some((
+                    report.culprit().map(|c| (c.rank, c.why)),
+                    report.to_string(),
+                ));
             }
             if rank == 0 {
                 let t = Instant::now();
