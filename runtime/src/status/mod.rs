@@ -18,7 +18,7 @@ mod report;
 mod server;
 mod wire;
 
-pub use board::{Board, CallDesc, CallGuard, RankReport, WaitDesc, WaitGuard, host_name};
+pub use board::{Board, CallDesc, CallGuard, Probe, RankReport, WaitDesc, WaitGuard, host_name};
 pub use report::{Culprit, JobReport, Line, STUCK_AFTER, ask, query};
 pub use server::{discovery_dir, register, start};
 
