@@ -339,9 +339,13 @@ fn a_stopped_rank_is_named_by_the_health_query() {
                     std::thread::sleep(Duration::from_millis(200));
                     let report = status.query(weft_runtime::status::QUERY_DEADLINE);
                     let culprit = report.culprit();
-                    if culprit
-                        .as_ref()
-                        .is_some_and(|c| c.why.contains("did not answer"))
+                    // One silent rank: a live one starved past the deadline on a loaded
+                    // machine makes this query inconclusive, and the next one decides.
+                    let silent = report.ranks.iter().filter(|r| r.is_err()).count();
+                    if silent == 1
+                        && culprit
+                            .as_ref()
+                            .is_some_and(|c| c.why.contains("did not answer"))
                     {
                         println!("health query after {:?}:\n{report}", start.elapsed());
                         println!("as JSON: {}", report.to_json());
