@@ -161,12 +161,23 @@ impl HostComm {
         // the search below, which may take a moment).
         self.p2p.abort();
         let me = self.peers.get(self.rank).copied();
+        // The neighbour that passed a failure on was alive when it did: if it has exited
+        // since (its own error handled), another dead peer is the root, and is named first.
+        let passer = match &err {
+            ExecError::Conn(e) if cascades(&err) => Some(e.conn().peer as usize),
+            _ => None,
+        };
         let find_dead = || {
-            self.peers.iter().enumerate().find(|(r, p)| {
+            let mut dead = self.peers.iter().enumerate().filter(|(r, p)| {
                 *r != self.rank
                     && me.is_some_and(|m| m.same_host(p))
                     && !process_alive(p.settings.pid)
-            })
+            });
+            let first = dead.next()?;
+            if Some(first.0) != passer {
+                return Some(first);
+            }
+            Some(dead.next().unwrap_or(first))
         };
         let mut dead = find_dead();
         if dead.is_none() && cascades(&err) {
