@@ -21,6 +21,14 @@ fn kill_self_soon() {
     });
 }
 
+/// What a survivor does before its process exits: a real job's processes tear down and
+/// log for a while after a failure, and a survivor that vanished the instant it failed
+/// could be taken for the dead rank by a peer still looking (its process gone too; over
+/// NET its closed connections look like a death).
+fn linger_after_failure() {
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 /// The victim's process ended by SIGKILL, every other rank's cleanly (its checks passed);
 /// the others' lines that name their own rank are printed.
 fn victim_killed_others_ok(exits: &[common::RankExit], victim: usize) {
@@ -75,6 +83,7 @@ fn killed_rank(name: &str, nranks: usize, victim: usize, transport: &str) {
                     // The communicator is unusable afterwards, and says why.
                     let again = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum);
                     assert!(matches!(again, Err(CommError::Failed(_))), "{again:?}");
+                    linger_after_failure();
                     return;
                 }
             }
@@ -128,6 +137,7 @@ fn killed_rank_on_another_host_is_named() {
                 println!("rank {}: {text}", role.rank);
                 assert_eq!(e.culprit(), Some(VICTIM), "{text}");
                 assert!(text.contains(&format!("rank {VICTIM}")), "{text}");
+                linger_after_failure();
                 return;
             }
             assert!(
@@ -385,6 +395,7 @@ fn a_stopped_rank_is_named_by_the_health_query() {
         if let Some(w) = watcher {
             w.join().expect("the watcher's checks");
         }
+        linger_after_failure();
         return;
     }
     let exits = common::launch(

@@ -211,13 +211,30 @@ impl HostComm {
             // began (a peer on another host whose process is gone does not answer; one
             // whose own call failed first says so), so that every rank names the root of
             // it, not the neighbour that passed it on.
-            None if passed_on => match self.status.query(QUERY_DEADLINE).culprit() {
-                Some(c) if c.rank as usize != self.rank => CommError::Stuck {
-                    cause: err,
-                    holder: Some((c.rank as usize, c.why)),
-                },
-                _ => CommError::Exec(err),
-            },
+            None if passed_on => {
+                let report = self.status.query(QUERY_DEADLINE);
+                // An abort (SHM carries one) comes from a rank that was alive then: not the
+                // root, even if it has exited since. (Over NET an abort is a closed
+                // connection, as a death is: a survivor that exits within moments of its
+                // own failure can then be taken for the root.)
+                let report = match (&err, passer) {
+                    (ExecError::Conn(ConnError::Aborted { .. }), Some(p)) => {
+                        report.set_aside(p, "it aborted alive, passing a failure on")
+                    }
+                    _ => report,
+                };
+                let holder = report
+                    .culprit()
+                    .filter(|c| c.rank as usize != self.rank)
+                    .map(|c| (c.rank as usize, c.why));
+                match holder {
+                    Some(holder) => CommError::Stuck {
+                        cause: err,
+                        holder: Some(holder),
+                    },
+                    None => CommError::Exec(err),
+                }
+            }
             None => CommError::Exec(err),
         };
         let text = err.to_string();

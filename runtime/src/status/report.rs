@@ -162,6 +162,8 @@ pub fn query(comm: u64, members: &[String], deadline: Duration) -> JobReport {
 
 /// What a rank without a status server shows: never taken for a silent (stopped) rank.
 const NO_SERVER: &str = "no status server";
+/// What a rank set aside by [`JobReport::set_aside`] shows: never a culprit either.
+const SET_ASIDE: &str = "set aside";
 
 /// How long a call or a wait must have lasted before the report calls it stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(1);
@@ -193,7 +195,7 @@ impl JobReport {
             .iter()
             .enumerate()
             .filter_map(|(r, rep)| rep.as_ref().err().map(|e| (r as u32, e)))
-            .filter(|(_, e)| !e.starts_with(NO_SERVER))
+            .filter(|(_, e)| !e.starts_with(NO_SERVER) && !e.starts_with(SET_ASIDE))
             .collect();
         if let Some((rank, why)) = silent
             .iter()
@@ -249,6 +251,16 @@ impl JobReport {
                 rank: r.rank,
                 why: "others wait on it, and it waits on no one (busy, or between calls)".into(),
             })
+    }
+
+    /// The same report with `rank` out of the running for culprit, whatever it said
+    /// (`why`: the reason shown): a neighbour known to have been alive when it passed a
+    /// failure on, whose process may have exited since, is not the root of it.
+    pub fn set_aside(mut self, rank: usize, why: &str) -> JobReport {
+        if let Some(r) = self.ranks.get_mut(rank) {
+            *r = Err(format!("{SET_ASIDE}: {why}"));
+        }
+        self
     }
 
     /// The report as JSON (one object; `culprit` null when there is none).
