@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use weft_runtime::status::{QUERY_DEADLINE, ask, discovery_dir, query};
+use weft_runtime::status::{QUERY_DEADLINE, ask, discovery_dir, local_servers, query};
 
 const USAGE: &str = "\
 usage: weft status [ADDR ...] [--json] [--deadline MS]
@@ -99,30 +99,4 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The status servers of this user's live weft processes on this host; stale files (their
-/// process gone) are removed.
-fn local_servers() -> Vec<String> {
-    let dir = discovery_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            let _ = std::fs::remove_file(e.path());
-            continue;
-        }
-        if let Ok(addr) = std::fs::read_to_string(e.path()) {
-            out.push(addr.trim().to_string());
-        }
-    }
-    out
 }

@@ -219,11 +219,7 @@ fn compile_from(
     use_bundle: bool,
 ) -> Result<Compiled> {
     let options = opts.nvrtc_options();
-    let ext = if opts.cubin { "cubin" } else { "ptx" };
-    let file_name = |version| {
-        let key = cache_key(source, headers, &options, version);
-        format!("{}-{key}.{ext}", sanitize(name))
-    };
+    let file_name = |version| entry_name(name, source, headers, opts, version);
     // The bundle first, for exactly this architecture: a hit needs no NVRTC at all.
     let bundle = crate::bundle::process_bundle().filter(|_| use_bundle && opts.cubin);
     let bundled = |minors: &[u32]| {
@@ -307,8 +303,19 @@ fn bundle_name(
         arch: (opts.arch.0, minor),
         ..opts.clone()
     };
-    let options = built_for.nvrtc_options();
-    let key = cache_key(source, headers, &options, bundle.nvrtc_version());
+    entry_name(name, source, headers, &built_for, bundle.nvrtc_version())
+}
+
+/// The name of `name`'s compiled image in a cache or a bundle: the source's name and the key
+/// of everything that went into it, NVRTC `version` included.
+fn entry_name(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    opts: &CompileOptions,
+    version: (i32, i32),
+) -> String {
+    let key = cache_key(source, headers, &opts.nvrtc_options(), version);
     let ext = if opts.cubin { "cubin" } else { "ptx" };
     format!("{}-{key}.{ext}", sanitize(name))
 }

@@ -33,6 +33,7 @@ mod unique_id;
 pub use error::{BootstrapError, Peer};
 pub use root::BootstrapRoot;
 pub use unique_id::UniqueId;
+pub(crate) use unique_id::random_secret;
 pub use weft_core::wire::bootstrap::AbortReason;
 
 use std::collections::HashMap;

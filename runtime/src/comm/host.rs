@@ -163,8 +163,9 @@ impl HostComm {
         let me = self.peers.get(self.rank).copied();
         // The neighbour that passed a failure on was alive when it did: if it has exited
         // since (its own error handled), another dead peer is the root, and is named first.
+        let passed_on = cascades(&err);
         let passer = match &err {
-            ExecError::Conn(e) if cascades(&err) => Some(e.conn().peer as usize),
+            ExecError::Conn(e) if passed_on => Some(e.conn().peer as usize),
             _ => None,
         };
         let find_dead = || {
@@ -180,7 +181,7 @@ impl HostComm {
             Some(dead.next().unwrap_or(first))
         };
         let mut dead = find_dead();
-        if dead.is_none() && cascades(&err) {
+        if dead.is_none() && passed_on {
             let deadline = Instant::now() + CASCADE_GRACE;
             while dead.is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(2));
@@ -188,7 +189,6 @@ impl HostComm {
             }
         }
         let timed_out = matches!(&err, ExecError::Conn(ConnError::Timeout { .. }));
-        let passed_on = cascades(&err);
         let err = match dead {
             Some((rank, p)) => CommError::PeerDied {
                 rank,

@@ -18,6 +18,29 @@ pub struct CallDesc {
     pub dtype: String,
 }
 
+/// The call in progress as recorded: a group of `calls` calls of which the first is `op`
+/// of `count` x `dtype`.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    op: &'static str,
+    calls: usize,
+    count: usize,
+    dtype: &'static str,
+}
+
+impl Current {
+    fn desc(&self) -> CallDesc {
+        CallDesc {
+            op: match self.calls {
+                0 | 1 => self.op.to_string(),
+                n => format!("group of {n} collectives, first {}", self.op),
+            },
+            count: self.count,
+            dtype: self.dtype.to_string(),
+        }
+    }
+}
+
 /// A wait of one of the rank's threads that has lasted past its spin phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitDesc {
@@ -39,7 +62,9 @@ struct State {
     started: u64,
     done: u64,
     collectives: u64,
-    current: Option<(CallDesc, Instant)>,
+    /// The call in progress: what it is (kept as the callers' static names: no allocation
+    /// on the launch path; made into a [`CallDesc`] when reported) and since when.
+    current: Option<(Current, Instant)>,
     waits: Vec<(u64, ConnId, WaitFor, Instant)>,
     next_wait: u64,
     failed: Option<String>,
@@ -106,43 +131,42 @@ impl Board {
     }
 
     /// A call begins; the returned guard marks it completed ([`CallGuard::done`]) or, when
-    /// dropped without, left unfinished.
-    /// `collective`: every rank makes this call (not a point-to-point group).
+    /// dropped without, left unfinished. `collective`: every rank makes this call (not a
+    /// point-to-point group).
     pub fn call(
         self: &Arc<Self>,
-        op: &str,
+        op: &'static str,
         count: usize,
-        dtype: &str,
+        dtype: &'static str,
         collective: bool,
     ) -> CallGuard {
-        let desc = CallDesc {
-            op: op.to_string(),
-            count,
-            dtype: dtype.to_string(),
-        };
-        let mut s = self.state();
-        s.started += 1;
-        s.collectives += u64::from(collective);
-        s.current = Some((desc, Instant::now()));
+        self.launched(op, 1, count, dtype, collective);
         CallGuard {
             board: Arc::clone(self),
         }
     }
 
-    /// A call was launched on a device and runs after this returns: it shows as the call
-    /// in progress until the [`Probe`] says everything launched has finished.
-    pub fn launched(&self, op: &str, count: usize, dtype: &str, collective: bool) {
+    /// A call was launched on a device and runs after this returns (`calls` calls in one
+    /// group, the first `op` of `count` x `dtype`): it shows as the call in progress until
+    /// the [`Probe`] says everything launched has finished.
+    pub fn launched(
+        &self,
+        op: &'static str,
+        calls: usize,
+        count: usize,
+        dtype: &'static str,
+        collective: bool,
+    ) {
         let mut s = self.state();
         s.started += 1;
         s.collectives += u64::from(collective);
-        s.current = Some((
-            CallDesc {
-                op: op.to_string(),
-                count,
-                dtype: dtype.to_string(),
-            },
-            Instant::now(),
-        ));
+        let current = Current {
+            op,
+            calls,
+            count,
+            dtype,
+        };
+        s.current = Some((current, Instant::now()));
     }
 
     /// How the board learns that device calls ([`Board::launched`]) have finished.
@@ -197,7 +221,7 @@ impl Board {
             started: s.started,
             done: s.done,
             collectives: s.collectives,
-            current: s.current.as_ref().map(|(c, t)| (c.clone(), ms(*t))),
+            current: s.current.as_ref().map(|(c, t)| (c.desc(), ms(*t))),
             waits: s
                 .waits
                 .iter()
@@ -280,8 +304,8 @@ mod test {
             1 => Some(true),
             _ => None,
         }));
-        board.launched("AllReduce", 8, "float", true);
-        board.launched("send/recv group", 2, "operations", false);
+        board.launched("AllReduce", 1, 8, "float", true);
+        board.launched("send/recv group", 1, 2, "operations", false);
         let r = board.report();
         assert_eq!((r.started, r.done, r.collectives), (2, 0, 1));
         assert_eq!(r.current.as_ref().unwrap().0.op, "send/recv group");

@@ -20,7 +20,7 @@ mod wire;
 
 pub use board::{Board, CallDesc, CallGuard, Probe, RankReport, WaitDesc, WaitGuard, host_name};
 pub use report::{Culprit, JobReport, Line, STUCK_AFTER, ask, query};
-pub use server::{discovery_dir, register, start};
+pub use server::{discovery_dir, local_servers, register, start};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +63,12 @@ pub fn join(
     rank: usize,
     nranks: usize,
 ) -> Result<StatusView, BootstrapError> {
-    let id = if rank == 0 { random_u64() } else { 0 };
+    let id = if rank == 0 {
+        let secret = crate::bootstrap::random_secret()?;
+        u64::from_le_bytes(secret[..8].try_into().unwrap_or_default())
+    } else {
+        0
+    };
     let addr = match start(bootstrap.listen_addr().ip()) {
         Ok(Some(a)) => a.to_string(),
         Ok(None) => String::new(),
@@ -86,20 +91,4 @@ pub fn join(
         .collect();
     let board = Board::new(comm, rank as u32, nranks as u32);
     Ok(StatusView::new(board, members))
-}
-
-/// 64 random bits from the kernel (a communicator's id: unique, and telling nothing).
-fn random_u64() -> u64 {
-    let mut v = [0u8; 8];
-    // SAFETY: an 8-byte buffer of ours; getrandom writes at most that many bytes.
-    let got = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };
-    if got == 8 {
-        u64::from_ne_bytes(v)
-    } else {
-        // No getrandom (very old kernels): time and pid, unique enough for an id.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        t ^ (u64::from(std::process::id()) << 32)
-    }
 }

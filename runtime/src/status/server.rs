@@ -96,16 +96,7 @@ fn publish(dir: &Path, addr: SocketAddr) -> std::io::Result<()> {
             dir.display()
         )));
     }
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        let pid = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok());
-        // SAFETY: signal 0 only checks whether the process exists.
-        if pid.is_some_and(|p| unsafe { libc::kill(p, 0) } != 0 && errno() == libc::ESRCH) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
+    listed(dir);
     let pid = std::process::id();
     let tmp = dir.join(format!(".{pid}.tmp"));
     let _ = std::fs::remove_file(&tmp);
@@ -118,8 +109,30 @@ fn publish(dir: &Path, addr: SocketAddr) -> std::io::Result<()> {
     std::fs::rename(&tmp, dir.join(pid.to_string()))
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+/// The status servers of this user's live weft processes on this host (`weft status`
+/// without an address asks them).
+pub fn local_servers() -> Vec<String> {
+    listed(&discovery_dir())
+}
+
+/// The addresses `dir` lists for live processes; the files of processes that are gone are
+/// removed.
+fn listed(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !crate::conn::process_alive(pid) {
+            let _ = std::fs::remove_file(e.path());
+        } else if let Ok(addr) = std::fs::read_to_string(e.path()) {
+            out.push(addr.trim().to_string());
+        }
+    }
+    out
 }
 
 /// Shows `board` to the health query, with every rank's status address (`members`, by

@@ -454,11 +454,9 @@ impl GpuComm {
     ) -> Result<usize, GpuError> {
         let captured = self.order.before_launch(stream)?;
         if let Some((op, count, dtype)) = group.first {
-            let op = match group.calls {
-                1 => op.to_string(),
-                n => format!("group of {n} collectives, first {op}"),
-            };
-            self.status.board.launched(&op, count, dtype, true);
+            self.status
+                .board
+                .launched(op, group.calls, count, dtype, true);
         }
         // SAFETY: the caller's promise for every call, passed on.
         let launched = unsafe {
@@ -540,7 +538,7 @@ impl GpuComm {
         let captured = self.order.before_launch(stream)?;
         self.status
             .board
-            .launched("send/recv group", ops.len(), "operations", false);
+            .launched("send/recv group", 1, ops.len(), "operations", false);
         // SAFETY: the caller's promise, passed on.
         let launched = unsafe { self.launcher.launch_p2p(plan, stream) };
         // Marked even after a failure: a copy or an earlier launch may be queued.
