@@ -5,7 +5,8 @@
 //! over several hosts), as many as `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS` allow. Then
 //! the program's own bounds (ncclConfig_t's `minCTAs` / `maxCTAs`), and rank 0's count
 //! wherever environments differ. Over several hosts every ring visits each host's ranks
-//! together ([`host_order`]).
+//! together, entering and leaving each host through a different rank on each channel
+//! ([`host_rings`]).
 
 use weft_core::abi::MAX_CHANNELS;
 use weft_core::wire::bootstrap::bus_id_from_str;
@@ -125,8 +126,7 @@ fn agreed_rings(
         }
         .clamp(1, MAX_CHANNELS);
         log::info!("weft: {count} plain ring channel(s): {why}");
-        let order = host_order(peers);
-        (0..count).map(|_| order.clone()).collect()
+        host_rings(peers, count as usize)
     };
     match agree_on_channels_with(bootstrap, &comm_peers, TopoInput::Host, settings) {
         Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
@@ -142,7 +142,7 @@ fn agreed_rings(
             // Over several hosts the plan's rings are plain ones in rank order (the search
             // is per host): visit each host's ranks together instead.
             let rings = if several_hosts(peers) {
-                plan.rings.iter().map(|_| host_order(peers)).collect()
+                host_rings(peers, plan.rings.len())
             } else {
                 plan.rings
             };
@@ -159,17 +159,33 @@ fn agreed_rings(
     }
 }
 
-/// The ranks host by host (hosts in the order of their first rank), each host's in rank
-/// order: a plain ring in this order crosses between hosts once per host boundary, as
-/// NCCL's inter-node rings do, whatever order the program gave the ranks.
-fn host_order(peers: &[GpuPeer]) -> Vec<u32> {
-    let first_of = |host: u64| peers.iter().position(|p| p.host_hash == host);
-    let mut order: Vec<u32> = (0..u32::try_from(peers.len()).unwrap_or(u32::MAX)).collect();
-    order.sort_by_key(|&r| {
-        let host = peers.get(r as usize).map_or(0, |p| p.host_hash);
-        (first_of(host), r)
-    });
-    order
+/// `count` rings that visit the ranks host by host (hosts in the order of their first rank),
+/// so that each crosses between hosts once per host boundary, as NCCL's inter-node rings
+/// do, whatever order the program gave the ranks. Inside a host, channel `c` starts `c`
+/// ranks further along its rank order: the rank that sends to the next host (and the one
+/// that receives from the previous) changes from channel to channel, so every rank's proxy
+/// thread carries a share of the NET traffic instead of one rank per host carrying all of
+/// it (and each receiving rank's kernel reads fewer channels from pinned host memory).
+fn host_rings(peers: &[GpuPeer], count: usize) -> Vec<Vec<u32>> {
+    let mut hosts: Vec<(u64, Vec<u32>)> = Vec::new();
+    for (r, p) in peers.iter().enumerate() {
+        let r = u32::try_from(r).unwrap_or(u32::MAX);
+        match hosts.iter_mut().find(|(h, _)| *h == p.host_hash) {
+            Some((_, ranks)) => ranks.push(r),
+            None => hosts.push((p.host_hash, vec![r])),
+        }
+    }
+    (0..count)
+        .map(|c| {
+            hosts
+                .iter()
+                .flat_map(|(_, ranks)| {
+                    let shift = c % ranks.len();
+                    ranks[shift..].iter().chain(&ranks[..shift]).copied()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Refuses a communicator whose ranks bound their channels differently (ncclConfig_t's
@@ -267,6 +283,45 @@ fn two_blocks_per_ring(rings: Vec<Vec<u32>>) -> Vec<Vec<u32>> {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    fn on_hosts(hosts: &[u64]) -> Vec<GpuPeer> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(r, &host_hash)| GpuPeer {
+                host_hash,
+                pid: r as u32,
+                device: r as u32,
+                bus_id: String::new(),
+                nchannels: 0,
+                step_bytes: 0,
+                min_slices: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rings_over_hosts_enter_and_leave_each_host_through_each_rank_in_turn() {
+        // Ranks given out of host order: 0 and 2 on host 7, 1 and 3 on host 9.
+        let rings = host_rings(&on_hosts(&[7, 9, 7, 9]), 3);
+        assert_eq!(
+            rings,
+            vec![vec![0, 2, 1, 3], vec![2, 0, 3, 1], vec![0, 2, 1, 3]]
+        );
+        // One rank per host: every channel the same ring.
+        assert_eq!(
+            host_rings(&on_hosts(&[1, 2]), 2),
+            vec![vec![0, 1], vec![0, 1]]
+        );
+        // Unequal hosts: each rotates by its own size; every ring holds every rank once.
+        let rings = host_rings(&on_hosts(&[1, 1, 1, 2]), 4);
+        assert_eq!(rings[1], vec![1, 2, 0, 3]);
+        for ring in &rings {
+            let mut sorted = ring.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![0, 1, 2, 3]);
+        }
+    }
 
     #[test]
     fn searched_rings_run_on_two_blocks_unless_the_count_was_set() {
