@@ -5,11 +5,14 @@
 # case runs on weft's libnccl (and, with SIDES="nccl weft", on NVIDIA's for comparison);
 # scripts/torch_faults.py prints what each rank saw. Passes when, on weft, every rank of
 # every case ends (no hang: each run has RUN_TIMEOUT) and the ranks that fail name the
-# rank at fault ("rank N") in the text PyTorch shows (weft's ncclGetLastError).
+# rank at fault ("rank N") in the text PyTorch shows (weft's ncclGetLastError). In the
+# killed case those are the other host's ranks: torchrun itself ends the killed rank's
+# host-mates.
 #
 #   scripts/gpu-torch-faults.sh
 # Environment: GPUS (default 2, even), CASES ("mismatch absent killed"), SIDES ("weft"),
 #   WEFT_LIB (.gpu/nccl/lib/libnccl.so.2), RUN_TIMEOUT (120 s per case), OUT (logs).
+#   On one GPU: GPUS=2 WEFT_TEST_SHARE_GPU=1 (weft only; the ranks share it).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset WEFT_NVLS
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_BLOCKING_WAIT=1
@@ -35,16 +38,26 @@ for side in ${SIDES:-weft}; do
                 first=$((node * per_host))
                 env "${envs[@]}" NCCL_HOSTID="weft-fault-host-$node" \
                     CUDA_VISIBLE_DEVICES="$(seq -s, "$first" $((first + per_host - 1)))" \
-                    timeout "${RUN_TIMEOUT:-120}" torchrun --nnodes 2 --node-rank "$node" \
+                    timeout -k 5 "${RUN_TIMEOUT:-120}" torchrun --nnodes 2 --node-rank "$node" \
                     --nproc-per-node "$per_host" --master-addr 127.0.0.1 --master-port "$port" \
                     scripts/torch_faults.py "$c" > "$log-node$node.log" 2>&1 &
                 pids+=($!)
             done
+            # The first host's ranks are the ones that must report (torchrun ends the killed
+            # rank's host-mates itself). Once each has, the launches are ended: torchrun
+            # would otherwise wait out its 300 s exit barrier for the other host.
+            deadline=$(($(date +%s) + ${RUN_TIMEOUT:-120}))
+            alive() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+            while alive && (($(date +%s) < deadline)); do
+                reported=$(grep -c "^rank [0-9]*: $c:" "$log-node0.log" 2>/dev/null)
+                ((reported >= per_host)) && { sleep 3; pkill -9 -f "torch_faults.py $c"; break; }
+                sleep 1
+            done
             rcs=()
-            for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+            for p in "${pids[@]}"; do wait "$p"; rc=$?; ((rc == 124)) || rc=0; rcs+=("$rc"); done
             cat "$log"-node*.log > "$log.log"
         else
-            env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" torchrun --standalone \
+            env "${envs[@]}" timeout -k 5 "${RUN_TIMEOUT:-120}" torchrun --standalone \
                 --nproc-per-node "$gpus" scripts/torch_faults.py "$c" > "$log.log" 2>&1
             rcs=($?)
         fi
@@ -58,14 +71,22 @@ for side in ${SIDES:-weft}; do
             # Which rank is at fault, and which ranks must name it.
             case "$c" in
                 mismatch | absent) culprit=0; must="1" ;;
-                killed) culprit=$((gpus - 1)); must="$(seq -s' ' 0 $((gpus - 2)))" ;;
+                killed) culprit=$((gpus - 1)); must="$(seq -s' ' 0 $((per_host - 1)))" ;;
             esac
+            # Rank r's verdict: its own line (an error reached the Python caller), or else
+            # weft's text as PyTorch's watchdog logged it before taking the process down
+            # (the last error, on a line of its own that begins "rank r:").
             for r in $must; do
                 line="$(grep -h "^rank $r: $c:" "$log.log" | head -1)"
                 if [[ "$line" != *ERROR* ]]; then
+                    line="$(grep -h "^rank $r: " "$log.log" | grep -v "^rank $r: $c:" | head -1)"
+                fi
+                if [[ -z "$line" || "$line" == *": $c: ok"* ]]; then
                     echo "   FAIL: rank $r did not fail: ${line:-no line}"; status=1
                 elif [[ "$line" != *"rank $culprit"* ]]; then
-                    echo "   FAIL: rank $r's error does not name rank $culprit"; status=1
+                    echo "   FAIL: rank $r's error does not name rank $culprit: $line"; status=1
+                else
+                    echo "   ok: rank $r: ${line:0:160}"
                 fi
             done
         fi

@@ -23,7 +23,8 @@ import torch.distributed as dist
 case = sys.argv[1]
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
-local = int(os.environ["LOCAL_RANK"])
+# Ranks share the GPUs there are (with WEFT_TEST_SHARE_GPU=1, weft runs on one GPU).
+local = int(os.environ["LOCAL_RANK"]) % max(torch.cuda.device_count(), 1)
 torch.cuda.set_device(local)
 dev = torch.device("cuda", local)
 dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=30), device_id=dev)
@@ -34,6 +35,16 @@ def report(what):
     print(f"rank {rank}: {case}: {text[:600]}", flush=True)
 
 
+def all_reduce_checked():
+    """An all_reduce of ones after the fault: it either fails or sums every rank's."""
+    x = torch.ones(16, device=dev)
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    got = x.cpu().tolist()
+    if any(v != world for v in got):
+        raise AssertionError(f"all_reduce gave {got[0]} where every rank's sum is {world}")
+
+
 started = time.monotonic()
 try:
     if case == "mismatch":
@@ -41,15 +52,11 @@ try:
             dist.send(torch.ones(1000, device=dev), dst=1)
         elif rank == 1:
             dist.recv(torch.zeros(1200, device=dev), src=0)
-        x = torch.ones(16, device=dev)
-        dist.all_reduce(x)
-        torch.cuda.synchronize()
+        all_reduce_checked()
     elif case == "absent":
         if rank == 1:
             dist.recv(torch.zeros(64, device=dev), src=0)
-        x = torch.ones(16, device=dev)
-        dist.all_reduce(x)
-        torch.cuda.synchronize()
+        all_reduce_checked()
     elif case == "killed":
         if rank == world - 1:
             threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
