@@ -66,6 +66,26 @@ struct Block {
   u32 fault_index;
 };
 
+// After giving up, the block holds its stream until the host has heard of the failure:
+// until the release word (the u32 after the abort flag, DevComm::abort_flag) is set, which
+// the host does when the communicator is aborted, revoked, finalized or destroyed, and when
+// a call that waits for the stream is about to report the failure. This is NCCL's contract:
+// a collective whose peer failed never completes; the program learns of the failure from
+// ncclCommGetAsyncError and aborts the communicator. A kernel that simply returned would
+// complete the call with whatever its output held, and a program that trusts completion
+// would go on with a wrong result: found on two H200 (2026-11-28), where PyTorch's
+// all_reduce on a rank whose peer never joined returned that rank's own input, and no error
+// reached PyTorch (it asks ncclCommGetAsyncError about work that has not completed). The
+// way out is the host's: its abort always releases.
+__device__ void hold_until_heard(const Block& b) {
+  const volatile u32* release = b.abort_flag + 1;
+  while (*release == 0) {
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(2000);
+#endif
+  }
+}
+
 // Records why this block gives up (in its host-mapped weft_kernel_fault) and raises the
 // abort flag so that the other blocks, and the host, stop too. One thread per block (or warp
 // group) calls it. The warp groups of one block (NVLS's three roles) share one record, and
@@ -98,6 +118,7 @@ __device__ void give_up(const Block& b, u32 code, u32 channel, int peer, u32 kin
   __threadfence_system();
   *b.abort_flag = 1;
   __threadfence_system();
+  hold_until_heard(b);
 }
 
 // Waits (one thread: the one that speaks for its block or warp group) until

@@ -382,7 +382,9 @@ typedef struct weft_dev_comm {
   // Must be zero.
   uint32_t reserved;
   // Address of a `u32` that the host sets non-zero to make every kernel return early:
-  // the kernels' way out of a wait on a peer that died.
+  // the kernels' way out of a wait on a peer that died. The `u32` after it is the
+  // release word: a block that gave up holds its stream until the host sets it (the
+  // failure reported, or the communicator aborted).
   uint64_t abort_flag;
   // Address of `n_channels` `DevChannel`s.
   uint64_t channels;

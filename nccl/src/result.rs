@@ -109,7 +109,9 @@ impl From<GpuError> for ApiError {
             GpuError::Cuda(e) => cuda_code(e),
             GpuError::Bootstrap(e) => bootstrap_code(e),
             GpuError::Unreachable { .. } => NCCL_SYSTEM_ERROR,
-            GpuError::PeerTimeout { .. } | GpuError::Aborted(_) => NCCL_REMOTE_ERROR,
+            GpuError::PeerTimeout { .. } | GpuError::HeldUp { .. } | GpuError::Aborted(_) => {
+                NCCL_REMOTE_ERROR
+            }
             // Sends and receives that do not match: the program's calls, as NCCL's
             // argument checks call what they catch.
             GpuError::P2pMismatch { .. } => NCCL_INVALID_USAGE,
@@ -154,6 +156,15 @@ mod tests {
         assert!(e.message.contains("count"));
         let e: ApiError = GpuError::Aborted("user".into()).into();
         assert_eq!(e.code, NCCL_REMOTE_ERROR);
+        // A deadline whose root the health query found elsewhere: the peer's failure too.
+        let e: ApiError = GpuError::HeldUp {
+            timeout: "rank 1: the kernel waited 10.0 s".into(),
+            holder: 3,
+            why: "it did not answer".into(),
+        }
+        .into();
+        assert_eq!(e.code, NCCL_REMOTE_ERROR);
+        assert!(e.message.contains("names rank 3"), "{}", e.message);
         let e: ApiError = CudaError::InvalidArgument("too long".into()).into();
         assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
         // A receive that met a send of another size, and one that found no send at all.

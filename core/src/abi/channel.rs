@@ -171,7 +171,9 @@ pub struct DevComm {
     /// Must be zero.
     pub reserved: u32,
     /// Address of a `u32` that the host sets non-zero to make every kernel return early:
-    /// the kernels' way out of a wait on a peer that died.
+    /// the kernels' way out of a wait on a peer that died. The `u32` after it is the
+    /// release word: a block that gave up holds its stream until the host sets it (the
+    /// failure reported, or the communicator aborted).
     pub abort_flag: u64,
     /// Address of `n_channels` `DevChannel`s.
     pub channels: u64,

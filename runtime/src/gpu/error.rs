@@ -38,6 +38,14 @@ pub enum GpuError {
         found: u64,
         wanted: u64,
     },
+    /// A kernel's wait timed out (`timeout`: that error's text), and the job's health
+    /// query at the deadline named another rank, `holder`, as the one holding the job up
+    /// (`why`): the root of it, where the rank waited on was only held up too.
+    HeldUp {
+        timeout: String,
+        holder: usize,
+        why: String,
+    },
     /// The communicator was aborted (by the user, or after an earlier failure).
     Aborted(String),
 }
@@ -62,6 +70,7 @@ impl GpuError {
             GpuError::Unreachable { peer, .. }
             | GpuError::PeerTimeout { peer, .. }
             | GpuError::P2pMismatch { peer, .. } => Some(*peer),
+            GpuError::HeldUp { holder, .. } => Some(*holder),
             _ => None,
         }
     }
@@ -90,6 +99,15 @@ impl fmt::Display for GpuError {
                  at its own error), or the ranks called different collectives; raise \
                  WEFT_TIMEOUT if rank {peer} is only slow",
                 waited.as_secs_f64()
+            ),
+            GpuError::HeldUp {
+                timeout,
+                holder,
+                why,
+            } => write!(
+                f,
+                "{timeout}. The job's health query at this deadline names rank {holder} as \
+                 the one holding the job up: {why}"
             ),
             GpuError::P2pMismatch {
                 rank,
@@ -133,5 +151,35 @@ impl std::error::Error for GpuError {
             GpuError::Bootstrap(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn a_deadline_held_up_elsewhere_names_the_holder_after_the_wait() {
+        let timeout = GpuError::PeerTimeout {
+            rank: 1,
+            peer: 0,
+            channel: 0,
+            waiting_for: "data from",
+            waited: Duration::from_secs(10),
+        };
+        assert_eq!(timeout.culprit(), Some(0));
+        let held = GpuError::HeldUp {
+            timeout: timeout.to_string(),
+            holder: 3,
+            why: "it did not answer (its process is gone)".into(),
+        };
+        assert_eq!(held.culprit(), Some(3));
+        let text = held.to_string();
+        assert!(
+            text.starts_with("rank 1: the kernel waited 10.0 s on channel 0 for data from rank 0")
+        );
+        assert!(text.ends_with(
+            "names rank 3 as the one holding the job up: it did not answer (its process is gone)"
+        ));
     }
 }

@@ -2,9 +2,21 @@
 //! kernel recorded when it gave up into an error that names the peer.
 //!
 //! Both live in one host-mapped status page that kernels read and write while they run:
-//! the abort flag (a u32 at 0) and one [`KernelFault`] per block of a launch (from
-//! `FAULTS_OFFSET`). The host reads it without waiting for the stream, so a caller learns
-//! of a dead peer while the kernels are still unwinding.
+//! the abort flag (a u32 at 0), the release word (a u32 at 4) and one [`KernelFault`] per
+//! block of a launch (from `FAULTS_OFFSET`). The host reads it without waiting for the
+//! stream, so a caller learns of a dead peer while the kernels are still unwinding.
+//!
+//! A kernel that gave up holds its stream (sync.cuh's `hold_until_heard`) until the host
+//! sets the release word: the call must not look complete before the program can have
+//! heard of its failure. NCCL's contract is the same (a collective whose peer failed never
+//! completes; ncclCommGetAsyncError reports the error and the program aborts the
+//! communicator), and PyTorch depends on it: it asks about errors only for work that has
+//! not completed. The host releases when it aborts or revokes the communicator
+//! ([`AbortHandle::raise`], [`Faults::abort`]), when a call that waits for the stream is
+//! about to return the failure ([`Faults::wait_for`]), and before finalize and teardown
+//! wait for the context ([`Faults::release`]). A failure found on the host (a NET
+//! connection's, by the proxy) raises the flag alone ([`AbortHandle::fail`]): the kernels
+//! then hold the stream too.
 
 use std::mem::size_of;
 use std::sync::Arc;
@@ -24,6 +36,11 @@ use crate::proxy::staged::FirstFailure;
 pub(super) const FAULT_RECORDS: usize = 2 * MAX_CHANNELS as usize;
 /// Where the fault records start in the host-mapped status page (the abort flag is at 0).
 const FAULTS_OFFSET: usize = 256;
+/// The abort flag's word in the status page.
+const FLAG_WORD: usize = 0;
+/// The release word's (see the module documentation): right after the flag, where the
+/// kernels look for it (`DevComm::abort_flag` + 4).
+const RELEASE_WORD: usize = 1;
 
 /// The abort flag of one [`GpuComm`](super::GpuComm), usable from any thread while the
 /// communicator itself is busy (see [`GpuComm::abort_handle`](super::GpuComm::abort_handle)).
@@ -33,15 +50,23 @@ pub struct AbortHandle {
 }
 
 impl AbortHandle {
-    /// Raises the flag: the communicator's kernels return at their next look at it, and
-    /// its next `check` fails.
+    /// Aborts: the communicator's kernels return at their next look at the flag, those
+    /// that gave up no longer hold their streams, and its next `check` fails.
     pub fn raise(&self) {
-        self.status.write_u32(0, 1);
+        self.status.write_u32(RELEASE_WORD, 1);
+        self.status.write_u32(FLAG_WORD, 1);
+    }
+
+    /// A failure the host found (not an abort): the flag goes up, and the kernels that
+    /// stop for it hold their streams until the failure is reported or the communicator
+    /// aborted (see the module documentation).
+    pub fn fail(&self) {
+        self.status.write_u32(FLAG_WORD, 1);
     }
 
     /// Whether the flag is up (an abort, or a kernel that gave up).
     pub fn is_raised(&self) -> bool {
-        self.status.read_u32(0).unwrap_or(0) != 0
+        self.status.read_u32(FLAG_WORD).unwrap_or(0) != 0
     }
 }
 
@@ -107,9 +132,11 @@ impl Faults {
         self.net_failure = Some(failure);
     }
 
-    /// Raises the flag and keeps `why` as the failure, unless one came first.
+    /// Raises the flag, releases the kernels that gave up, and keeps `why` as the
+    /// failure, unless one came first.
     pub(super) fn abort(&mut self, why: &str) {
-        self.status.write_u32(0, 1);
+        self.status.write_u32(RELEASE_WORD, 1);
+        self.status.write_u32(FLAG_WORD, 1);
         if self.failed.is_none() {
             self.failed = Some(why.to_string());
         }
@@ -124,12 +151,21 @@ impl Faults {
         {
             self.status.write_u32(word, 0);
         }
-        self.status.write_u32(0, 0);
+        self.status.write_u32(FLAG_WORD, 0);
+        self.status.write_u32(RELEASE_WORD, 0);
         self.failed = None;
     }
 
     fn flag_raised(&self) -> bool {
-        self.status.read_u32(0).unwrap_or(0) != 0
+        self.status.read_u32(FLAG_WORD).unwrap_or(0) != 0
+    }
+
+    /// Lets the kernels that gave up end, where one did (the flag is up): for a caller
+    /// about to wait for them and report the failure itself (or to tear down).
+    pub(super) fn release(&self) {
+        if self.flag_raised() {
+            self.status.write_u32(RELEASE_WORD, 1);
+        }
     }
 
     /// The first failure: what a kernel recorded when it gave up, or the reason of an
@@ -221,6 +257,8 @@ impl Faults {
         let mut aborted_at: Option<Instant> = None;
         while !stream.is_done()? {
             if aborted_at.is_none() && self.flag_raised() {
+                // This call returns the failure: the kernels holding the stream may end.
+                self.release();
                 aborted_at = Some(Instant::now());
             }
             if aborted_at.is_some_and(|t| t.elapsed() > DRAIN) {

@@ -93,6 +93,9 @@ pub struct GpuComm {
     connections: Vec<String>,
     /// This rank's side of the health query: its launches (not yet its kernels' waits).
     status: StatusView,
+    /// What the health query said at this rank's first deadline (asked once): the rank
+    /// holding the job up, where it is neither this rank nor the one its kernel waited on.
+    held_up_by: Option<Option<(usize, String)>>,
 }
 
 impl GpuComm {
@@ -105,6 +108,7 @@ impl GpuComm {
     /// the same step and nothing in flight; P2P windows only (device memory).
     #[doc(hidden)]
     pub fn restart_steps_for_test(&mut self, step: u64) -> Result<(), GpuError> {
+        self.faults.release();
         self.ctx.synchronize()?;
         self.bootstrap.barrier()?;
         let Some(buf) = self.windows.own_device_buffer() else {
@@ -146,6 +150,7 @@ impl GpuComm {
             return Ok(Vec::new());
         };
         // Whatever the caller left in flight ends first.
+        self.faults.release();
         self.ctx.synchronize()?;
         region.lane_epochs(&self.ctx, self.rank)
     }
@@ -288,6 +293,7 @@ impl GpuComm {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }
         self.faults.clear();
+        self.held_up_by = None;
         Ok(())
     }
 
@@ -308,9 +314,47 @@ impl GpuComm {
     }
 
     /// The communicator's asynchronous error (NCCL's `ncclCommGetAsyncError`): what a
-    /// kernel recorded when it gave up, or the reason of an abort.
+    /// kernel recorded when it gave up, or the reason of an abort. At the first deadline
+    /// the job's health query is asked (up to `QUERY_DEADLINE`) which rank holds the job
+    /// up: a kernel that waited on a neighbour only names the neighbour, which may itself
+    /// be waiting on a dead rank (a killed rank on another host made its host-mates' ring
+    /// neighbours name each other, found on four H200, 2026-11-28).
     pub fn check(&mut self) -> Result<(), GpuError> {
-        self.faults.check()
+        let err = match self.faults.check() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let peer = match &err {
+            GpuError::PeerTimeout { peer, .. } => *peer,
+            GpuError::P2pMismatch { .. } => {
+                self.status.board.failed(&err.to_string(), true);
+                return Err(err);
+            }
+            _ => return Err(err),
+        };
+        if self.held_up_by.is_none() {
+            // A deadline is a symptom: this rank is not where the failure began.
+            self.status.board.failed(&err.to_string(), false);
+            let report = self.status.query(crate::status::QUERY_DEADLINE);
+            log::error!(
+                "weft: rank {}: the job at this rank's deadline: {report}",
+                self.rank
+            );
+            self.held_up_by = Some(
+                report
+                    .culprit()
+                    .filter(|c| c.rank as usize != self.rank && c.rank as usize != peer)
+                    .map(|c| (c.rank as usize, c.why)),
+            );
+        }
+        match self.held_up_by.clone().flatten() {
+            Some((holder, why)) => Err(GpuError::HeldUp {
+                timeout: err.to_string(),
+                holder,
+                why,
+            }),
+            None => Err(err),
+        }
     }
 
     /// The protocol a call of `collective` on `count` elements of `dtype` runs (LL or
@@ -572,6 +616,9 @@ impl GpuComm {
     /// finalize waits for no peer at all (PyTorch destroys the process group on the ranks
     /// that remain after its watchdog took one down, and expects that to succeed).
     pub fn finalize(&mut self) -> Result<(), GpuError> {
+        // A kernel that gave up holds its stream until released: finalizing is past
+        // reporting (the caller had its asynchronous error to ask).
+        self.faults.release();
         self.ctx.synchronize()?;
         match self.bootstrap.barrier() {
             Err(BootstrapError::PeerLost { peer, what, .. }) => {
@@ -617,7 +664,8 @@ fn predict_ring_us(
 impl Drop for GpuComm {
     fn drop(&mut self) {
         // Kernels still running would write into freed memory: let them end (their waits
-        // end at the timeout at the latest).
+        // end at the timeout at the latest; one that gave up is released now).
+        self.faults.release();
         if let Err(e) = self.ctx.synchronize() {
             log::warn!(
                 "weft: rank {}: synchronizing before teardown failed: {e}",

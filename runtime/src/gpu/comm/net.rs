@@ -289,7 +289,7 @@ impl NetEnd {
         let memory = HostMapped::alloc(ctx, bytes)?;
         let (host, device, len) = (memory.host_ptr(), memory.device_ptr(), memory.len());
         let abort = abort.clone();
-        let hook = failure.hook(move || abort.raise());
+        let hook = failure.hook(move || abort.fail());
         // SAFETY: `memory` (moved into the area) keeps `host..host + len` alive, zeroed by
         // `HostMapped::alloc`; only this connection's kernel end and its link use it.
         let staging = unsafe {

@@ -238,6 +238,7 @@ impl GpuComm {
             launcher: Launcher::new(kernels, control),
             order,
             status,
+            held_up_by: None,
             connections,
             ctx,
             faults,
