@@ -292,6 +292,9 @@ pub unsafe extern "C" fn ncclCommSplit(
             unsafe { config::read(config) }?
         };
         let (id, rank, nranks) = parent.with_gpu(|gpu| {
+            // A kernel of the parent that gave up holds its stream until the program has
+            // heard of the failure: splitting is acting on it.
+            gpu.release_failed();
             let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
             let all = gpu.exchange(&mine)?;
             let plan = split_plan(&all, parent.rank, color)?;
@@ -577,6 +580,12 @@ pub unsafe extern "C" fn ncclCommShrink(
             // SAFETY: the caller's promise.
             unsafe { config::read(config) }?
         };
+        // A kernel of the parent that gave up holds its stream until the program has heard
+        // of the failure: shrinking (with or without NCCL_SHRINK_ABORT) is acting on it.
+        parent.with_gpu(|gpu| {
+            gpu.release_failed();
+            Ok(())
+        })?;
         if shrink_flags & SHRINK_ABORT != 0 {
             // As NCCL: the parent's kernels stop (abort flag up), then the flag goes down
             // again, so the parent reports no error of its own (PyTorch's watchdog polls

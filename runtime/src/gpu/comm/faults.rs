@@ -13,8 +13,9 @@
 //! communicator), and PyTorch depends on it: it asks about errors only for work that has
 //! not completed. The host releases when it aborts or revokes the communicator
 //! ([`AbortHandle::raise`], [`Faults::abort`]), when a call that waits for the stream is
-//! about to return the failure ([`Faults::wait_for`]), and before finalize and teardown
-//! wait for the context ([`Faults::release`]). A failure found on the host (a NET
+//! about to return the failure ([`Faults::wait_for`]), when the program splits or shrinks
+//! the failed communicator ([`Faults::release`]), and before finalize and teardown wait
+//! ([`Faults::release_for_teardown`]). A failure found on the host (a NET
 //! connection's, by the proxy) raises the flag alone ([`AbortHandle::fail`]): the kernels
 //! then hold the stream too.
 
@@ -161,11 +162,18 @@ impl Faults {
     }
 
     /// Lets the kernels that gave up end, where one did (the flag is up): for a caller
-    /// about to wait for them and report the failure itself (or to tear down).
+    /// about to report the failure itself, or acting on it.
     pub(super) fn release(&self) {
         if self.flag_raised() {
             self.status.write_u32(RELEASE_WORD, 1);
         }
+    }
+
+    /// Lets every kernel that gave up, or will, end without holding its stream: teardown
+    /// (finalize, destroy) is past reporting, and a kernel still waiting on a peer now
+    /// must not hold once it gives up at its deadline.
+    pub(super) fn release_for_teardown(&self) {
+        self.status.write_u32(RELEASE_WORD, 1);
     }
 
     /// The first failure: what a kernel recorded when it gave up, or the reason of an

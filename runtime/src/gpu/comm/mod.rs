@@ -108,7 +108,7 @@ impl GpuComm {
     /// the same step and nothing in flight; P2P windows only (device memory).
     #[doc(hidden)]
     pub fn restart_steps_for_test(&mut self, step: u64) -> Result<(), GpuError> {
-        self.faults.release();
+        self.faults.release_for_teardown();
         self.ctx.synchronize()?;
         self.bootstrap.barrier()?;
         let Some(buf) = self.windows.own_device_buffer() else {
@@ -150,7 +150,7 @@ impl GpuComm {
             return Ok(Vec::new());
         };
         // Whatever the caller left in flight ends first.
-        self.faults.release();
+        self.faults.release_for_teardown();
         self.ctx.synchronize()?;
         region.lane_epochs(&self.ctx, self.rank)
     }
@@ -324,17 +324,15 @@ impl GpuComm {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        let peer = match &err {
-            GpuError::PeerTimeout { peer, .. } => *peer,
-            GpuError::P2pMismatch { .. } => {
-                self.status.board.failed(&err.to_string(), true);
-                return Err(err);
-            }
-            _ => return Err(err),
+        // Where the failure began, for the others' health queries: a send/recv mismatch
+        // here; a deadline or a NET failure is a symptom of a failure elsewhere.
+        let here = matches!(err, GpuError::P2pMismatch { .. });
+        self.status.board.failed(&err.to_string(), here);
+        let GpuError::PeerTimeout { peer, .. } = &err else {
+            return Err(err);
         };
+        let peer = *peer;
         if self.held_up_by.is_none() {
-            // A deadline is a symptom: this rank is not where the failure began.
-            self.status.board.failed(&err.to_string(), false);
             let report = self.status.query(crate::status::QUERY_DEADLINE);
             log::error!(
                 "weft: rank {}: the job at this rank's deadline: {report}",
@@ -520,7 +518,7 @@ impl GpuComm {
     /// launches any, so that a refusal never leaves a group launched on some communicators
     /// and not on others.
     pub fn plan_group(&mut self, calls: &[GpuCollective]) -> Result<PlannedGroup, GpuError> {
-        self.faults.check()?;
+        self.check()?;
         let planned = calls
             .iter()
             .map(|c| self.planner.plan(c, &self.windows, &self.launcher))
@@ -546,7 +544,7 @@ impl GpuComm {
         group: &PlannedGroup,
         stream: &Stream,
     ) -> Result<usize, GpuError> {
-        self.faults.check()?;
+        self.check()?;
         check_stream(&self.ctx, self.rank, stream)?;
         if group.owner != self.launcher.control_ptr() {
             return Err(GpuError::InvalidArgument(format!(
@@ -569,7 +567,7 @@ impl GpuComm {
     /// As [`GpuComm::collective`]: each buffer is device memory valid for its bytes until
     /// the stream reaches this call's end.
     pub unsafe fn group(&mut self, ops: &[GpuP2p], stream: &Stream) -> Result<(), GpuError> {
-        self.faults.check()?;
+        self.check()?;
         check_stream(&self.ctx, self.rank, stream)?;
         validate_p2p_group(self.rank, self.nranks, ops)?;
         // Everything is checked before anything is enqueued.
@@ -609,6 +607,35 @@ impl GpuComm {
         self.faults.wait_for(stream)
     }
 
+    /// Lets this communicator's kernels that gave up end (see `faults`): for a program
+    /// acting on the failure (a split or shrink of this communicator), which has heard of
+    /// it. Nothing when none gave up.
+    pub fn release_failed(&self) {
+        self.faults.release();
+    }
+
+    /// Teardown's wait: releases every kernel of this communicator that gave up or will
+    /// (finalizing or destroying is past reporting), then waits for this communicator's
+    /// own launches (the last eager launch's event: launches run in call order). Not for
+    /// the whole context: a kernel of another communicator on this GPU that gave up holds
+    /// its stream until its own communicator hears of it (PyTorch aborts and destroys its
+    /// communicators one after another). Where a launch went into a graph capture (whose
+    /// replays no event of this communicator marks) or its end cannot be told, the whole
+    /// context is waited for, as before.
+    fn wait_for_own_work(&self) -> Result<(), GpuError> {
+        self.faults.release_for_teardown();
+        if !self.order.captured_any() {
+            loop {
+                match self.order.idle() {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => std::thread::sleep(std::time::Duration::from_micros(100)),
+                    Err(_) => break,
+                }
+            }
+        }
+        Ok(self.ctx.synchronize()?)
+    }
+
     /// Ends the communicator in step with the others: waits for this rank's work, then for
     /// every rank, so that no window is freed while a peer's kernel still writes into it.
     /// A peer whose process has exited (its bootstrap connection closed) is not waited for:
@@ -616,10 +643,7 @@ impl GpuComm {
     /// finalize waits for no peer at all (PyTorch destroys the process group on the ranks
     /// that remain after its watchdog took one down, and expects that to succeed).
     pub fn finalize(&mut self) -> Result<(), GpuError> {
-        // A kernel that gave up holds its stream until released: finalizing is past
-        // reporting (the caller had its asynchronous error to ask).
-        self.faults.release();
-        self.ctx.synchronize()?;
+        self.wait_for_own_work()?;
         match self.bootstrap.barrier() {
             Err(BootstrapError::PeerLost { peer, what, .. }) => {
                 log::warn!(
@@ -665,8 +689,7 @@ impl Drop for GpuComm {
     fn drop(&mut self) {
         // Kernels still running would write into freed memory: let them end (their waits
         // end at the timeout at the latest; one that gave up is released now).
-        self.faults.release();
-        if let Err(e) = self.ctx.synchronize() {
+        if let Err(e) = self.wait_for_own_work() {
             log::warn!(
                 "weft: rank {}: synchronizing before teardown failed: {e}",
                 self.rank

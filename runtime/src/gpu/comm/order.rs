@@ -51,6 +51,8 @@ pub(super) struct StreamOrder {
     /// its event once it is recorded, `None` before any launch or after one whose end could
     /// not be marked.
     shared: Arc<Mutex<Shared>>,
+    /// Whether a launch ever went into a graph capture.
+    captured_any: bool,
 }
 
 #[derive(Debug, Default)]
@@ -71,13 +73,21 @@ impl StreamOrder {
             event: None,
             last: None,
             shared: Arc::new(Mutex::new(Shared::default())),
+            captured_any: false,
         }
+    }
+
+    /// Whether a launch ever went into a graph capture: its replays are not marked by
+    /// this order's event, so `idle` cannot tell when they end.
+    pub(super) fn captured_any(&self) -> bool {
+        self.captured_any
     }
 
     /// Before a launch on `stream`: makes it wait for the previous eager launch when that
     /// went to another stream.
     pub(super) fn before_launch(&mut self, stream: &Stream) -> Result<Captured, GpuError> {
         if stream.is_capturing()? {
+            self.captured_any = true;
             return Ok(Captured(true));
         }
         let Some(last) = self.last else {
