@@ -624,16 +624,13 @@ impl GpuComm {
     /// context is waited for, as before.
     fn wait_for_own_work(&self) -> Result<(), GpuError> {
         self.faults.release_for_teardown();
-        if !self.order.captured_any() {
-            loop {
-                match self.order.idle() {
-                    Ok(true) => return Ok(()),
-                    Ok(false) => std::thread::sleep(std::time::Duration::from_micros(100)),
-                    Err(_) => break,
-                }
+        loop {
+            match self.order.own_work_done() {
+                Some(true) => return Ok(()),
+                Some(false) => std::thread::sleep(std::time::Duration::from_micros(100)),
+                None => return Ok(self.ctx.synchronize()?),
             }
         }
-        Ok(self.ctx.synchronize()?)
     }
 
     /// Ends the communicator in step with the others: waits for this rank's work, then for

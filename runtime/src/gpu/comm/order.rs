@@ -77,10 +77,18 @@ impl StreamOrder {
         }
     }
 
-    /// Whether a launch ever went into a graph capture: its replays are not marked by
-    /// this order's event, so `idle` cannot tell when they end.
-    pub(super) fn captured_any(&self) -> bool {
-        self.captured_any
+    /// Whether everything this communicator launched has finished, where that can be
+    /// told: `None` once a launch went into a graph capture (no event marks its replays),
+    /// after a launch whose end could not be marked, or on a driver error.
+    pub(super) fn own_work_done(&self) -> Option<bool> {
+        if self.captured_any {
+            return None;
+        }
+        match (&self.event, self.last) {
+            (_, None) => Some(true),
+            (Some(event), Some(last)) if last.recorded => event.is_done().ok(),
+            _ => None,
+        }
     }
 
     /// Before a launch on `stream`: makes it wait for the previous eager launch when that
