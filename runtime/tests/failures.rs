@@ -246,6 +246,128 @@ fn survivors_shrink_and_go_on_over_net() {
     killed_rank_then_shrink("survivors_shrink_and_go_on_over_net", 3, 2, "net");
 }
 
+/// Issue 26's revoke on the host communicator: a rank stops (SIGSTOP) mid-all-reduce, so
+/// the others' calls block with no dead peer to find and a 30 s deadline far off. Each
+/// survivor's watcher thread asks the job (the health query), sees the stopped rank
+/// silent, and revokes from outside the call (NCCL's revoke: the abort flag): the blocked
+/// all-reduce returns within 2 s of it, the survivors shrink the stopped rank away and run
+/// 100 all-reduces on their new communicator, every element checked. Prints how long the
+/// call took to return after the revoke, the shrink, and the parent's init.
+#[test]
+fn a_stopped_rank_is_revoked_away_and_the_survivors_go_on() {
+    const VICTIM: usize = 2;
+    if let Some(role) = common::role() {
+        let opts = common::options(Duration::from_secs(30));
+        let started = Instant::now();
+        let mut comm = role.comm(&opts);
+        let init_took = started.elapsed();
+        let count = 1 << 14;
+        let send = vec![1u8; count * 4];
+        let mut recv = vec![0u8; count * 4];
+        if role.rank == VICTIM {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: stopping our own process; rank 0 ends it with SIGKILL.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            });
+        }
+        let revoked_at = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+        let watcher = {
+            let status = comm.status();
+            let revoke = comm.abort_flag();
+            let revoked_at = std::sync::Arc::clone(&revoked_at);
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                loop {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let report = status.query(weft_runtime::status::QUERY_DEADLINE);
+                    let culprit = report.culprit();
+                    if culprit.as_ref().is_some_and(|c| {
+                        c.rank as usize == VICTIM && c.why.contains("did not answer")
+                    }) {
+                        *revoked_at.lock().unwrap() = Some(Instant::now());
+                        revoke.abort();
+                        return;
+                    }
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "rank {VICTIM} never named: {report}"
+                    );
+                }
+            })
+        };
+        let failed = loop {
+            if let Err(e) = comm.all_reduce(&send, &mut recv, DataType::Float32, RedOp::Sum) {
+                break e;
+            }
+        };
+        let returned = Instant::now();
+        watcher.join().expect("the watcher's checks");
+        let revoked = revoked_at
+            .lock()
+            .unwrap()
+            .expect("revoked before the call returned");
+        let return_took = returned.saturating_duration_since(revoked);
+        assert!(
+            return_took < Duration::from_secs(2),
+            "rank {}: the call returned {return_took:?} after the revoke: {failed}",
+            role.rank
+        );
+        let started = Instant::now();
+        let mut shrunk = comm
+            .shrink(&[VICTIM], &opts)
+            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", role.rank));
+        let shrink_took = started.elapsed();
+        let survivors = [0usize, 1];
+        assert_eq!(
+            survivors[shrunk.rank()],
+            role.rank,
+            "ranked in parent order"
+        );
+        for round in 0..100u32 {
+            let value =
+                |parent: usize, i: usize| ((parent + 1) * (i % 5 + 1)) as f32 + round as f32;
+            let mine: Vec<u8> = (0..count)
+                .flat_map(|i| value(role.rank, i).to_le_bytes())
+                .collect();
+            recv.fill(0xa5);
+            shrunk
+                .all_reduce(&mine, &mut recv, DataType::Float32, RedOp::Sum)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "rank {}: all-reduce {round} after the shrink: {e}",
+                        role.rank
+                    )
+                });
+            for (i, got) in recv.chunks_exact(4).enumerate() {
+                let got = f32::from_le_bytes(got.try_into().unwrap());
+                let want: f32 = survivors.iter().map(|&p| value(p, i)).sum();
+                assert_eq!(got, want, "rank {}: round {round}, element {i}", role.rank);
+            }
+        }
+        println!(
+            "rank {}: init {init_took:?}; the blocked call returned {return_took:?} after the \
+             revoke ({failed}); shrink to 2 ranks {shrink_took:?}; 100 all-reduces correct",
+            role.rank
+        );
+        drop(shrunk);
+        if role.rank == 0 {
+            let victim_pid = comm.peer_pids()[VICTIM];
+            // SAFETY: ending the stopped rank's process, whose pid it sent us.
+            unsafe { libc::kill(victim_pid as libc::pid_t, libc::SIGKILL) };
+        }
+        linger_after_failure();
+        return;
+    }
+    let exits = common::launch(
+        "a_stopped_rank_is_revoked_away_and_the_survivors_go_on",
+        3,
+        &[("WEFT_TEST_TRANSPORT", "shm".to_string())],
+        Duration::from_secs(90),
+    );
+    victim_killed_others_ok(&exits, VICTIM);
+}
+
 /// Ranks that disagree on the count: every rank fails (no hang) within the deadline.
 #[test]
 fn mismatched_counts_fail_everywhere() {
