@@ -184,34 +184,7 @@ fn killed_rank_then_shrink(name: &str, nranks: usize, victim: usize, transport: 
         // NCCL's revoke: nothing is in flight any more (the call returned); the flag keeps
         // any straggling wait from blocking the shrink.
         comm.abort_flag().abort();
-        let started = Instant::now();
-        let mut shrunk = comm
-            .shrink(&[victim], &opts)
-            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", role.rank));
-        let shrink_took = started.elapsed();
-        assert_eq!(shrunk.nranks(), nranks - 1);
-        let survivors: Vec<usize> = (0..nranks).filter(|&r| r != victim).collect();
-        assert_eq!(
-            survivors[shrunk.rank()],
-            role.rank,
-            "ranked in parent order"
-        );
-        for round in 0..3u32 {
-            let value =
-                |parent: usize, i: usize| ((parent + 1) * (i % 7 + 1)) as f32 + round as f32;
-            let mine: Vec<u8> = (0..count)
-                .flat_map(|i| value(role.rank, i).to_le_bytes())
-                .collect();
-            recv.fill(0xa5);
-            shrunk
-                .all_reduce(&mine, &mut recv, DataType::Float32, RedOp::Sum)
-                .unwrap_or_else(|e| panic!("rank {}: all-reduce after the shrink: {e}", role.rank));
-            for (i, got) in recv.chunks_exact(4).enumerate() {
-                let got = f32::from_le_bytes(got.try_into().unwrap());
-                let want: f32 = survivors.iter().map(|&p| value(p, i)).sum();
-                assert_eq!(got, want, "rank {}: round {round}, element {i}", role.rank);
-            }
-        }
+        let shrink_took = shrink_and_check(&mut comm, &opts, role.rank, victim, nranks, 3);
         println!(
             "rank {}: init {init_took:?}, shrink to {} ranks {shrink_took:?}, 3 all-reduces correct",
             role.rank,
@@ -234,6 +207,45 @@ fn killed_rank_then_shrink(name: &str, nranks: usize, victim: usize, transport: 
             print!("{}", e.log);
         }
     }
+}
+
+/// The survivors' side of a shrink: `rank` of `nranks` shrinks `victim` away from `comm`,
+/// checks it is ranked in parent order, and runs `rounds` all-reduces on the new
+/// communicator, every element checked. Returns how long the shrink took.
+fn shrink_and_check(
+    comm: &mut weft_runtime::comm::HostComm,
+    opts: &weft_runtime::comm::CommOptions,
+    rank: usize,
+    victim: usize,
+    nranks: usize,
+    rounds: u32,
+) -> Duration {
+    let started = Instant::now();
+    let mut shrunk = comm
+        .shrink(&[victim], opts)
+        .unwrap_or_else(|e| panic!("rank {rank}: shrink: {e}"));
+    let took = started.elapsed();
+    assert_eq!(shrunk.nranks(), nranks - 1);
+    let survivors: Vec<usize> = (0..nranks).filter(|&r| r != victim).collect();
+    assert_eq!(survivors[shrunk.rank()], rank, "ranked in parent order");
+    let count = 1 << 14;
+    let mut recv = vec![0u8; count * 4];
+    for round in 0..rounds {
+        let value = |parent: usize, i: usize| ((parent + 1) * (i % 7 + 1)) as f32 + round as f32;
+        let mine: Vec<u8> = (0..count)
+            .flat_map(|i| value(rank, i).to_le_bytes())
+            .collect();
+        recv.fill(0xa5);
+        shrunk
+            .all_reduce(&mine, &mut recv, DataType::Float32, RedOp::Sum)
+            .unwrap_or_else(|e| panic!("rank {rank}: all-reduce {round} after the shrink: {e}"));
+        for (i, got) in recv.chunks_exact(4).enumerate() {
+            let got = f32::from_le_bytes(got.try_into().unwrap());
+            let want: f32 = survivors.iter().map(|&p| value(p, i)).sum();
+            assert_eq!(got, want, "rank {rank}: round {round}, element {i}");
+        }
+    }
+    took
 }
 
 #[test]
@@ -313,44 +325,12 @@ fn a_stopped_rank_is_revoked_away_and_the_survivors_go_on() {
             "rank {}: the call returned {return_took:?} after the revoke: {failed}",
             role.rank
         );
-        let started = Instant::now();
-        let mut shrunk = comm
-            .shrink(&[VICTIM], &opts)
-            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", role.rank));
-        let shrink_took = started.elapsed();
-        let survivors = [0usize, 1];
-        assert_eq!(
-            survivors[shrunk.rank()],
-            role.rank,
-            "ranked in parent order"
-        );
-        for round in 0..100u32 {
-            let value =
-                |parent: usize, i: usize| ((parent + 1) * (i % 5 + 1)) as f32 + round as f32;
-            let mine: Vec<u8> = (0..count)
-                .flat_map(|i| value(role.rank, i).to_le_bytes())
-                .collect();
-            recv.fill(0xa5);
-            shrunk
-                .all_reduce(&mine, &mut recv, DataType::Float32, RedOp::Sum)
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "rank {}: all-reduce {round} after the shrink: {e}",
-                        role.rank
-                    )
-                });
-            for (i, got) in recv.chunks_exact(4).enumerate() {
-                let got = f32::from_le_bytes(got.try_into().unwrap());
-                let want: f32 = survivors.iter().map(|&p| value(p, i)).sum();
-                assert_eq!(got, want, "rank {}: round {round}, element {i}", role.rank);
-            }
-        }
+        let shrink_took = shrink_and_check(&mut comm, &opts, role.rank, VICTIM, 3, 100);
         println!(
             "rank {}: init {init_took:?}; the blocked call returned {return_took:?} after the \
              revoke ({failed}); shrink to 2 ranks {shrink_took:?}; 100 all-reduces correct",
             role.rank
         );
-        drop(shrunk);
         if role.rank == 0 {
             let victim_pid = comm.peer_pids()[VICTIM];
             // SAFETY: ending the stopped rank's process, whose pid it sent us.
