@@ -21,6 +21,16 @@ fn kill_self_soon() {
     });
 }
 
+/// Stops this process (SIGSTOP) 300 ms from now, mid-call: alive but silent, as a rank
+/// hung outside weft; the test's rank 0 ends it with SIGKILL.
+fn stop_self_soon() {
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: stopping our own process; rank 0 ends it with SIGKILL.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    });
+}
+
 /// What a survivor does before its process exits: a real job's processes tear down and
 /// log for a while after a failure, and a survivor that vanished the instant it failed
 /// could be taken for the dead rank by a peer still looking (its process gone too; over
@@ -277,11 +287,7 @@ fn a_stopped_rank_is_revoked_away_and_the_survivors_go_on() {
         let send = vec![1u8; count * 4];
         let mut recv = vec![0u8; count * 4];
         if role.rank == VICTIM {
-            std::thread::spawn(|| {
-                std::thread::sleep(Duration::from_millis(300));
-                // SAFETY: stopping our own process; rank 0 ends it with SIGKILL.
-                unsafe { libc::raise(libc::SIGSTOP) };
-            });
+            stop_self_soon();
         }
         let revoked_at = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
         let watcher = {
@@ -436,11 +442,7 @@ fn a_stopped_rank_is_named_by_the_health_query() {
         let send = vec![1u8; count * 4];
         let mut recv = vec![0u8; count * 4];
         if role.rank == VICTIM {
-            std::thread::spawn(|| {
-                std::thread::sleep(Duration::from_millis(300));
-                // SAFETY: stopping our own process; rank 0 ends it with SIGKILL.
-                unsafe { libc::raise(libc::SIGSTOP) };
-            });
+            stop_self_soon();
         }
         let watcher = (role.rank == 0).then(|| {
             let status = comm.status();
