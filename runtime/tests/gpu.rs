@@ -1506,6 +1506,70 @@ fn a_rank_that_skips_a_call_across_hosts_is_named() {
     a_skipped_call_is_named(Settings::TWO_HOSTS);
 }
 
+/// NCCL's contract for a failed call, which PyTorch relies on: it never looks complete
+/// before the program has heard of the failure. Rank 0 enters an all-reduce that rank 1
+/// sits out; past rank 0's deadline its kernel has given up but still holds the stream
+/// (the call's end has not come, so nothing reads its output as good), `check` names rank
+/// 1 without releasing it, and the synchronize that reports the failure lets the stream
+/// end.
+#[test]
+fn a_call_that_gave_up_does_not_complete_until_reported() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    let gate = Arc::new(Barrier::new(2));
+    let results = run_ranks_with(
+        2,
+        Duration::from_secs(2),
+        Settings::default(),
+        move |rank, mut comm| {
+            let stream = Stream::new(comm.context()).unwrap();
+            let buf = DeviceBuffer::alloc(comm.context(), 1 << 20).unwrap();
+            buf.fill(1).unwrap();
+            comm.prepare(&[DataType::Float32]).unwrap();
+            comm.barrier().unwrap();
+            let mut seen = None;
+            if rank == 0 {
+                // SAFETY: the buffer outlives the synchronize below.
+                unsafe {
+                    comm.collective(
+                        Collective::AllReduce,
+                        buf.ptr(),
+                        buf.ptr(),
+                        1 << 18,
+                        DataType::Float32,
+                        RedOp::Sum,
+                        &stream,
+                    )
+                }
+                .unwrap();
+                // Past the 2 s deadline (WEFT_TIMEOUT may shorten it, never lengthen it).
+                std::thread::sleep(Duration::from_millis(3500));
+                let held = !stream.is_done().unwrap();
+                let named = comm.check().map_err(|e| (e.culprit(), e.to_string()));
+                let still_held = !stream.is_done().unwrap();
+                let reported = comm.synchronize(&stream).map_err(|e| e.culprit());
+                let ended = stream.is_done().unwrap();
+                seen = Some((held, named, still_held, reported, ended));
+            }
+            gate.wait();
+            seen
+        },
+    );
+    let (held, named, still_held, reported, ended) = results[0].clone().expect("rank 0 ran");
+    let (culprit, text) = named.expect_err("check names the failure");
+    assert_eq!(culprit, Some(1), "{text}");
+    assert!(
+        held && still_held,
+        "the call looked complete before it was reported: {text}"
+    );
+    assert_eq!(reported, Err(Some(1)), "the synchronize reports it");
+    assert!(
+        ended,
+        "the synchronize that reported the failure lets the stream end"
+    );
+}
+
 fn a_skipped_call_is_named(settings: Settings) {
     let gate = Arc::new(Barrier::new(2));
     let results = run_ranks_with(
