@@ -76,7 +76,7 @@ pub(super) fn channel_rings(
         None => rings,
     };
     Ok(ChannelRings {
-        rings: rank_zeros_count(bootstrap, rings, peers.len())?,
+        rings: rank_zeros_count(bootstrap, rings, peers)?,
         p2p_blocked,
         nvls_heads,
     })
@@ -126,7 +126,7 @@ fn agreed_rings(
         }
         .clamp(1, MAX_CHANNELS);
         log::info!("weft: {count} plain ring channel(s): {why}");
-        host_rings(peers, count as usize)
+        plain_rings(peers, count as usize)
     };
     match agree_on_channels_with(bootstrap, &comm_peers, TopoInput::Host, settings) {
         Ok(plan) if plan.source == SOURCE_SEARCH || explicit > 0 => {
@@ -157,6 +157,16 @@ fn agreed_rings(
         Err(CommError::Bootstrap(e)) => Err(GpuError::Bootstrap(e)),
         Err(e) => Ok((plain(&e.to_string()), None, Vec::new(), false)),
     }
+}
+
+/// `count` plain rings: in rank order on one host; over several hosts, [`host_rings`].
+/// Every rank builds the same ones from the same peers.
+fn plain_rings(peers: &[GpuPeer], count: usize) -> Vec<Vec<u32>> {
+    if several_hosts(peers) {
+        return host_rings(peers, count);
+    }
+    let n = u32::try_from(peers.len()).unwrap_or(u32::MAX);
+    (0..count).map(|_| (0..n).collect()).collect()
 }
 
 /// `count` rings that visit the ranks host by host (hosts in the order of their first rank),
@@ -226,13 +236,14 @@ fn agree_on_bounds(
     Ok(())
 }
 
-/// `rings`, or as many plain rings over `nranks` as rank 0 has where its count differs:
+/// `rings`, or as many plain rings ([`plain_rings`]) as rank 0 has where its count differs:
 /// plain rings are counted from each rank's own NCCL_MIN/MAX_NCHANNELS, and ranks with
-/// different environments would lay out their windows differently.
+/// different environments would lay out their windows differently. (Rank 0's own rings
+/// are plain ones then too: only the plain path counts per rank.)
 fn rank_zeros_count(
     bootstrap: &mut Bootstrap,
     rings: Vec<Vec<u32>>,
-    nranks: usize,
+    peers: &[GpuPeer],
 ) -> Result<Vec<Vec<u32>>, GpuError> {
     let counts = bootstrap.all_gather(&(rings.len() as u32).to_be_bytes())?;
     let first = counts
@@ -247,10 +258,7 @@ fn rank_zeros_count(
          NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS alike on every rank)",
         rings.len()
     );
-    let n = u32::try_from(nranks).unwrap_or(u32::MAX);
-    Ok((0..first.clamp(1, MAX_CHANNELS as usize))
-        .map(|_| (0..n).collect())
-        .collect())
+    Ok(plain_rings(peers, first.clamp(1, MAX_CHANNELS as usize)))
 }
 
 /// Whether this rank set its channel count (an explicit count, `WEFT_NCHANNELS`,
@@ -321,6 +329,16 @@ mod test {
             sorted.sort_unstable();
             assert_eq!(sorted, vec![0, 1, 2, 3]);
         }
+        // Plain rings: rank order on one host (every channel alike, as rank 0's fallback
+        // count builds them on every rank), the host rings over several.
+        assert_eq!(
+            plain_rings(&on_hosts(&[5, 5, 5]), 2),
+            vec![vec![0, 1, 2]; 2]
+        );
+        assert_eq!(
+            plain_rings(&on_hosts(&[7, 9, 7, 9]), 2),
+            host_rings(&on_hosts(&[7, 9, 7, 9]), 2)
+        );
     }
 
     #[test]
