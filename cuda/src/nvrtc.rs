@@ -224,9 +224,12 @@ fn compile_from(
     let bundle = crate::bundle::process_bundle().filter(|_| use_bundle && opts.cubin);
     let bundled = |minors: &[u32]| {
         let bundle = bundle?;
-        minors
-            .iter()
-            .find_map(|&minor| bundle_entry(bundle, name, source, headers, opts, minor))
+        minors.iter().find_map(|&minor| {
+            bundle_entry(
+                bundle,
+                bundle_name(bundle, name, source, headers, opts, minor),
+            )
+        })
     };
     if let Some(hit) = bundled(&[opts.arch.1]) {
         return Ok(hit);
@@ -267,18 +270,8 @@ fn compile_from(
     Ok(compiled)
 }
 
-/// The bundle's image of `name` built for minor revision `minor` of `opts`'s architecture
-/// (machine code runs on later minor revisions of its major one: sm_80's on sm_86 and
-/// sm_89), if it has a whole one.
-fn bundle_entry(
-    bundle: &crate::bundle::KernelBundle,
-    name: &str,
-    source: &str,
-    headers: &[(&str, &str)],
-    opts: &CompileOptions,
-    minor: u32,
-) -> Option<Compiled> {
-    let entry = bundle_name(bundle, name, source, headers, opts, minor);
+/// The bundle's image under `entry` (a [`bundle_name`]), if it has a whole one.
+fn bundle_entry(bundle: &crate::bundle::KernelBundle, entry: String) -> Option<Compiled> {
     let image = bundle.get(&entry).filter(|i| elf_is_whole(i))?;
     Some(Compiled {
         image,
@@ -290,7 +283,8 @@ fn bundle_entry(
 }
 
 /// The bundle's entry name of `name` built for minor revision `minor` of `opts`'s
-/// architecture.
+/// architecture (machine code runs on later minor revisions of its major one: sm_80's on
+/// sm_86 and sm_89).
 fn bundle_name(
     bundle: &crate::bundle::KernelBundle,
     name: &str,

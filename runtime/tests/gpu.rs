@@ -1506,6 +1506,18 @@ fn a_rank_that_skips_a_call_across_hosts_is_named() {
     a_skipped_call_is_named(Settings::TWO_HOSTS);
 }
 
+/// What every rank of a skipped-call test does before rank 0 enters the call: a stream, a
+/// buffer of `bytes` filled with ones, the float kernels loaded, and a barrier (so that the
+/// deadline measures the wait on the rank that sits out, not a compilation).
+fn ready_for_a_skipped_call(comm: &mut GpuComm, bytes: usize) -> (Stream, DeviceBuffer) {
+    let stream = Stream::new(comm.context()).unwrap();
+    let buf = DeviceBuffer::alloc(comm.context(), bytes).unwrap();
+    buf.fill(1).unwrap();
+    comm.prepare(&[DataType::Float32]).unwrap();
+    comm.barrier().unwrap();
+    (stream, buf)
+}
+
 /// NCCL's contract for a failed call, which PyTorch relies on: it never looks complete
 /// before the program has heard of the failure. Rank 0 enters an all-reduce that rank 1
 /// sits out; past rank 0's deadline its kernel has given up but still holds the stream
@@ -1523,11 +1535,7 @@ fn a_call_that_gave_up_does_not_complete_until_reported() {
         Duration::from_secs(2),
         Settings::default(),
         move |rank, mut comm| {
-            let stream = Stream::new(comm.context()).unwrap();
-            let buf = DeviceBuffer::alloc(comm.context(), 1 << 20).unwrap();
-            buf.fill(1).unwrap();
-            comm.prepare(&[DataType::Float32]).unwrap();
-            comm.barrier().unwrap();
+            let (stream, buf) = ready_for_a_skipped_call(&mut comm, 1 << 20);
             let mut seen = None;
             if rank == 0 {
                 // SAFETY: the buffer outlives the synchronize below.
@@ -1577,11 +1585,7 @@ fn a_skipped_call_is_named(settings: Settings) {
         Duration::from_secs(3),
         settings,
         move |rank, mut comm| {
-            let stream = Stream::new(comm.context()).unwrap();
-            let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
-            buf.fill(1).unwrap();
-            comm.prepare(&[DataType::Float32]).unwrap();
-            comm.barrier().unwrap();
+            let (stream, buf) = ready_for_a_skipped_call(&mut comm, 64 << 20);
             let mut outcome = None;
             let mut status = None;
             if rank == 1 {
@@ -2030,11 +2034,7 @@ fn peer_algorithms_name_a_rank_that_skips_a_call() {
             Duration::from_secs(3),
             Settings::algo(algo),
             move |rank, mut comm| {
-                let stream = Stream::new(comm.context()).unwrap();
-                let buf = DeviceBuffer::alloc(comm.context(), 64 << 20).unwrap();
-                buf.fill(1).unwrap();
-                comm.prepare(&[DataType::Float32]).unwrap();
-                comm.barrier().unwrap();
+                let (stream, buf) = ready_for_a_skipped_call(&mut comm, 64 << 20);
                 let mut outcome = None;
                 if rank == 0 {
                     let t = Instant::now();

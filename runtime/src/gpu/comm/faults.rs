@@ -136,8 +136,7 @@ impl Faults {
     /// Raises the flag, releases the kernels that gave up, and keeps `why` as the
     /// failure, unless one came first.
     pub(super) fn abort(&mut self, why: &str) {
-        self.status.write_u32(RELEASE_WORD, 1);
-        self.status.write_u32(FLAG_WORD, 1);
+        self.handle().raise();
         if self.failed.is_none() {
             self.failed = Some(why.to_string());
         }

@@ -84,9 +84,15 @@ impl StreamOrder {
         if self.captured_any {
             return None;
         }
+        self.last_launch_done()?.ok()
+    }
+
+    /// Whether the last eager launch has finished (true before any), `None` where its end
+    /// could not be marked.
+    fn last_launch_done(&self) -> Option<Result<bool, GpuError>> {
         match (&self.event, self.last) {
-            (_, None) => Some(true),
-            (Some(event), Some(last)) if last.recorded => event.is_done().ok(),
+            (_, None) => Some(Ok(true)),
+            (Some(event), Some(last)) if last.recorded => Some(event.is_done().map_err(Into::into)),
             _ => None,
         }
     }
@@ -176,10 +182,6 @@ impl StreamOrder {
     /// Whether the last eager launch has finished (true when there was none). A launch
     /// whose end could not be marked counts as running.
     pub(super) fn idle(&self) -> Result<bool, GpuError> {
-        match (&self.event, self.last) {
-            (_, None) => Ok(true),
-            (Some(event), Some(last)) if last.recorded => Ok(event.is_done()?),
-            _ => Ok(false),
-        }
+        self.last_launch_done().unwrap_or(Ok(false))
     }
 }
