@@ -13,9 +13,18 @@
 # Environment: GPUS (default 2, even), CASES ("mismatch absent killed"), SIDES ("weft"),
 #   WEFT_LIB (.gpu/nccl/lib/libnccl.so.2), RUN_TIMEOUT (120 s per case), OUT (logs).
 #   On one GPU: GPUS=2 WEFT_TEST_SHARE_GPU=1 (weft only; the ranks share it).
+#   FAULTS_STACKS=S: S seconds into each case but the killed one, every rank's thread
+#   stacks (gdb, where the machine has it) into OUT.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset WEFT_NVLS
-export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_BLOCKING_WAIT=1
+# PyTorch's defaults otherwise, as users run it: its watchdog thread polls each pending work's
+# ncclCommGetAsyncError and, on an error or its own timeout, aborts the communicators and takes
+# the process down (ASYNC_ERROR_HANDLING=1: abort first). TORCH_NCCL_BLOCKING_WAIT=1 must stay
+# unset: with it PyTorch starts no watchdog at all, and a synchronous all_reduce (which
+# returns at once) whose kernel never completes leaves torch.cuda.synchronize() waiting
+# forever, on NVIDIA's NCCL as on weft's (seen in the first runs, 2026-11-28).
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+unset TORCH_NCCL_BLOCKING_WAIT
 # PyTorch's watchdog sleeps four dump timeouts (60 s by default) after a failure before it
 # ends the process; a rank whose collective never completes (NCCL's, and weft's since a
 # kernel that gave up holds its stream) otherwise outlives RUN_TIMEOUT.
@@ -71,6 +80,16 @@ for side in ${SIDES:-weft}; do
             for p in "${pids[@]}"; do wait "$p"; rc=$?; ((rc == 124)) || rc=0; rcs+=("$rc"); done
             cat "$log"-node*.log > "$log.log"
         else
+            # FAULTS_STACKS=S (diagnosis): S seconds in, every rank's threads' stacks (gdb).
+            if [[ -n "${FAULTS_STACKS:-}" ]] && command -v gdb > /dev/null; then
+                (
+                    sleep "$FAULTS_STACKS"
+                    for p in $(pgrep -f "torch_faults.py $c"); do
+                        timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 15" \
+                            > "$log-stacks-$p.txt" 2>&1
+                    done
+                ) &
+            fi
             env "${envs[@]}" timeout -k 5 "${RUN_TIMEOUT:-120}" torchrun --standalone \
                 --nproc-per-node "$gpus" scripts/torch_faults.py "$c" > "$log.log" 2>&1
             rcs=($?)
@@ -82,30 +101,47 @@ for side in ${SIDES:-weft}; do
             if [[ " ${rcs[*]} " == *" 124 "* ]]; then
                 echo "   FAIL: a run hung until RUN_TIMEOUT"; status=1
             fi
-            # Which rank is at fault, and which ranks must name it.
+            # Which ranks must fail, and which rank(s) each must name ("r:culprits").
             case "$c" in
-                mismatch | absent) culprits=(0); must="1" ;;
+                # Rank 1 meets rank 0's fault; every other rank's all_reduce after it then
+                # waits on rank 1, stuck in its receive (or taken down by PyTorch).
+                mismatch | absent)
+                    verdicts=("1:0")
+                    for r in $(seq 0 $((gpus - 1))); do
+                        ((r == 1)) || verdicts+=("$r:1")
+                    done
+                    ;;
                 # The killed rank's host: torchrun ends its other ranks too, so naming any
                 # of them names a dead rank of the host that failed.
                 killed)
-                    mapfile -t culprits < <(seq "$per_host" $((gpus - 1)))
-                    must="$(seq -s' ' 0 $((per_host - 1)))"
+                    verdicts=()
+                    for r in $(seq 0 $((per_host - 1))); do
+                        verdicts+=("$r:$(seq -s, "$per_host" $((gpus - 1)))")
+                    done
                     ;;
             esac
-            # Rank r's verdict: its own line (an error reached the Python caller), or else
-            # weft's text as PyTorch's watchdog logged it before taking the process down
-            # (the last error, on a line of its own that begins "rank r:").
-            for r in $must; do
-                line="$(grep -h "^rank $r: $c:" "$log.log" | head -1)"
-                if [[ "$line" != *ERROR* ]]; then
-                    line="$(grep -h "^rank $r: " "$log.log" | grep -v "^rank $r: $c:" | head -1)"
-                fi
-                if [[ -z "$line" || "$line" == *": $c: ok"* ]]; then
-                    echo "   FAIL: rank $r did not fail: ${line:-no line}"; status=1
-                elif ! names_one "$line" "${culprits[@]}"; then
-                    echo "   FAIL: rank $r's error names none of rank(s) ${culprits[*]}: $line"; status=1
+            # Rank r's verdict, from two lines: weft's text as PyTorch showed it (the
+            # library's last error, on a line of its own that begins "rank r:", logged by
+            # the watchdog or in the exception), and the rank's own line (an exception that
+            # reached the Python caller, or a wrong sum). A wrong sum after weft's text is
+            # PyTorch's doing: its watchdog aborts the communicator (which lets the held
+            # kernel end) before it takes the process down; without weft's text first it is
+            # a silent wrong result.
+            for v in "${verdicts[@]}"; do
+                r=${v%%:*}
+                IFS=, read -r -a culprits <<< "${v#*:}"
+                own="$(grep -h "^rank $r: $c:" "$log.log" | head -1)"
+                weft="$(grep -h "^rank $r: " "$log.log" | grep -v "^rank $r: $c:" | head -1)"
+                if [[ -n "$weft" ]] && names_one "$weft" "${culprits[@]}"; then
+                    echo "   ok: rank $r: ${weft:0:160}"
+                elif [[ "$own" == *ERROR* && "$own" != *AssertionError* ]] && names_one "$own" "${culprits[@]}"; then
+                    echo "   ok: rank $r: ${own:0:160}"
+                elif [[ -z "$own$weft" || "$own" == *": $c: ok"* && -z "$weft" ]]; then
+                    echo "   FAIL: rank $r did not fail: ${own:-no line}"; status=1
+                elif [[ "$own" == *AssertionError* && -z "$weft" ]]; then
+                    echo "   FAIL: rank $r got a wrong result and no error: $own"; status=1
                 else
-                    echo "   ok: rank $r: ${line:0:160}"
+                    echo "   FAIL: rank $r's error names none of rank(s) ${culprits[*]}: ${weft:-$own}"; status=1
                 fi
             done
         fi

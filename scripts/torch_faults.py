@@ -6,9 +6,11 @@ Cases (argv[1]):
   mismatch  rank 0 sends 1000 floats to rank 1, which expects 1200; then both all_reduce
   absent    rank 1 receives from rank 0, which never sends; then both all_reduce
   killed    every rank loops all_reduce; the last rank SIGKILLs itself in the middle
-The process group's timeout is 30 s (WEFT_TIMEOUT and NCCL's own deadlines are shorter),
-with TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and blocking waits, so that an error reaches the
-Python caller instead of PyTorch's watchdog ending the process.
+The process group's timeout is 30 s (WEFT_TIMEOUT and NCCL's own deadlines are shorter).
+An error reaches the Python caller where PyTorch waits on the CPU (a receive); a rank held
+on the GPU (its all_reduce never completes, as NCCL's contract says for a failed collective)
+is ended by PyTorch's watchdog, which logs the library's text first: the shell script reads
+both.
 """
 import datetime
 import os

@@ -126,6 +126,7 @@ impl Drop for CallerContext {
 /// the error's code (its text the last error), or `ncclInternalError` on a panic. The
 /// caller's current CUDA context is the same after it as before.
 pub fn run(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
+    debug::forward_runtime_records();
     let _caller = weft_ffi::catch(CallerContext::save).ok().flatten();
     weft_ffi::status_call::<Libnccl>(entry, body)
 }

@@ -4,8 +4,10 @@
 //! than a wild pointer).
 
 use std::collections::HashMap;
+use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use weft_config::{Group, Settings};
 use weft_core::abi::DataType;
@@ -31,6 +33,25 @@ pub enum CommState {
     Failed(ApiError),
 }
 
+/// How long `ncclCommGetAsyncError` waits, once the abort flag is up, for a call holding
+/// the communicator to leave (that call sees the flag; the longest it then takes is the
+/// health query at a deadline, 1.5 s).
+pub const DETAILS_WAIT: Duration = Duration::from_secs(2);
+
+/// `mutex` within `wait` (at once for zero), or `None` while another thread holds it.
+fn lock_within<T>(mutex: &Mutex<T>, wait: Duration) -> Option<MutexGuard<'_, T>> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            // A panic while holding it was caught at the boundary; the state is whole.
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if Instant::now() >= deadline => return None,
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
 /// One rank's communicator.
 #[derive(Debug)]
 pub struct Comm {
@@ -47,6 +68,9 @@ pub struct Comm {
     /// Held across blocking host calls (finalize's synchronize and barrier, a split's
     /// exchanges): what must not wait for it lives outside, in `abort`.
     state: Mutex<CommState>,
+    /// Where `state` was last taken (the call's file and line in this crate): named by a
+    /// poll that finds it held past `DETAILS_WAIT`.
+    state_taken_at: Mutex<Option<&'static Location<'static>>>,
     /// The GPU communicator's abort flag, set once it is ready: `ncclCommAbort` raises it
     /// before taking `state`, which ends the call holding `state`.
     abort: OnceLock<AbortHandle>,
@@ -70,6 +94,7 @@ impl Comm {
             finalized: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
             state: Mutex::new(CommState::Pending),
+            state_taken_at: Mutex::new(None),
             abort: OnceLock::new(),
             async_reported: Mutex::new(None),
             user_ops: Mutex::new(UserRedOps::default()),
@@ -95,9 +120,16 @@ impl Comm {
         }
     }
 
+    #[track_caller]
     pub fn state(&self) -> MutexGuard<'_, CommState> {
+        let at = Location::caller();
         // A panic while holding it was caught at the boundary; the state itself is whole.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *self
+            .state_taken_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(at);
+        state
     }
 
     /// Refuses work on a finalized or revoked communicator (NCCL's ncclInvalidUsage).
@@ -156,27 +188,48 @@ impl Comm {
         }
     }
 
-    /// `ncclCommGetAsyncError`'s answer, without blocking: `ncclInProgress` while the
-    /// communicator waits for its group's end; when another thread holds the state (a
-    /// blocking call in progress), the abort flag alone tells (details come once that
-    /// call returns).
+    /// `ncclCommGetAsyncError`'s answer: `ncclInProgress` while the communicator waits for
+    /// its group's end. When another thread holds the state (a blocking call in progress),
+    /// a healthy communicator answers `ncclSuccess` at once; one whose abort flag is up
+    /// waits up to [`DETAILS_WAIT`] for that call to leave, so that the error names the
+    /// rank at fault (a caller such as PyTorch's watchdog reports the first error it sees
+    /// and ends the process: a placeholder would be all its user ever read). Seen on two
+    /// H200 (2026-11-28): a receive's deadline reached PyTorch as "the details come once
+    /// its call in progress returns".
     pub fn async_error(&self) -> Result<NcclResult, ApiError> {
-        let mut state = match self.state.try_lock() {
-            Ok(s) => s,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                return match self.abort.get() {
-                    Some(flag) if flag.is_raised() => Err(ApiError::new(
+        let mut state = match lock_within(&self.state, Duration::ZERO) {
+            Some(s) => s,
+            // Healthy, and a blocking call in progress: nothing to report, and no waiting
+            // for that call (which may take as long as its peers do).
+            None if !self.abort.get().is_some_and(AbortHandle::is_raised) => {
+                return Ok(NCCL_SUCCESS);
+            }
+            // A failure: the call holding the state sees the flag and returns soon (at most
+            // the health query's 1.5 s at a deadline), and the caller (PyTorch's watchdog
+            // reports the first error it sees, once) gets the details instead of a stub.
+            None => match lock_within(&self.state, DETAILS_WAIT) {
+                Some(s) => s,
+                None => {
+                    let holder = self
+                        .state_taken_at
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .map_or_else(
+                            || "another call".to_string(),
+                            |at| format!("the call at {at}"),
+                        );
+                    return Err(ApiError::new(
                         NCCL_REMOTE_ERROR,
                         format!(
                             "rank {}: the communicator was aborted or one of its kernels gave \
-                             up; the details come once its call in progress returns",
-                            self.rank
+                             up; {holder} has held the communicator for over {:.0} s since, so \
+                             the details come once it returns (ncclGetLastError then)",
+                            self.rank,
+                            DETAILS_WAIT.as_secs_f64()
                         ),
-                    )),
-                    _ => Ok(NCCL_SUCCESS),
-                };
-            }
+                    ));
+                }
+            },
         };
         match &mut *state {
             CommState::Pending => Ok(NCCL_IN_PROGRESS),
@@ -406,6 +459,31 @@ mod tests {
         *c.state() = CommState::Failed(ApiError::invalid_argument("bootstrap gave up"));
         let e = c.async_error().unwrap_err();
         assert_eq!(e.message, "bootstrap gave up");
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_only_within_the_bound() {
+        let m = Mutex::new(0);
+        let (taken, wait_taken) = std::sync::mpsc::channel();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let m = &m;
+            s.spawn(move || {
+                let held = m.lock().unwrap();
+                taken.send(()).unwrap();
+                wait_go.recv().unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                drop(held);
+            });
+            wait_taken.recv().unwrap();
+            let t = Instant::now();
+            assert!(lock_within(&m, Duration::ZERO).is_none());
+            assert!(lock_within(&m, Duration::from_millis(30)).is_none());
+            assert!(t.elapsed() >= Duration::from_millis(30));
+            go.send(()).unwrap();
+            // The holder leaves within the bound: the caller gets it.
+            assert!(lock_within(&m, Duration::from_secs(10)).is_some());
+        });
     }
 
     #[test]

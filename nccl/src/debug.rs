@@ -153,6 +153,37 @@ fn emit(at: Level, kind: &str, dev: usize, text: &str) {
     }
 }
 
+/// weft's own crates report through the `log` facade (a deadline's health-query report, a
+/// NET proxy's failure); libnccl sends their warnings and errors to `NCCL_DEBUG=WARN`
+/// lines, where a job's log shows NCCL's own. Their INFO records are left out: libnccl
+/// prints what weft chose in NCCL's words itself.
+struct RuntimeRecords;
+
+impl log::Log for RuntimeRecords {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn && level() >= Level::Warn
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            warn(0, &record.args().to_string());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs [`RuntimeRecords`] as the process's logger, once; a program that set its own
+/// logger first (a Rust program linking libnccl) keeps it.
+pub fn forward_runtime_records() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if log::set_logger(&RuntimeRecords).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+    });
+}
+
 pub fn info(dev: usize, text: &str) {
     emit(Level::Info, "INFO", dev, text);
 }

@@ -109,7 +109,7 @@ impl From<GpuError> for ApiError {
             GpuError::Cuda(e) => cuda_code(e),
             GpuError::Bootstrap(e) => bootstrap_code(e),
             GpuError::Unreachable { .. } => NCCL_SYSTEM_ERROR,
-            GpuError::PeerTimeout { .. } | GpuError::HeldUp { .. } | GpuError::Aborted(_) => {
+            GpuError::PeerTimeout { .. } | GpuError::HeldUp { .. } | GpuError::Aborted { .. } => {
                 NCCL_REMOTE_ERROR
             }
             // Sends and receives that do not match: the program's calls, as NCCL's
@@ -154,7 +154,11 @@ mod tests {
         let e: ApiError = GpuError::InvalidArgument("count".into()).into();
         assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
         assert!(e.message.contains("count"));
-        let e: ApiError = GpuError::Aborted("user".into()).into();
+        let e: ApiError = GpuError::Aborted {
+            rank: 2,
+            why: "user".into(),
+        }
+        .into();
         assert_eq!(e.code, NCCL_REMOTE_ERROR);
         // A deadline whose root the health query found elsewhere: the peer's failure too.
         let e: ApiError = GpuError::HeldUp {

@@ -108,6 +108,11 @@ impl NetError {
     pub fn peer_name(&self) -> Option<&str> {
         self.0.peer.as_deref()
     }
+
+    /// Whether it already says what to try (so that a caller adds no hint of its own).
+    pub fn has_hint(&self) -> bool {
+        self.0.hint.is_some()
+    }
 }
 
 impl fmt::Display for NetError {

@@ -1578,6 +1578,67 @@ fn a_call_that_gave_up_does_not_complete_until_reported() {
     );
 }
 
+/// A launch never waits for another kernel of the communicator: rank 0 receives from rank
+/// 1, which never sends, then all-reduces a type it has not used yet on another stream.
+/// Loading a module waits for the device to be idle, so before the kernels were loaded at
+/// init that launch blocked the calling thread (and PyTorch's communicator with it) until
+/// the receive's deadline (two H200, 2026-11-28). Rank 0 then aborts its own calls.
+#[test]
+fn a_launch_never_waits_for_a_receive_in_flight() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    let gate = Arc::new(Barrier::new(2));
+    let results = run_ranks_with(
+        2,
+        Duration::from_secs(4),
+        Settings::default(),
+        move |rank, mut comm| {
+            let recv_stream = Stream::new(comm.context()).unwrap();
+            let stream = Stream::new(comm.context()).unwrap();
+            let buf = DeviceBuffer::alloc(comm.context(), 1 << 20).unwrap();
+            buf.fill(1).unwrap();
+            comm.barrier().unwrap();
+            let mut took = None;
+            if rank == 0 {
+                let recv = [GpuP2p::Recv {
+                    peer: 1,
+                    buf: buf.ptr(),
+                    bytes: 4096,
+                }];
+                // SAFETY: the buffer outlives the synchronizes below.
+                unsafe { comm.group(&recv, &recv_stream) }.unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                let t = Instant::now();
+                // SAFETY: as above; a type no call of this communicator used before.
+                unsafe {
+                    comm.collective(
+                        Collective::AllReduce,
+                        buf.ptr() + 8192,
+                        buf.ptr() + 8192,
+                        1024,
+                        DataType::Float64,
+                        RedOp::Sum,
+                        &stream,
+                    )
+                }
+                .unwrap();
+                took = Some(t.elapsed());
+                comm.abort("the test is done");
+                let _ = comm.synchronize(&recv_stream);
+                let _ = comm.synchronize(&stream);
+            }
+            gate.wait();
+            took
+        },
+    );
+    let took = results[0].expect("rank 0 ran");
+    assert!(
+        took < Duration::from_secs(1),
+        "the all-reduce's launch took {took:?} while a receive was in flight"
+    );
+}
+
 fn a_skipped_call_is_named(settings: Settings) {
     let gate = Arc::new(Barrier::new(2));
     let results = run_ranks_with(

@@ -46,8 +46,9 @@ pub enum GpuError {
         holder: usize,
         why: String,
     },
-    /// The communicator was aborted (by the user, or after an earlier failure).
-    Aborted(String),
+    /// Rank `rank`'s communicator was aborted (by the user, or after an earlier failure:
+    /// `why`).
+    Aborted { rank: usize, why: String },
 }
 
 impl From<CudaError> for GpuError {
@@ -139,7 +140,9 @@ impl fmt::Display for GpuError {
                     )
                 }
             }
-            GpuError::Aborted(why) => write!(f, "the communicator was aborted: {why}"),
+            GpuError::Aborted { rank, why } => {
+                write!(f, "rank {rank}: the communicator was aborted: {why}")
+            }
         }
     }
 }

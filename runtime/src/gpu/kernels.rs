@@ -411,6 +411,46 @@ impl Kernels {
         Ok(())
     }
 
+    /// Loads now every module the kernel bundle holds for this GPU (each type's collectives,
+    /// and `peer`'s), as NCCL loads all its kernels at init: loading a module waits for the
+    /// device to be idle, so a module loaded at a call's launch would wait for whatever
+    /// kernel still runs, and hold the calling thread (and the communicator) until it ends.
+    /// On two H200 (2026-11-28) a PyTorch rank whose receive waited on an absent sender
+    /// blocked in its next all_reduce's launch, loading the float32 module, until the
+    /// receive's deadline. Milliseconds per module from the bundle (1.9-4.4 ms per type on
+    /// an H200); types the bundle lacks (NVRTC would compile them, seconds each) stay
+    /// loaded at first use, and so does the rest once `budget` is spent (a bundle whose
+    /// modules fail to load falls back to NVRTC).
+    pub fn preload_bundled(
+        &self,
+        peer: Option<PeerSource>,
+        budget: std::time::Duration,
+    ) -> Result<(), GpuError> {
+        let started = std::time::Instant::now();
+        for &d in DataType::ALL {
+            if started.elapsed() > budget {
+                log::warn!(
+                    "weft: loading the kernel bundle's modules took over {budget:?}; the \
+                     types from {} on load at their first call",
+                    d.name()
+                );
+                break;
+            }
+            let bundled =
+                |(name, text): (&str, &str)| in_bundle(name, text, d, self.arch, &self.tuning);
+            if !self.supports(d)
+                || !bundled((weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES))
+            {
+                continue;
+            }
+            self.get(d)?;
+            if let Some(source) = peer.filter(|s| bundled(s.source())) {
+                self.peer(source, d)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Loads the modules calls on `dtypes` run (see [`module_types`]; fp8 reductions only
     /// where this GPU has them), with `peer`'s too. Those not loaded yet are first compiled
     /// into the on-disk cache on all cores (one NVRTC compilation takes seconds), when there

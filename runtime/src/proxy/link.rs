@@ -63,6 +63,7 @@ fn fifo_failure(err: &ConnError) -> Failure {
 
 pub(super) fn describe(conn: ConnId, what: &str, err: &NetError) -> Failure {
     let hint = match err.kind() {
+        _ if err.has_hint() => "",
         NetErrorKind::PeerClosed => {
             " (the peer process exited or closed its end: look for an error or crash there)"
         }

@@ -191,10 +191,16 @@ impl Faults {
             return Err(err);
         }
         if let Some(why) = &self.failed {
-            return Err(GpuError::Aborted(why.clone()));
+            return Err(GpuError::Aborted {
+                rank: self.rank,
+                why: why.clone(),
+            });
         }
         if self.flag_raised() {
-            return Err(GpuError::Aborted("the abort flag is set".to_string()));
+            return Err(GpuError::Aborted {
+                rank: self.rank,
+                why: "the abort flag is set".to_string(),
+            });
         }
         Ok(())
     }
@@ -222,7 +228,10 @@ impl Faults {
 
     fn fault_error(&self, f: &KernelFault) -> GpuError {
         if f.code == FAULT_ABORTED && self.failed.is_some() {
-            return GpuError::Aborted(self.failed.clone().unwrap_or_default());
+            return GpuError::Aborted {
+                rank: self.rank,
+                why: self.failed.clone().unwrap_or_default(),
+            };
         }
         let waiting_for = match f.wait {
             WAIT_RECV => "data from",
@@ -247,10 +256,13 @@ impl Faults {
                 waiting_for,
                 waited: Duration::from_nanos(f.waited_ns),
             },
-            _ => GpuError::Aborted(format!(
-                "a kernel stopped on channel {} while waiting for {waiting_for} rank {}",
-                f.channel, f.peer
-            )),
+            _ => GpuError::Aborted {
+                rank: self.rank,
+                why: format!(
+                    "a kernel stopped on channel {} while waiting for {waiting_for} rank {}",
+                    f.channel, f.peer
+                ),
+            },
         }
     }
 
@@ -270,12 +282,14 @@ impl Faults {
             }
             if aborted_at.is_some_and(|t| t.elapsed() > DRAIN) {
                 self.check()?;
-                return Err(GpuError::Aborted(format!(
-                    "rank {}: the GPU stream did not finish {} s after the abort flag was \
-                     raised; something other than weft's kernels is holding it",
-                    self.rank,
-                    DRAIN.as_secs()
-                )));
+                return Err(GpuError::Aborted {
+                    rank: self.rank,
+                    why: format!(
+                        "the GPU stream did not finish {} s after the abort flag was raised; \
+                         something other than weft's kernels is holding it",
+                        DRAIN.as_secs()
+                    ),
+                });
             }
             spins += 1;
             if spins > 1000 {

@@ -283,12 +283,13 @@ impl GpuComm {
         let deadline = std::time::Instant::now() + drain;
         while !self.order.idle()? {
             if std::time::Instant::now() >= deadline {
-                return Err(GpuError::Aborted(format!(
-                    "rank {}: the communicator's kernels did not stop within {:.1} s of the \
-                     abort flag",
-                    self.rank,
-                    drain.as_secs_f64()
-                )));
+                return Err(GpuError::Aborted {
+                    rank: self.rank,
+                    why: format!(
+                        "its kernels did not stop within {:.1} s of the abort flag",
+                        drain.as_secs_f64()
+                    ),
+                });
             }
             std::thread::sleep(std::time::Duration::from_micros(100));
         }

@@ -259,6 +259,11 @@ impl GpuComm {
     /// The last step of init: waits until every window is zeroed and mapped (before any
     /// rank's first kernel writes into one), then lets go of the SHM window's name.
     fn ready(mut self, bus_id: &str, device: usize) -> Result<GpuComm, GpuError> {
+        // Every kernel the bundle holds, before any call can leave one running.
+        let peer = self.planner.region.as_ref().map(|p| p.source());
+        self.launcher
+            .kernels()
+            .preload_bundled(peer, PRELOAD_BUDGET)?;
         self.bootstrap.barrier()?;
         // Every peer has mapped the SHM segment by now: its name can go.
         self.windows.unlink_own();
@@ -282,6 +287,10 @@ impl GpuComm {
         Ok(self)
     }
 }
+
+/// How long init may spend loading the kernel bundle's modules (about 40 ms for every type
+/// on an H200; see `Kernels::preload_bundled`).
+const PRELOAD_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Refuses ranks that chose protocols differently: they would wait on each other's ends
 /// of a connection until the timeout.
