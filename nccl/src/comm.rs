@@ -477,12 +477,12 @@ mod tests {
             });
             wait_taken.recv().unwrap();
             let t = Instant::now();
-            assert!(lock_within(&m, Duration::ZERO).is_none());
-            assert!(lock_within(&m, Duration::from_millis(30)).is_none());
+            assert!(lock_within(m, Duration::ZERO).is_none());
+            assert!(lock_within(m, Duration::from_millis(30)).is_none());
             assert!(t.elapsed() >= Duration::from_millis(30));
             go.send(()).unwrap();
             // The holder leaves within the bound: the caller gets it.
-            assert!(lock_within(&m, Duration::from_secs(10)).is_some());
+            assert!(lock_within(m, Duration::from_secs(10)).is_some());
         });
     }
 
