@@ -496,6 +496,47 @@ WEFT_RING_LL_ENTRY(weft_ring_ll_avg, weft::OP_AVG)
 
 namespace weft {
 
+// The gathered all-reduce (ranks on several hosts, small calls): a send/receive group has
+// put every other rank's input in `gathered` (rank r's at element r * count; this rank's
+// slot unused, its input is `own`), and each rank reduces them all itself, in rank order,
+// as the one-shot reduces its windows (direct.cu): pre() on every input (float Avg scales
+// by 1/nranks; PreMulSum is never planned here, its scalar is the owner's), combine in
+// rank order, finish(). So every rank computes the same bits, one network hop after the
+// call starts instead of the ring's 2(n-1). Nothing here waits: the group before it did.
+template <int OP>
+__device__ void gathered_reduce(u64 out, u64 own, u64 gathered, u64 count, u64 red_op_arg,
+                                u32 red_op_flags, u32 nranks, u32 rank) {
+  Reduction<T, OP> red;
+  red.init(red_op_arg, red_op_flags, (u64)nranks);
+  const T* mine = (const T*)own;
+  const T* all = (const T*)gathered;
+  T* dst = (T*)out;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+    T acc = red.pre(rank == 0 ? mine[i] : all[i]);
+    for (u32 r = 1; r < nranks; r++)
+      acc = red.combine(acc, red.pre(r == rank ? mine[i] : all[(u64)r * count + i]));
+    dst[i] = red.finish(acc);
+  }
+}
+
+}  // namespace weft
+
+#define WEFT_GATHERED_ENTRY(name, op)                                                       \
+  extern "C" __global__ void __launch_bounds__(weft::THREADS, 1)                           \
+      name(weft::u64 out, weft::u64 own, weft::u64 gathered, weft::u64 count,              \
+           weft::u64 red_op_arg, weft::u32 red_op_flags, weft::u32 nranks, weft::u32 rank) {  \
+    weft::gathered_reduce<op>(out, own, gathered, count, red_op_arg, red_op_flags, nranks, \
+                              rank);                                                        \
+  }
+WEFT_GATHERED_ENTRY(weft_gathered_sum, weft::OP_SUM)
+WEFT_GATHERED_ENTRY(weft_gathered_prod, weft::OP_PROD)
+WEFT_GATHERED_ENTRY(weft_gathered_max, weft::OP_MAX)
+WEFT_GATHERED_ENTRY(weft_gathered_min, weft::OP_MIN)
+WEFT_GATHERED_ENTRY(weft_gathered_avg, weft::OP_AVG)
+
+namespace weft {
+
 // Bytes of `op` that channel `k` of its `nchannels` carries (16-byte aligned parts, as the
 // collectives' channel split).
 __device__ __forceinline__ void p2p_part(const weft_p2p_op& op, u32 k, u64* offset, u64* len) {

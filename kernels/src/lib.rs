@@ -137,6 +137,19 @@ pub fn nvls_multimem_reduces(dtype: DataType, op: RedOp) -> bool {
     }
 }
 
+/// The gathered all-reduce's reduction for `op` (`cuda/collectives.cu`: every rank's input,
+/// gathered by a send/receive group, reduced in rank order; scalar parameters, see
+/// `weft_gathered_reduce` there). Every element type; PreMulSum is not taken.
+pub fn gathered_entry(op: RedOp) -> &'static str {
+    match op {
+        RedOp::Sum => "weft_gathered_sum",
+        RedOp::Prod => "weft_gathered_prod",
+        RedOp::Max => "weft_gathered_max",
+        RedOp::Min => "weft_gathered_min",
+        RedOp::Avg => "weft_gathered_avg",
+    }
+}
+
 /// The LL ring kernel for `op` (NCCL's LL protocol, `cuda/ll.cuh`; one `weft_kernel_args`
 /// parameter whose work says `protocol` LL). Collectives that do not reduce run the `Sum` one.
 pub fn ring_ll_entry(op: RedOp) -> &'static str {

@@ -53,6 +53,7 @@ fn check_module(dtype: DataType, arch: (u32, u32), extra: &[String]) -> String {
         for entry in [
             weft_kernels::ring_entry(*op),
             weft_kernels::ring_ll_entry(*op),
+            weft_kernels::gathered_entry(*op),
         ] {
             assert!(
                 ptx.contains(&format!(".entry {entry}(")),

@@ -1117,6 +1117,48 @@ fn every_collective_across_two_hosts() {
     );
 }
 
+/// The gathered all-reduce across hosts (each rank's input to every other by a send/recv
+/// group, every rank reducing them all in rank order), forced with `WEFT_ALGO=oneshot` up
+/// to its 256 KiB per rank: every type and operator, in and out of place, counts from one
+/// element to the buffer's slot (the automatic choice takes it up to 64 KiB; the test
+/// above covers that through its small counts). Every element checked; the rank-order
+/// reduction gives every rank the same bits, as the one-shot's.
+#[test]
+fn gathered_all_reduces_across_two_hosts() {
+    let Some(n) = multi_ranks() else { return };
+    let mut out = Vec::new();
+    let mut seed = 9500u64;
+    for &dtype in DataType::ALL {
+        for &op in RedOp::ALL {
+            let max = (256 << 10) / dtype.size_of_elem();
+            for count in [1usize, 7, 1000, 16_384 + 5, max] {
+                for in_place in [false, true] {
+                    seed += 1;
+                    out.push(Case {
+                        coll: Collective::AllReduce,
+                        dtype,
+                        op,
+                        count,
+                        in_place,
+                        seed,
+                        premul: None,
+                    });
+                }
+            }
+        }
+    }
+    check_cases(
+        n,
+        Settings {
+            algo: Some(GpuAlgo::OneShot),
+            ..Settings::TWO_HOSTS
+        },
+        Some(Protocol::Simple),
+        "gathered across two hosts",
+        out,
+    );
+}
+
 /// Sends and receives between ranks of two hosts.
 #[test]
 fn send_recv_groups_across_two_hosts() {

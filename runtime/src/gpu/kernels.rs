@@ -25,6 +25,8 @@ pub struct TypeKernels {
     ring: Vec<Function>,
     /// The LL ring kernels, indexed by `RedOp as usize`.
     ring_ll: Vec<Function>,
+    /// The gathered all-reduce's reduction, indexed by `RedOp as usize`.
+    gathered: Vec<Function>,
     p2p: Function,
     threads: u32,
 }
@@ -36,6 +38,11 @@ impl TypeKernels {
             Protocol::Ll => &self.ring_ll[op as usize],
             _ => &self.ring[op as usize],
         }
+    }
+
+    /// The gathered all-reduce's reduction for `op` (see `Planned::Gathered`).
+    pub fn gathered(&self, op: RedOp) -> &Function {
+        &self.gathered[op as usize]
     }
 
     /// The point-to-point kernel.
@@ -525,13 +532,19 @@ impl Kernels {
             .iter()
             .map(|op| module.function(weft_kernels::ring_ll_entry(*op)))
             .collect::<Result<Vec<Function>, _>>()?;
+        let gathered = RedOp::ALL
+            .iter()
+            .map(|op| module.function(weft_kernels::gathered_entry(*op)))
+            .collect::<Result<Vec<Function>, _>>()?;
         let p2p = module.function(weft_kernels::P2P_ENTRY)?;
         self.check_threads(&ring, threads)?;
         self.check_threads(&ring_ll, threads)?;
+        self.check_threads(&gathered, threads)?;
         self.check_threads(std::slice::from_ref(&p2p), threads)?;
         let kernels = Arc::new(TypeKernels {
             ring,
             ring_ll,
+            gathered,
             p2p,
             threads,
         });

@@ -9,7 +9,7 @@ use weft_core::abi::{
 use weft_cuda::{Context, DeviceBuffer, Stream};
 
 use super::p2p::P2pPlan;
-use super::plan::{Planned, lane_los, launch_ranges};
+use super::plan::{GatheredCall, Planned, lane_los};
 use crate::gpu::GpuError;
 use crate::gpu::batch;
 use crate::gpu::kernels::{Kernels, PeerSource};
@@ -54,34 +54,13 @@ impl Launcher {
         self.control = control;
     }
 
-    /// Launches planned calls, consecutive ones of one kernel together
-    /// ([`batch::launches`]), over a communicator of `nchannels` channels; the
-    /// communicator and the stream already checked. Returns the number of kernel launches.
-    ///
-    /// # Safety
-    ///
-    /// As [`GpuComm::collective`](super::GpuComm::collective), for every call.
-    pub(super) unsafe fn launch_planned(
-        &self,
-        planned: &[Planned],
-        nchannels: u32,
-        stream: &Stream,
-    ) -> Result<usize, GpuError> {
-        let mut launches = 0;
-        for range in launch_ranges(planned) {
-            // SAFETY: the caller's promise for every call, passed on.
-            launches += unsafe { self.launch(&planned[range], nchannels, stream) }?;
-        }
-        Ok(launches)
-    }
-
     /// Launches `planned` (calls [`batch::launches`] put together: one call, or several of
     /// one fuse key) on `stream`. Returns the kernel launches made (0 or 1).
     ///
     /// # Safety
     ///
     /// As [`GpuComm::collective`](super::GpuComm::collective), for every call.
-    unsafe fn launch(
+    pub(super) unsafe fn launch(
         &self,
         planned: &[Planned],
         nchannels: u32,
@@ -98,6 +77,10 @@ impl Launcher {
         debug_assert!(planned.len() <= COLL_BATCH_MAX.max(PEER_BATCH_MAX));
         match planned.first() {
             None | Some(Planned::Nothing) => Ok(0),
+            // Its send/receive group is the communicator's to plan (GpuComm::launch_gathered).
+            Some(Planned::Gathered(_)) => Err(GpuError::InvalidArgument(
+                "internal: a gathered all-reduce launched without its group".to_string(),
+            )),
             Some(Planned::Copy { dst, src, bytes }) => {
                 // SAFETY: the caller's promise: both buffers hold the call's bytes.
                 unsafe { weft_cuda::copy_async(*dst, *src, *bytes, stream)? };
@@ -202,6 +185,54 @@ impl Launcher {
                 Ok(1)
             }
         }
+    }
+
+    /// Enqueues the reduction of a gathered all-reduce whose send/receive group is already
+    /// on `stream` (rank `rank` of `nranks`). Returns the kernel launches made (1).
+    ///
+    /// # Safety
+    ///
+    /// `call`'s buffers are device memory valid for its bytes (the gathering buffer for
+    /// `nranks` of them) until the stream reaches this launch's end.
+    pub(super) unsafe fn launch_gathered(
+        &self,
+        call: &GatheredCall,
+        nranks: usize,
+        rank: usize,
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        let kernels = self.kernels.get(call.module)?;
+        let threads = kernels.threads();
+        let count = call.count as u64;
+        // Enough blocks for one element per thread, at most 64 (the calls are small).
+        let blocks = count.div_ceil(u64::from(threads)).clamp(1, 64) as u32;
+        let (mut out, mut own, mut gathered, mut count) =
+            (call.recv, call.send, call.gathered, count);
+        let (mut arg, mut flags) = (call.red.arg, call.red.flags);
+        let (mut n, mut me) = (nranks as u32, rank as u32);
+        let mut params = [
+            (&mut out as *mut u64).cast::<core::ffi::c_void>(),
+            (&mut own as *mut u64).cast(),
+            (&mut gathered as *mut u64).cast(),
+            (&mut count as *mut u64).cast(),
+            (&mut arg as *mut u64).cast(),
+            (&mut flags as *mut u32).cast(),
+            (&mut n as *mut u32).cast(),
+            (&mut me as *mut u32).cast(),
+        ];
+        // SAFETY: `weft_gathered_*` takes exactly these eight scalars (u64 x 5, u32 x 3, in
+        // this order), each pointed to by `params` for the call; the buffers are the
+        // caller's promise.
+        unsafe {
+            kernels.gathered(call.red.op).launch(
+                (blocks, 1, 1),
+                (threads, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )?;
+        }
+        Ok(1)
     }
 
     /// Enqueues a planned point-to-point group: its copies to this rank, then its launches

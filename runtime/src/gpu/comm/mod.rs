@@ -64,8 +64,8 @@ use launch::{Launcher, check_stream};
 use order::StreamOrder;
 use p2p::P2pPlan;
 pub use p2p::{GpuP2p, P2P_CHANNELS, p2p_channels_for, validate_p2p_group};
-use plan::Planner;
 pub use plan::{DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, PlannedGroup};
+use plan::{GatheredCall, Planned, Planner, launch_ranges};
 pub use setup::{DEFAULT_STEP_BYTES, MAX_STEP_BYTES};
 use windows::Windows;
 
@@ -501,11 +501,20 @@ impl GpuComm {
                 .board
                 .launched(op, group.calls, count, dtype, true);
         }
-        // SAFETY: the caller's promise for every call, passed on.
-        let launched = unsafe {
-            self.launcher
-                .launch_planned(&group.planned, self.nchannels(), stream)
-        };
+        let mut launched = Ok(0);
+        for range in launch_ranges(&group.planned) {
+            let calls = &group.planned[range];
+            let launch = match calls.first() {
+                // SAFETY: the caller's promise for every call, passed on.
+                Some(Planned::Gathered(call)) => unsafe { self.launch_gathered(call, stream) },
+                // SAFETY: as above.
+                _ => unsafe { self.launcher.launch(calls, self.nchannels(), stream) },
+            };
+            launched = launched.and_then(|n| launch.map(|m| n + m));
+            if launched.is_err() {
+                break;
+            }
+        }
         // Marked even after a failure: an earlier launch of the group may be queued.
         let marked = self.order.after_launch(stream, captured);
         self.wake_net();
@@ -589,6 +598,50 @@ impl GpuComm {
         self.wake_net();
         launched?;
         marked
+    }
+
+    /// Enqueues a gathered all-reduce ([`Planned::Gathered`]): a send/receive group that
+    /// sends this rank's input to every other rank and receives theirs into the gathering
+    /// buffer (every rank makes the same group, so the n-th send to a peer meets its n-th
+    /// receive), then the reduction. Returns the kernel launches made.
+    ///
+    /// # Safety
+    ///
+    /// As [`GpuComm::collective`] for the call's buffers.
+    unsafe fn launch_gathered(
+        &self,
+        call: &GatheredCall,
+        stream: &Stream,
+    ) -> Result<usize, GpuError> {
+        let bytes = call.bytes();
+        let mut ops = Vec::with_capacity(2 * self.nranks);
+        for peer in (0..self.nranks).filter(|&q| q != self.rank) {
+            ops.push(GpuP2p::Send {
+                peer,
+                buf: call.send,
+                bytes,
+            });
+            ops.push(GpuP2p::Recv {
+                peer,
+                buf: call.gathered + (peer * bytes) as u64,
+                bytes,
+            });
+        }
+        let plan = P2pPlan::plan(
+            self.rank,
+            &ops,
+            self.windows.layout().p2p_channels(),
+            &self.planner.protocols,
+        )?;
+        // SAFETY: the caller's promise for the call's buffers; the gathering buffer holds
+        // a slot of `bytes` per rank (planned only under its size) and lives as long as
+        // the communicator, which waits for its launches before freeing it.
+        unsafe { self.launcher.launch_p2p(plan, stream) }?;
+        // SAFETY: as above; the group before it on `stream` fills the gathering buffer.
+        unsafe {
+            self.launcher
+                .launch_gathered(call, self.nranks, self.rank, stream)
+        }
     }
 
     /// Tells the NET proxy (ranks on other hosts) that a kernel was enqueued: it polls

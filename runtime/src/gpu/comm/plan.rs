@@ -10,6 +10,7 @@ use weft_core::abi::{
 };
 use weft_core::algo::{Call, GpuAlgo, PeerCaps};
 use weft_core::sched::{ChunkSizing, Collective, channels_for};
+use weft_cuda::DeviceBuffer;
 
 use super::launch::Launcher;
 use super::region::PeerRegion;
@@ -32,6 +33,43 @@ pub const DEFAULT_MIN_SLICES: u32 = 1;
 /// 331 against 326 at 1 GiB). All-gather and broadcast keep them at every size (all-gather
 /// 155 against 127 GB/s at 8 MiB).
 pub const DIRECT_ALL_REDUCE_MIN_BYTES: usize = 32 << 20;
+
+/// With `WEFT_ALGO=oneshot` across hosts, all-reduces of up to this many bytes per rank run
+/// gathered (see [`Planned::Gathered`]; the gathering buffer holds as many per rank). Never
+/// unasked: on two H200 as two hosts (2026-11-28, PyTorch, one call) it took 62.7 / 58.2 /
+/// 97.0 / 154.8 us at 8 B / 1 KiB / 16 KiB / 64 KiB where the ring took 33.5 / 39.0 / 43.8
+/// / 75.9: its one network hop is a send/receive group's, and a group across hosts took
+/// about twice the ring's two hops (not understood yet). Four ranks over two hosts, where
+/// the ring makes six hops, have not measured it.
+pub const GATHERED_FORCED_MAX_BYTES: usize = 256 << 10;
+/// The most ranks a gathered all-reduce takes: each rank sends its input to every other
+/// and keeps a slot of the gathering buffer per rank.
+pub const GATHERED_MAX_RANKS: usize = 8;
+
+/// Whether an all-reduce of `bytes` per rank runs gathered on a communicator across hosts
+/// that has a gathering buffer, under `WEFT_ALGO` `algo` (only `oneshot` asks for it):
+/// `Err` for a call the buffer cannot hold, and for PreMulSum, whose scalar is the owner's
+/// (a rank reducing another's input would apply its own).
+pub(super) fn runs_gathered(
+    algo: Option<GpuAlgo>,
+    bytes: usize,
+    premul: bool,
+) -> Result<bool, String> {
+    match algo {
+        Some(GpuAlgo::OneShot) if premul => Err(
+            "WEFT_ALGO=oneshot across hosts gathers every rank's input and reduces it on each \
+             rank, which PreMulSum (a scalar per rank) cannot; unset WEFT_ALGO"
+                .to_string(),
+        ),
+        Some(GpuAlgo::OneShot) if bytes > GATHERED_FORCED_MAX_BYTES => Err(format!(
+            "WEFT_ALGO=oneshot across hosts gathers at most {} KiB per rank; this all-reduce \
+             has {bytes} bytes: unset WEFT_ALGO or use ring",
+            GATHERED_FORCED_MAX_BYTES >> 10
+        )),
+        Some(GpuAlgo::OneShot) => Ok(true),
+        _ => Ok(false),
+    }
+}
 
 /// One collective of a group ([`GpuComm::collectives`](super::GpuComm::collectives)): the
 /// arguments of [`GpuComm::collective`](super::GpuComm::collective).
@@ -103,6 +141,11 @@ impl PlannedGroup {
                 let what = match *p {
                     Planned::Nothing => "nothing".to_string(),
                     Planned::Copy { bytes, .. } => format!("copy of {bytes} bytes"),
+                    Planned::Gathered(g) => format!(
+                        "gathered across hosts (a send/recv group of {} bytes per peer, then \
+                         the reduction)",
+                        g.bytes()
+                    ),
                     Planned::Ring { protocol, work, .. } => format!(
                         "ring {protocol:?}, {} channel(s), chunk {} bytes",
                         work.channel_count, work.chunk_size
@@ -142,6 +185,11 @@ pub(super) enum Planned {
         protocol: Protocol,
         work: CollWork,
     },
+    /// An all-reduce across hosts, gathered: a send/receive group (this rank's input to
+    /// every other rank, theirs into the gathering buffer), then every rank reduces all the
+    /// inputs in rank order (`collectives.cu`'s `weft_gathered_*`). One network hop where
+    /// the ring takes 2(n-1): NCCL's tree takes two (up, then down).
+    Gathered(GatheredCall),
     /// A work of a peer-pointer kernel.
     Peer {
         source: PeerSource,
@@ -152,6 +200,24 @@ pub(super) enum Planned {
         /// channel count fuse, side by side.
         spread: bool,
     },
+}
+
+/// A gathered all-reduce ([`Planned::Gathered`]) as planned.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GatheredCall {
+    pub(super) module: DataType,
+    pub(super) send: u64,
+    pub(super) recv: u64,
+    pub(super) count: usize,
+    /// The gathering buffer: rank r's input at `r * count` elements.
+    pub(super) gathered: u64,
+    pub(super) red: KernelRedOp,
+}
+
+impl GatheredCall {
+    pub(super) fn bytes(&self) -> usize {
+        self.count * self.module.size_of_elem()
+    }
 }
 
 /// Calls with equal keys may share a launch ([`crate::gpu::batch`]).
@@ -180,7 +246,8 @@ pub(super) enum FuseKey {
 impl Planned {
     pub(super) fn fuse_key(&self) -> Option<FuseKey> {
         match *self {
-            Planned::Nothing | Planned::Copy { .. } => None,
+            // Two launches of its own (a group, then the reduction).
+            Planned::Nothing | Planned::Copy { .. } | Planned::Gathered(_) => None,
             Planned::Ring {
                 module,
                 op,
@@ -228,6 +295,9 @@ pub(super) struct Planner {
     /// The peer-pointer algorithms' memory, when `algo` is one of them (or, unforced, for
     /// the automatic one-shot).
     pub(super) region: Option<PeerRegion>,
+    /// The gathered all-reduce's buffer ([`Planned::Gathered`]): ranks on several hosts,
+    /// at most [`GATHERED_MAX_RANKS`], `WEFT_ALGO=oneshot`.
+    pub(super) gathered: Option<DeviceBuffer>,
 }
 
 impl Planner {
@@ -330,6 +400,20 @@ impl Planner {
                 src: send,
                 bytes: count * esize,
             });
+        }
+        if let (CollKind::AllReduce, Some(buffer)) = (coll, &self.gathered)
+            && runs_gathered(self.algo, count * esize, changes_data)
+                .map_err(GpuError::InvalidArgument)?
+        {
+            kernels.check_supported(dtype)?;
+            return Ok(Planned::Gathered(GatheredCall {
+                module: dtype,
+                send,
+                recv,
+                count,
+                gathered: buffer.ptr(),
+                red,
+            }));
         }
         let caps = PeerCaps {
             peer_mapped: self.region.is_some(),
@@ -482,4 +566,31 @@ struct PeerCall {
     count: usize,
     dtype: DataType,
     red: KernelRedOp,
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn all_reduces_across_hosts_gather_only_when_asked() {
+        // Unforced: never (measured slower than the ring on two hosts).
+        assert_eq!(runs_gathered(None, 8, false), Ok(false));
+        assert_eq!(runs_gathered(None, 8, true), Ok(false));
+        // WEFT_ALGO=ring (or twoshot, nvls: refused elsewhere across hosts): never.
+        assert_eq!(runs_gathered(Some(GpuAlgo::Ring), 8, false), Ok(false));
+        // WEFT_ALGO=oneshot: up to the buffer's slot, and the refusals name the setting.
+        assert_eq!(
+            runs_gathered(Some(GpuAlgo::OneShot), GATHERED_FORCED_MAX_BYTES, false),
+            Ok(true)
+        );
+        let too_big = runs_gathered(Some(GpuAlgo::OneShot), GATHERED_FORCED_MAX_BYTES + 1, false)
+            .unwrap_err();
+        assert!(
+            too_big.contains("WEFT_ALGO=oneshot") && too_big.contains("256 KiB"),
+            "{too_big}"
+        );
+        let premul = runs_gathered(Some(GpuAlgo::OneShot), 8, true).unwrap_err();
+        assert!(premul.contains("PreMulSum"), "{premul}");
+    }
 }

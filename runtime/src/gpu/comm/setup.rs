@@ -13,7 +13,7 @@
 
 use weft_core::abi::STEPS;
 use weft_core::algo::GpuAlgo;
-use weft_cuda::{Context, Device};
+use weft_cuda::{Context, Device, DeviceBuffer};
 
 use super::GpuComm;
 use super::channels::{ChannelRings, channel_rings};
@@ -24,7 +24,7 @@ use super::net::NetEnds;
 use super::order::StreamOrder;
 use super::p2p::p2p_channel_count;
 use super::peers::{GpuPeer, check_peers, connection_lines, read_by_default, several_hosts};
-use super::plan::{DEFAULT_MIN_SLICES, Planner};
+use super::plan::{DEFAULT_MIN_SLICES, GATHERED_FORCED_MAX_BYTES, GATHERED_MAX_RANKS, Planner};
 use super::region::{PeerRegion, RegionSite, agree_on_plan, region_algo};
 use super::windows::Windows;
 use crate::bootstrap::{Bootstrap, UniqueId, identity};
@@ -198,8 +198,14 @@ impl GpuComm {
             net_name.as_ref().map(|f| f as &dyn Fn(u32) -> String),
         );
         agree_on_algo(&mut bootstrap, rank, opts.algo)?;
-        // The peer algorithms map every rank's memory: one host only.
-        let region = match region_algo(opts.algo, via_host || multi_host, nranks)? {
+        // The peer algorithms map every rank's memory: one host only. Across hosts the
+        // one-shot runs gathered, over the connections (`Planned::Gathered`), with no region.
+        let region_for = if multi_host && opts.algo == Some(GpuAlgo::OneShot) {
+            None
+        } else {
+            region_algo(opts.algo, via_host || multi_host, nranks)?
+        };
+        let region = match region_for {
             Some(algo) => {
                 let site = RegionSite {
                     rank,
@@ -228,6 +234,7 @@ impl GpuComm {
             }
             None => None,
         };
+        let gathered = gathered_buffer(&ctx, multi_host, nranks, opts.algo)?;
         let kernels = Kernels::with_settings(&ctx, &opts.settings.kernels)?;
         let control = write_control(&ctx, &windows, &faults, rank, nranks, 0)?;
         let order = StreamOrder::new(ctx.clone());
@@ -251,6 +258,7 @@ impl GpuComm {
                 algo: opts.algo,
                 min_slices: settings.min_slices,
                 region,
+                gathered,
             },
         };
         comm.ready(&me.bus_id, device)
@@ -286,6 +294,25 @@ impl GpuComm {
         );
         Ok(self)
     }
+}
+
+/// The gathered all-reduce's buffer (`Planned::Gathered`), a slot of
+/// `GATHERED_FORCED_MAX_BYTES` per rank: ranks on several hosts, at most
+/// `GATHERED_MAX_RANKS`, `WEFT_ALGO=oneshot` (every rank agreed on all three).
+fn gathered_buffer(
+    ctx: &std::sync::Arc<Context>,
+    multi_host: bool,
+    nranks: usize,
+    algo: Option<GpuAlgo>,
+) -> Result<Option<DeviceBuffer>, GpuError> {
+    let wanted = multi_host && nranks <= GATHERED_MAX_RANKS && algo == Some(GpuAlgo::OneShot);
+    if !wanted {
+        return Ok(None);
+    }
+    Ok(Some(DeviceBuffer::alloc(
+        ctx,
+        nranks * GATHERED_FORCED_MAX_BYTES,
+    )?))
 }
 
 /// How long init may spend loading the kernel bundle's modules (about 40 ms for every type
