@@ -763,7 +763,7 @@ pub static ALGO: Var<GpuAlgo> = var(
     Gpu,
     Means("automatic: one-shot for small all-reduces between peer-mapped ranks, else the ring"),
     "ring, oneshot, twoshot or nvls",
-    "The algorithm every GPU call must use, for measurement. Every rank must set the same.",
+    "The algorithm every GPU call must use, for measurement. Every rank must set the same. Across hosts oneshot runs the gathered all-reduce (every input sent to every rank, up to 256 KiB per rank).",
     Reject,
     parse::algo,
 );
