@@ -80,19 +80,24 @@ for side in ${SIDES:-weft}; do
             for p in "${pids[@]}"; do wait "$p"; rc=$?; ((rc == 124)) || rc=0; rcs+=("$rc"); done
             cat "$log"-node*.log > "$log.log"
         else
-            # FAULTS_STACKS=S (diagnosis): S seconds in, every rank's threads' stacks (gdb).
+            # FAULTS_STACKS=S (diagnosis): S seconds in, every rank's threads' stacks (gdb;
+            # the python processes only, not torchrun or timeout).
+            stacks=
             if [[ -n "${FAULTS_STACKS:-}" ]] && command -v gdb > /dev/null; then
                 (
                     sleep "$FAULTS_STACKS"
-                    for p in $(pgrep -f "torch_faults.py $c"); do
+                    for p in $(pgrep -f "^[^ ]*python[^ ]* .*torch_faults.py $c"); do
                         timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 15" \
                             > "$log-stacks-$p.txt" 2>&1
                     done
                 ) &
+                stacks=$!
             fi
             env "${envs[@]}" timeout -k 5 "${RUN_TIMEOUT:-120}" torchrun --standalone \
                 --nproc-per-node "$gpus" scripts/torch_faults.py "$c" > "$log.log" 2>&1
             rcs=($?)
+            # The stacks sampler belongs to this case: it ends with it.
+            [[ -n "$stacks" ]] && { kill "$stacks" 2>/dev/null; wait "$stacks" 2>/dev/null; }
         fi
         took=$(($(date +%s) - start))
         echo "== $side $c: ${took} s, exit ${rcs[*]}"
@@ -102,6 +107,7 @@ for side in ${SIDES:-weft}; do
                 echo "   FAIL: a run hung until RUN_TIMEOUT"; status=1
             fi
             # Which ranks must fail, and which rank(s) each must name ("r:culprits").
+            verdicts=()
             case "$c" in
                 # Rank 1 meets rank 0's fault; every other rank's all_reduce after it then
                 # waits on rank 1, stuck in its receive (or taken down by PyTorch).

@@ -244,6 +244,8 @@ pub struct GpuSettings {
     pub nvls_enable: bool,
     pub nvls_nchannels: Option<u32>,
     pub nvls_chunksize: u64,
+    /// `WEFT_NET_RECV_COPY`: received NET steps go to device memory by the copy engine.
+    pub net_recv_copy: bool,
 }
 
 /// Compiling the kernels.
@@ -470,6 +472,7 @@ impl Settings {
             nvls_enable: r.value(&t::NVLS_ENABLE),
             nvls_nchannels: r.optional(&t::NVLS_NCHANNELS),
             nvls_chunksize: r.value(&t::NVLS_CHUNKSIZE),
+            net_recv_copy: r.value(&t::NET_RECV_COPY),
         };
         let kernels = KernelSettings {
             threads: r.value(&t::KERNEL_THREADS),

@@ -821,6 +821,15 @@ pub static NVLS_CHUNKSIZE: Var<u64> = var(
     Reject,
     parse::number::<16, 4_294_967_295>,
 );
+pub static NET_RECV_COPY: Var<bool> = var(
+    &["WEFT_NET_RECV_COPY"],
+    Gpu,
+    Value("0"),
+    "0 or 1",
+    "GPU data from other hosts without GPUDirect: 1 copies each received step into device memory with the copy engine and the kernel reads it there; 0 lets the kernel read the pinned host slot (NCCL's way). Each rank chooses for its own receives.",
+    Reject,
+    parse::switch,
+);
 
 // ---- kernels ----
 
@@ -988,6 +997,7 @@ pub static TABLE: &[&dyn Entry] = &[
     &NVLS_ENABLE,
     &NVLS_NCHANNELS,
     &NVLS_CHUNKSIZE,
+    &NET_RECV_COPY,
     &KERNEL_THREADS,
     &KERNEL_UNROLL,
     &KERNEL_CACHE,

@@ -34,8 +34,10 @@ pub enum CommState {
 }
 
 /// How long `ncclCommGetAsyncError` waits, once the abort flag is up, for a call holding
-/// the communicator to leave (that call sees the flag; the longest it then takes is the
-/// health query at a deadline, 1.5 s).
+/// the communicator to leave. A launch that sees the flag leaves within the health query
+/// at a deadline (1.5 s); a synchronize drains for up to 5 s, and a split's or finalize's
+/// bootstrap exchange runs to its own deadline: those get the placeholder error, naming
+/// the call.
 pub const DETAILS_WAIT: Duration = Duration::from_secs(2);
 
 /// `mutex` within `wait` (at once for zero), or `None` while another thread holds it.
@@ -160,6 +162,7 @@ impl Comm {
     }
 
     /// Runs `f` on the initialised communicator.
+    #[track_caller]
     pub fn with_gpu<T>(
         &self,
         f: impl FnOnce(&mut GpuComm) -> Result<T, ApiError>,
@@ -231,6 +234,11 @@ impl Comm {
                 }
             },
         };
+        // This poll holds it now: a later poll that finds it held names this place.
+        *self
+            .state_taken_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Location::caller());
         match &mut *state {
             CommState::Pending => Ok(NCCL_IN_PROGRESS),
             CommState::Failed(e) => Err(e.clone()),

@@ -173,8 +173,12 @@ impl log::Log for RuntimeRecords {
     fn flush(&self) {}
 }
 
-/// Installs [`RuntimeRecords`] as the process's logger, once; a program that set its own
-/// logger first (a Rust program linking libnccl) keeps it.
+/// Installs [`RuntimeRecords`] as the `log` crate's logger, once. Through `libnccl.so` the
+/// library has its own copy of `log`, so a host program's logger is neither replaced nor
+/// told. A Rust program linking weft-nccl as a crate shares `log` with it: one that set its
+/// logger first keeps it (weft's records then go there), and one that sets it after the
+/// first libnccl call finds it taken (`log::set_logger` fails; `env_logger::init` panics):
+/// such a program sets its logger before calling libnccl.
 pub fn forward_runtime_records() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

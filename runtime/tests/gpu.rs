@@ -1119,10 +1119,9 @@ fn every_collective_across_two_hosts() {
 
 /// The gathered all-reduce across hosts (each rank's input to every other by a send/recv
 /// group, every rank reducing them all in rank order), forced with `WEFT_ALGO=oneshot` up
-/// to its 256 KiB per rank: every type and operator, in and out of place, counts from one
-/// element to the buffer's slot (the automatic choice takes it up to 64 KiB; the test
-/// above covers that through its small counts). Every element checked; the rank-order
-/// reduction gives every rank the same bits, as the one-shot's.
+/// to its 256 KiB per rank (it is never chosen unasked): every type and operator, in and
+/// out of place, counts from one element to the buffer's slot. Every element checked; the
+/// rank-order reduction gives every rank the same bits, as the one-shot's.
 #[test]
 fn gathered_all_reduces_across_two_hosts() {
     let Some(n) = multi_ranks() else { return };
@@ -1650,6 +1649,23 @@ fn a_launch_never_waits_for_a_receive_in_flight() {
                 }];
                 // SAFETY: the buffer outlives the synchronizes below.
                 unsafe { comm.group(&recv, &recv_stream) }.unwrap();
+                // Should the launch below block after all (a module loaded there), the
+                // receive is aborted after 5 s so that the test fails instead of hanging.
+                let rescue = comm.abort_handle();
+                let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let watch = {
+                    let done = done.clone();
+                    std::thread::spawn(move || {
+                        let until = Instant::now() + Duration::from_secs(5);
+                        while !done.load(std::sync::atomic::Ordering::Acquire) {
+                            if Instant::now() >= until {
+                                rescue.raise();
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    })
+                };
                 std::thread::sleep(Duration::from_millis(200));
                 let t = Instant::now();
                 // SAFETY: as above; a type no call of this communicator used before.
@@ -1666,6 +1682,8 @@ fn a_launch_never_waits_for_a_receive_in_flight() {
                 }
                 .unwrap();
                 took = Some(t.elapsed());
+                done.store(true, std::sync::atomic::Ordering::Release);
+                watch.join().unwrap();
                 comm.abort("the test is done");
                 let _ = comm.synchronize(&recv_stream);
                 let _ = comm.synchronize(&stream);

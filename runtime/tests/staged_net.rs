@@ -4,14 +4,14 @@
 //! every byte and tag checked over many wraps of the FIFO; a peer that goes away
 //! reaches the other side's failure hook with an error naming it.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use weft_runtime::conn::{AbortFlag, ConnId, Direction};
 use weft_runtime::net::socket::SocketNet;
-use weft_runtime::proxy::staged::{FirstFailure, Staging};
+use weft_runtime::proxy::staged::{FirstFailure, Staging, StepMover};
 use weft_runtime::transport::staged::StagedNet;
 
 #[path = "common/random.rs"]
@@ -151,6 +151,103 @@ fn stream_and_check<N: weft_runtime::net::Net + 'static>(
         b.wait_idle(Duration::from_secs(10)),
         "receive links did not finish"
     );
+}
+
+/// The copy engine's part, played: each move copies the slot's bytes into `device` (where
+/// the played kernel reads, as the GPU's device FIFO) and finishes only `delay` later, so
+/// that the proxy must hold the step back until then.
+struct DelayedCopier {
+    host: Vec<usize>,
+    device: Vec<Mutex<Vec<u8>>>,
+    done_at: Vec<Mutex<Option<Instant>>>,
+    delay: Duration,
+}
+
+impl StepMover for DelayedCopier {
+    fn start(&self, slot: usize, bytes: usize) -> Result<(), String> {
+        let mut dst = self.device[slot].lock().unwrap();
+        dst.clear();
+        // SAFETY: the slot lies in the staging area (its address taken at setup), which
+        // the area keeps alive; its step arrived, and nothing receives into it until the
+        // played kernel frees the step.
+        dst.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(self.host[slot] as *const u8, bytes)
+        });
+        *self.done_at[slot].lock().unwrap() = Some(Instant::now() + self.delay);
+        Ok(())
+    }
+
+    fn finished(&self, slot: usize) -> Result<bool, String> {
+        let done_at = *self.done_at[slot].lock().unwrap();
+        done_at
+            .map(|t| Instant::now() >= t)
+            .ok_or_else(|| format!("slot {slot}: no move started"))
+    }
+}
+
+/// A receiving end whose steps a mover copies elsewhere (the GPU's copy-engine receive,
+/// `WEFT_NET_RECV_COPY=1`): the played kernel reads every step from the mover's copy once
+/// the tail says so, and every byte and tag is right over many wraps of the FIFO; a step
+/// is never published before its move finished.
+#[test]
+fn moved_steps_reach_the_kernel_whole_and_in_order() {
+    let (a, b) = (staged_net(), staged_net());
+    let step_bytes = 16 << 10;
+    let count = 300;
+    let failures = FirstFailure::default();
+    let send = Arc::new(Staging::on_heap(STEPS, step_bytes, failures.hook(|| {})).unwrap());
+    let recv = Staging::on_heap(STEPS, step_bytes, failures.hook(|| {})).unwrap();
+    let copier = Arc::new(DelayedCopier {
+        host: (0..STEPS).map(|s| recv.slot_ptr(s) as usize).collect(),
+        device: (0..STEPS).map(|_| Mutex::new(Vec::new())).collect(),
+        done_at: (0..STEPS).map(|_| Mutex::new(None)).collect(),
+        delay: Duration::from_micros(300),
+    });
+    let recv = Arc::new(recv.with_mover(copier.clone()));
+    let handle = b
+        .recv(conn(1, 0, 0, Direction::Recv), recv.clone())
+        .unwrap();
+    a.send(
+        conn(0, 1, 0, Direction::Send),
+        handle.as_bytes(),
+        send.clone(),
+    )
+    .unwrap();
+    let seed = 0xc0de;
+    thread::scope(|scope| {
+        scope.spawn(|| play_sender(&send, seed, count, LIMIT).unwrap());
+        scope.spawn(|| {
+            for i in 0..count {
+                let deadline = Instant::now() + LIMIT;
+                while recv.tail().load(Ordering::Acquire) <= i {
+                    assert!(Instant::now() < deadline, "step {i} never came");
+                    std::hint::spin_loop();
+                }
+                let slot = (i % STEPS as u64) as usize;
+                assert!(
+                    copier.finished(slot).unwrap(),
+                    "step {i} published before its move finished"
+                );
+                let want = random::message(seed, i, step_bytes);
+                assert_eq!(
+                    *copier.device[slot].lock().unwrap(),
+                    want,
+                    "step {i}'s bytes"
+                );
+                assert_eq!(
+                    recv.tag(slot).load(Ordering::Relaxed),
+                    staged_kernel::tag_of(seed, i),
+                    "step {i}'s tag"
+                );
+                recv.head().store(i + 1, Ordering::Release);
+            }
+        });
+    });
+    assert_eq!(failures.get(), None);
+    send.close();
+    assert!(a.wait_idle(Duration::from_secs(10)));
+    recv.close();
+    assert!(b.wait_idle(Duration::from_secs(10)));
 }
 
 #[test]

@@ -69,6 +69,20 @@ pub mod layout {
 /// What a staging area's owner is told when its connection fails (the proxy's cause).
 pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Moves a received step from its slot in the staging area to where the receiving kernel
+/// reads it: the copy engine into device memory (`WEFT_NET_RECV_COPY`, issue 24: NCCL's
+/// kernel reads pinned host memory at about 6 GB/s per channel, measured in this project).
+/// Without one the kernel reads the host slot itself. The proxy starts a step's move once
+/// its bytes arrived and publishes the step (the tail) only once the move finished, in step
+/// order; it lends the host slot again only after the kernel freed the step (the head), so
+/// a move never reads a slot being received into, nor writes one the kernel still reads.
+pub trait StepMover: Send + Sync {
+    /// Starts moving the first `bytes` bytes of slot `slot` (as [`Staging::slot_ptr`]).
+    fn start(&self, slot: usize, bytes: usize) -> Result<(), String>;
+    /// Whether the last move started for `slot` has finished.
+    fn finished(&self, slot: usize) -> Result<bool, String>;
+}
+
 /// One connection end's staging area (see the module documentation): its memory, kept
 /// alive by `memory`, and its geometry.
 pub struct Staging {
@@ -80,6 +94,8 @@ pub struct Staging {
     /// when nothing is in flight.
     closed: AtomicBool,
     on_failure: FailureHook,
+    /// Receiving ends only: where received steps go before the kernel reads them.
+    mover: Option<Arc<dyn StepMover>>,
     _memory: Box<dyn Send + Sync>,
 }
 
@@ -138,8 +154,16 @@ impl Staging {
             step_bytes,
             closed: AtomicBool::new(false),
             on_failure,
+            mover: None,
             _memory: memory,
         })
+    }
+
+    /// The same area, its received steps moved by `mover` before the kernel may read them
+    /// (a receiving end; a sending end ignores it).
+    pub fn with_mover(mut self, mover: Arc<dyn StepMover>) -> Staging {
+        self.mover = Some(mover);
+        self
     }
 
     /// A zeroed area on the heap, for tests and for ranks whose peer kernels run on the
@@ -288,6 +312,8 @@ struct StepInFlight<R> {
     step: u64,
     header: Piece<R>,
     data: Piece<R>,
+    /// Received and checked; its move (where there is a mover) started.
+    arrived: bool,
 }
 
 /// Tests a step's requests once, the header's first (a grouped receive completes both);
@@ -467,6 +493,7 @@ impl<N: Net> StagedSendLink<N> {
                         step: *taken,
                         header: Piece::Unposted,
                         data: Piece::Unposted,
+                        arrived: false,
                     });
                     *taken += 1;
                     busy = true;
@@ -655,6 +682,7 @@ impl<N: Net> StagedRecvLink<N> {
                         step: *lent,
                         header: Piece::Unposted,
                         data: Piece::Unposted,
+                        arrived: false,
                     });
                     *lent += 1;
                 }
@@ -708,10 +736,12 @@ impl<N: Net> StagedRecvLink<N> {
                         }
                     }
                 }
-                // Publish completed steps in order.
-                while let Some(front) = inflight.front_mut() {
-                    let tested = test_step(net, front);
-                    let data = match tested {
+                // Completed steps, in step order: checked against their headers, their
+                // tags stored, their moves started (where a mover moves them to the kernel).
+                let mover = staging.mover.clone();
+                let mut sender_closed = false;
+                for front in inflight.iter_mut().filter(|s| !s.arrived) {
+                    let data = match test_step(net, front) {
                         Ok(data) => data,
                         // The sender closed its end: the normal end of a communicator whose
                         // other side was destroyed first (the receives lent ahead will never
@@ -719,8 +749,8 @@ impl<N: Net> StagedRecvLink<N> {
                         // deadline, naming the peer.
                         Err(e) if e.kind() == NetErrorKind::PeerClosed => {
                             log::debug!("{conn}: the sender closed its end: {e}");
-                            self.shut(net);
-                            return Ok(Progress::Finished);
+                            sender_closed = true;
+                            break;
                         }
                         Err(e) => return Err(describe(conn, "receive", &e)),
                     };
@@ -752,6 +782,29 @@ impl<N: Net> StagedRecvLink<N> {
                         ));
                     }
                     staging.tag(slot).store(tag, Ordering::Relaxed);
+                    if let Some(mover) = &mover {
+                        mover.start(slot, got as usize).map_err(|e| {
+                            format!("{conn}: moving step {} to the GPU: {e}", front.step)
+                        })?;
+                    }
+                    front.arrived = true;
+                    busy = true;
+                }
+                if sender_closed {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
+                }
+                // Published in order, each once its move finished.
+                while let Some(front) = inflight.front().filter(|s| s.arrived) {
+                    let slot = (front.step % staging.steps() as u64) as usize;
+                    if let Some(mover) = &mover {
+                        let moved = mover.finished(slot).map_err(|e| {
+                            format!("{conn}: moving step {} to the GPU: {e}", front.step)
+                        })?;
+                        if !moved {
+                            break;
+                        }
+                    }
                     // Release: the kernel that sees the tail sees the bytes and the tag.
                     staging.tail().store(front.step + 1, Ordering::Release);
                     inflight.pop_front();

@@ -187,7 +187,11 @@ impl Faults {
         }
         if let Some(fault) = self.first_fault() {
             let err = self.fault_error(&fault);
-            self.failed.get_or_insert_with(|| err.to_string());
+            // An abort's reason alone: later checks wrap it again (`Aborted`).
+            self.failed.get_or_insert_with(|| match &err {
+                GpuError::Aborted { why, .. } => why.clone(),
+                other => other.to_string(),
+            });
             return Err(err);
         }
         if let Some(why) = &self.failed {

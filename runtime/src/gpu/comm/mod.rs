@@ -633,15 +633,17 @@ impl GpuComm {
             self.windows.layout().p2p_channels(),
             &self.planner.protocols,
         )?;
+        let group_launches = plan.launches.len();
         // SAFETY: the caller's promise for the call's buffers; the gathering buffer holds
         // a slot of `bytes` per rank (planned only under its size) and lives as long as
         // the communicator, which waits for its launches before freeing it.
         unsafe { self.launcher.launch_p2p(plan, stream) }?;
         // SAFETY: as above; the group before it on `stream` fills the gathering buffer.
-        unsafe {
+        let reductions = unsafe {
             self.launcher
                 .launch_gathered(call, self.nranks, self.rank, stream)
-        }
+        }?;
+        Ok(group_launches + reductions)
     }
 
     /// Tells the NET proxy (ranks on other hosts) that a kernel was enqueued: it polls
@@ -741,10 +743,8 @@ impl Drop for GpuComm {
         // Kernels still running would write into freed memory: let them end (their waits
         // end at the timeout at the latest; one that gave up is released now).
         if let Err(e) = self.wait_for_own_work() {
-            log::warn!(
-                "weft: rank {}: synchronizing before teardown failed: {e}",
-                self.rank
-            );
+            // `e` names the rank.
+            log::warn!("weft: synchronizing before teardown failed: {e}");
         }
     }
 }

@@ -8,6 +8,12 @@
 //! GPUDirect RDMA. The kernels need nothing else: a sending end with a `sizes_fifo` (flagged
 //! `CONN_PROXY_DRIVEN`) records each step's size there for the proxy.
 //!
+//! With `WEFT_NET_RECV_COPY=1` a receiving end's FIFO is in device memory instead: the proxy
+//! still receives into the staging area, then copies each step there with the copy engine
+//! ([`CopyEngine`], a [`StepMover`]) and publishes it once the copy finished, so the kernel
+//! reads device memory rather than pinned host memory over PCIe (issue 24 asks for both
+//! forms behind a switch, measured against each other).
+//!
 //! SIMPLE only: the proxy moves whole steps, and LL's flagged lines would need it to watch
 //! every line; a communicator with NET connections runs without LL buffers, as NCCL's NET
 //! carries no LL without a flush per line. Connections are set up at init, every one of
@@ -18,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weft_core::abi::{CONN_HOST_MEMORY, CONN_PROXY_DRIVEN, ConnInfo, Protocol, STEPS};
-use weft_cuda::{Context, HostMapped};
+use weft_cuda::{Context, DeviceBuffer, Event, HostMapped, Stream};
 
 use super::faults::AbortHandle;
 use super::nic;
@@ -31,7 +37,7 @@ use crate::gpu::GpuError;
 use crate::gpu::layout::{Edge, Layout};
 use crate::net::NET_HANDLE_MAXSIZE;
 use crate::net::any::AnyNet;
-use crate::proxy::staged::{FirstFailure, Staging, layout as staging_layout};
+use crate::proxy::staged::{FirstFailure, Staging, StepMover, layout as staging_layout};
 use crate::transport::net::NET_NAME;
 use crate::transport::staged::StagedNet;
 
@@ -45,6 +51,60 @@ struct NetEnd {
     staging: Arc<Staging>,
     /// The area's address for this rank's kernels.
     device: u64,
+    /// A receiving end with the copy-engine receive: its FIFO in device memory (the
+    /// kernel reads the steps there; the area's FIFO is the network's).
+    device_fifo: Option<u64>,
+}
+
+/// The copy-engine receive's mover: each received step copied from its slot of the
+/// staging area (pinned host memory, by its device-mapped address) into the same slot of a
+/// FIFO in device memory, on the rank's copy stream; an event per slot marks the copy's end.
+struct CopyEngine {
+    stream: Arc<Stream>,
+    fifo: DeviceBuffer,
+    /// The staging area's FIFO, device-mapped.
+    staged: u64,
+    step_bytes: usize,
+    copied: Vec<Event>,
+}
+
+impl StepMover for CopyEngine {
+    fn start(&self, slot: usize, bytes: usize) -> Result<(), String> {
+        let at = (slot * self.step_bytes) as u64;
+        if bytes > self.step_bytes || slot >= self.copied.len() {
+            return Err(format!(
+                "{bytes} bytes into slot {slot} of {}",
+                self.copied.len()
+            ));
+        }
+        // SAFETY: both ranges hold `step_bytes` at `at` (slot < steps, checked above); the
+        // device FIFO lives as long as this mover, which waits for its stream before it is
+        // dropped, and the staging area outlives its mover (`Staging` drops it first).
+        unsafe {
+            weft_cuda::copy_async(self.fifo.ptr() + at, self.staged + at, bytes, &self.stream)
+        }
+        .map_err(|e| e.to_string())?;
+        self.copied[slot]
+            .record(&self.stream)
+            .map_err(|e| e.to_string())
+    }
+
+    fn finished(&self, slot: usize) -> Result<bool, String> {
+        match self.copied.get(slot) {
+            Some(event) => event.is_done().map_err(|e| e.to_string()),
+            None => Err(format!("slot {slot} of {}", self.copied.len())),
+        }
+    }
+}
+
+impl Drop for CopyEngine {
+    /// A copy may still run into the FIFO (a step the kernel never read): it ends before
+    /// the memory goes. Bounded: copies wait on nothing but the copy engine.
+    fn drop(&mut self) {
+        if let Err(e) = self.stream.synchronize() {
+            log::warn!("weft: waiting for the NET receive copies before freeing their FIFO: {e}");
+        }
+    }
 }
 
 /// This rank's NET connection ends and the proxy that moves them.
@@ -58,6 +118,9 @@ pub(super) struct NetEnds {
     /// Stops the proxy when the communicator is aborted.
     abort: AbortFlag,
     failure: FirstFailure,
+    /// The copy-engine receive's stream (`WEFT_NET_RECV_COPY=1`), shared by this rank's
+    /// receiving ends.
+    copy: Option<Arc<Stream>>,
 }
 
 /// One record of the handshake: a receiving rank's listen handle for one connection.
@@ -100,6 +163,12 @@ impl NetEnds {
         // From here every connection belongs to `setup`, whose `Drop` closes their areas
         // (so their links finish at once) on any early return.
         let gpu_path = peers.get(rank).and_then(|p| nic::gpu_pci_path(&p.bus_id));
+        // The copy-engine receive's stream, shared by this rank's receiving ends.
+        let copy_stream = if opts.settings.gpu.net_recv_copy && !incoming.is_empty() {
+            Some(Arc::new(Stream::new(ctx)?))
+        } else {
+            None
+        };
         let mut setup = net.map(|net| NetEnds {
             ends: BTreeMap::new(),
             nics: net.device_paths(),
@@ -107,6 +176,7 @@ impl NetEnds {
             net,
             abort: proxy_abort,
             failure: FirstFailure::default(),
+            copy: copy_stream.clone(),
         });
         let mut handles = Vec::with_capacity(incoming.len() * RECORD_BYTES);
         if let Ok(ends) = &mut setup {
@@ -150,7 +220,7 @@ impl NetEnds {
                         edge.channel
                     ),
                 })?;
-            let end = NetEnd::alloc(ctx, layout, &ends.failure, &abort)?;
+            let end = NetEnd::alloc(ctx, layout, &ends.failure, &abort, None)?;
             ends.net
                 .send_on(
                     conn_id(edge, r, Direction::Send),
@@ -166,16 +236,22 @@ impl NetEnds {
         used.dedup();
         log::info!(
             "weft: rank {rank}: {} NET connection(s) to other hosts on device(s) {used:?} of \
-             {} ({})",
+             {} ({}){}",
             ends.ends.len(),
             ends.nics.len(),
-            ends.net.backend()
+            ends.net.backend(),
+            if copy_stream.is_some() {
+                "; received steps copied to device memory (WEFT_NET_RECV_COPY=1)"
+            } else {
+                ""
+            }
         );
         Ok(Some(ends))
     }
 
-    /// Listens for every connection of `incoming` (into this rank), each into a new area;
-    /// appends the handshake's record of each to `records`.
+    /// Listens for every connection of `incoming` (into this rank), each into a new area
+    /// (its steps copied to a device FIFO on the copy stream, where there is one); appends
+    /// the handshake's record of each to `records`.
     fn listen(
         &mut self,
         ctx: &Arc<Context>,
@@ -186,7 +262,7 @@ impl NetEnds {
         records: &mut Vec<u8>,
     ) -> Result<(), GpuError> {
         for &edge in incoming {
-            let end = NetEnd::alloc(ctx, layout, &self.failure, abort)?;
+            let end = NetEnd::alloc(ctx, layout, &self.failure, abort, self.copy.as_ref())?;
             let handle = self
                 .net
                 .recv_on(
@@ -209,7 +285,7 @@ impl NetEnds {
         let at = |offset: usize| end.device + offset as u64;
         let mut buffs = [0u64; 3];
         let mut sizes = [0u32; 3];
-        buffs[Protocol::Simple.index()] = at(staging_layout::FIFO);
+        buffs[Protocol::Simple.index()] = end.device_fifo.unwrap_or(at(staging_layout::FIFO));
         sizes[Protocol::Simple.index()] =
             u32::try_from(step_bytes * STEPS as usize).unwrap_or(u32::MAX);
         Some(ConnInfo {
@@ -277,12 +353,15 @@ impl Drop for NetEnds {
 }
 
 impl NetEnd {
-    /// A zeroed staging area on pinned host memory mapped for `ctx`'s GPU.
+    /// A zeroed staging area on pinned host memory mapped for `ctx`'s GPU; with `copy`
+    /// (a receiving end, `WEFT_NET_RECV_COPY=1`), also a FIFO in device memory that its
+    /// steps are copied into on that stream.
     fn alloc(
         ctx: &Arc<Context>,
         layout: &Layout,
         failure: &FirstFailure,
         abort: &AbortHandle,
+        copy: Option<&Arc<Stream>>,
     ) -> Result<NetEnd, GpuError> {
         let step_bytes = layout.step_bytes();
         let bytes = staging_layout::bytes(STEPS as usize, step_bytes);
@@ -303,9 +382,28 @@ impl NetEnd {
             )
         }
         .map_err(GpuError::InvalidArgument)?;
+        let (staging, device_fifo) = match copy {
+            Some(stream) => {
+                let fifo = DeviceBuffer::alloc(ctx, STEPS as usize * step_bytes)?;
+                let fifo_ptr = fifo.ptr();
+                let copied = (0..STEPS)
+                    .map(|_| Event::new(ctx, false))
+                    .collect::<Result<Vec<Event>, _>>()?;
+                let mover = CopyEngine {
+                    stream: Arc::clone(stream),
+                    fifo,
+                    staged: device + staging_layout::FIFO as u64,
+                    step_bytes,
+                    copied,
+                };
+                (staging.with_mover(Arc::new(mover)), Some(fifo_ptr))
+            }
+            None => (staging, None),
+        };
         Ok(NetEnd {
             staging: Arc::new(staging),
             device,
+            device_fifo,
         })
     }
 }
