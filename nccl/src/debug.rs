@@ -173,7 +173,7 @@ impl log::Log for RuntimeRecords {
     fn flush(&self) {}
 }
 
-/// Installs [`RuntimeRecords`] as the `log` crate's logger, once. Through `libnccl.so` the
+/// Installs `RuntimeRecords` as the `log` crate's logger, once. Through `libnccl.so` the
 /// library has its own copy of `log`, so a host program's logger is neither replaced nor
 /// told. A Rust program linking weft-nccl as a crate shares `log` with it: one that set its
 /// logger first keeps it (weft's records then go there), and one that sets it after the
