@@ -10,7 +10,7 @@
 //! on older GPUs they are refused here with an error saying so (collectives that only move
 //! fp8 data run the uint8 module instead, see `GpuComm`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use weft_config::KernelSettings;
 use weft_core::abi::{DataType, Protocol, RedOp};
@@ -312,6 +312,23 @@ pub struct Kernels {
 }
 
 impl Kernels {
+    /// The modules of `ctx` compiled as `tuning` says, shared by every communicator on that
+    /// context (as NCCL loads its kernels once per process): a split, a shrink or another
+    /// process group's communicator on the GPU loads nothing again, and the modules go when
+    /// the last of them does.
+    pub fn shared(ctx: &Arc<Context>, tuning: &KernelSettings) -> Result<Arc<Kernels>, GpuError> {
+        static LIVE: Mutex<Vec<Weak<Kernels>>> = Mutex::new(Vec::new());
+        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        live.retain(|k| k.strong_count() > 0);
+        let same = |k: &Arc<Kernels>| k.ctx.raw() == ctx.raw() && k.tuning == *tuning;
+        if let Some(kernels) = live.iter().filter_map(Weak::upgrade).find(same) {
+            return Ok(kernels);
+        }
+        let kernels = Arc::new(Kernels::with_settings(ctx, tuning)?);
+        live.push(Arc::downgrade(&kernels));
+        Ok(kernels)
+    }
+
     /// The modules of `ctx`, compiled as `tuning` says.
     pub fn with_settings(ctx: &Arc<Context>, tuning: &KernelSettings) -> Result<Self, GpuError> {
         let arch = ctx.device().compute_capability()?;
@@ -443,15 +460,20 @@ impl Kernels {
                 );
                 break;
             }
-            let bundled =
-                |(name, text): (&str, &str)| in_bundle(name, text, d, self.arch, &self.tuning);
-            if !self.supports(d)
-                || !bundled((weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES))
-            {
+            if !self.supports(d) {
                 continue;
             }
-            self.get(d)?;
-            if let Some(source) = peer.filter(|s| bundled(s.source())) {
+            // Another communicator of the context may have loaded them (`shared`): then
+            // nothing, not even the bundle lookup's hashing of the sources.
+            let bundled =
+                |(name, text): (&str, &str)| in_bundle(name, text, d, self.arch, &self.tuning);
+            let collectives = (weft_kernels::COLLECTIVES_NAME, weft_kernels::COLLECTIVES);
+            if !self.is_loaded(d) && bundled(collectives) {
+                self.get(d)?;
+            }
+            if let Some(source) =
+                peer.filter(|s| !self.peer_is_loaded(*s, d) && bundled(s.source()))
+            {
                 self.peer(source, d)?;
             }
         }

@@ -3,6 +3,8 @@
 //! point-to-point group. Every launch passes the control block's address; a launch's only
 //! argument is the call itself, so it is graph-capturable.
 
+use std::sync::Arc;
+
 use weft_core::abi::{
     COLL_BATCH_MAX, DataType, KernelArgs, P2pArgs, PEER_BATCH_MAX, PeerBatch, PeerWork,
 };
@@ -17,7 +19,8 @@ use crate::gpu::kernels::{Kernels, PeerSource};
 /// This rank's kernels and the control block every launch of them reads.
 #[derive(Debug)]
 pub(super) struct Launcher {
-    kernels: Kernels,
+    /// Shared with the other communicators of the context (`Kernels::shared`).
+    kernels: Arc<Kernels>,
     /// The device-side description (`DevComm` at 0), updated by kernels (FIFO steps).
     control: DeviceBuffer,
 }
@@ -36,7 +39,7 @@ pub(super) fn check_stream(ctx: &Context, rank: usize, stream: &Stream) -> Resul
 }
 
 impl Launcher {
-    pub(super) fn new(kernels: Kernels, control: DeviceBuffer) -> Launcher {
+    pub(super) fn new(kernels: Arc<Kernels>, control: DeviceBuffer) -> Launcher {
         Launcher { kernels, control }
     }
 

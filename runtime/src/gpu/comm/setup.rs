@@ -242,7 +242,7 @@ impl GpuComm {
             None => None,
         };
         let gathered = gathered_buffer(&ctx, multi_host, nranks, opts.algo)?;
-        let kernels = Kernels::with_settings(&ctx, &opts.settings.kernels)?;
+        let kernels = Kernels::shared(&ctx, &opts.settings.kernels)?;
         let control = write_control(&ctx, &windows, &faults, rank, nranks, 0)?;
         let order = StreamOrder::new(ctx.clone());
         status.board.set_probe(Box::new(order.probe()));
