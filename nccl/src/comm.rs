@@ -84,6 +84,10 @@ pub struct Comm {
     user_ops: Mutex<UserRedOps>,
     /// Calls issued on it, for `NCCL_DEBUG_SUBSYS=COLL` lines (NCCL's `opCount`).
     pub op_count: AtomicU64,
+    /// A non-blocking init runs ([`Comm::init_in_background`]): its thread holds `state`.
+    initializing: AtomicBool,
+    /// `ncclCommAbort` came while it ran: the init's thread aborts what it made.
+    abort_requested: AtomicBool,
 }
 
 impl Comm {
@@ -101,6 +105,8 @@ impl Comm {
             async_reported: Mutex::new(None),
             user_ops: Mutex::new(UserRedOps::default()),
             op_count: AtomicU64::new(0),
+            initializing: AtomicBool::new(false),
+            abort_requested: AtomicBool::new(false),
         }
     }
 
@@ -181,10 +187,17 @@ impl Comm {
     }
 
     /// Raises the abort flag without waiting for the state lock (whose holder may be
-    /// blocked on the GPU or on peers), then records the reason under the lock.
+    /// blocked on the GPU or on peers), then records the reason under the lock. During a
+    /// non-blocking init it returns at once: the init's thread aborts what it made.
     pub fn abort(&self, why: &str) {
         if let Some(flag) = self.abort.get() {
             flag.raise();
+        }
+        // SeqCst with the init's thread's clearing of `initializing` then reading of this:
+        // either that thread sees the request, or this sees the init over.
+        self.abort_requested.store(true, Ordering::SeqCst);
+        if self.initializing.load(Ordering::SeqCst) {
+            return;
         }
         if let CommState::Ready(gpu) = &mut *self.state() {
             gpu.abort(why);
@@ -202,6 +215,8 @@ impl Comm {
     pub fn async_error(&self) -> Result<NcclResult, ApiError> {
         let mut state = match lock_within(&self.state, Duration::ZERO) {
             Some(s) => s,
+            // A non-blocking init's thread holds it.
+            None if self.initializing.load(Ordering::SeqCst) => return Ok(NCCL_IN_PROGRESS),
             // Healthy, and a blocking call in progress: nothing to report, and no waiting
             // for that call (which may take as long as its peers do).
             None if !self.abort.get().is_some_and(AbortHandle::is_raised) => {
@@ -252,8 +267,13 @@ impl Comm {
     /// Initialises it (collective with the other ranks of `id`): blocks until every rank
     /// has joined or the bootstrap gives up.
     pub fn init(&self, id: &UniqueId) {
-        let outcome = init_gpu(id, self.rank, self.nranks, self.device, &self.settings);
-        *self.state() = match outcome {
+        let made = self.initialised(id);
+        *self.state() = made;
+    }
+
+    /// What init makes of this communicator: ready, or failed with the reason.
+    fn initialised(&self, id: &UniqueId) -> CommState {
+        match init_gpu(id, self.rank, self.nranks, self.device, &self.settings) {
             Ok(gpu) => {
                 let _ = self.abort.set(gpu.abort_handle());
                 CommState::Ready(Box::new(gpu))
@@ -262,7 +282,54 @@ impl Comm {
                 debug::warn(self.device, &e.message);
                 CommState::Failed(e)
             }
-        };
+        }
+    }
+
+    /// A non-blocking init (`ncclConfig_t.blocking` 0): [`Comm::init`] on a thread of its
+    /// own, which holds the state for the whole of it, so that another call on the
+    /// communicator waits for the init's end (NCCL asks programs to poll first), while
+    /// `ncclCommGetAsyncError` answers `ncclInProgress` and `ncclCommAbort` returns at once.
+    /// Returns once that thread holds the state.
+    pub fn init_in_background(self: &Arc<Self>, id: UniqueId) -> Result<(), ApiError> {
+        self.init_in_background_with(move |comm| comm.initialised(&id))
+    }
+
+    /// [`Comm::init_in_background`] with `init` making the state (tests stand in for the
+    /// GPU's init).
+    fn init_in_background_with(
+        self: &Arc<Self>,
+        init: impl FnOnce(&Comm) -> CommState + Send + 'static,
+    ) -> Result<(), ApiError> {
+        let comm = Arc::clone(self);
+        let (held, wait_held) = std::sync::mpsc::channel();
+        self.initializing.store(true, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("weft-init-{}", self.rank))
+            .spawn(move || {
+                let mut state = comm.state();
+                let _ = held.send(());
+                *state = init(&comm);
+                drop(state);
+                comm.initializing.store(false, Ordering::SeqCst);
+                // An abort that came while it ran found `initializing` set and left the
+                // rest to this thread.
+                if comm.abort_requested.load(Ordering::SeqCst) {
+                    comm.abort("ncclCommAbort during the non-blocking init");
+                }
+            });
+        if let Err(e) = spawned {
+            self.initializing.store(false, Ordering::SeqCst);
+            return Err(ApiError::new(
+                crate::result::NCCL_SYSTEM_ERROR,
+                format!(
+                    "rank {}: starting the non-blocking init's thread: {e}",
+                    self.rank
+                ),
+            ));
+        }
+        // The thread holds the state before this returns: nothing overtakes the init.
+        let _ = wait_held.recv();
+        Ok(())
     }
 }
 
@@ -492,6 +559,51 @@ mod tests {
             // The holder leaves within the bound: the caller gets it.
             assert!(lock_within(m, Duration::from_secs(10)).is_some());
         });
+    }
+
+    #[test]
+    fn a_non_blocking_init_is_in_progress_until_it_ends_and_abort_never_waits_for_it() {
+        let settings = CommSettings {
+            nonblocking: true,
+            ..CommSettings::default()
+        };
+        let c = Arc::new(Comm::new(0, 2, 0, settings));
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        c.init_in_background_with(move |_| {
+            // The init's peers are slow: it ends when the test says.
+            let _ = gate.recv_timeout(Duration::from_secs(30));
+            CommState::Failed(ApiError::invalid_argument("rank 1 never joined"))
+        })
+        .unwrap();
+        assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS);
+        assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS, "every poll");
+        // A call made meanwhile waits for the init, then gets its outcome.
+        std::thread::scope(|s| {
+            let call = s.spawn(|| c.with_gpu(|_| Ok(())).unwrap_err().message);
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!call.is_finished(), "a call overtook the init");
+            // ncclCommAbort from another thread returns at once, whatever the init does.
+            let t = Instant::now();
+            c.abort("test");
+            assert!(
+                t.elapsed() < Duration::from_millis(100),
+                "abort waited {:?}",
+                t.elapsed()
+            );
+            open.send(()).unwrap();
+            let text = call.join().unwrap();
+            assert!(text.ends_with("rank 1 never joined"), "{text}");
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let outcome = loop {
+            match c.async_error() {
+                Ok(NCCL_IN_PROGRESS) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => break other,
+            }
+        };
+        assert_eq!(outcome.unwrap_err().message, "rank 1 never joined");
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct CommSettings {
     pub set_lines: Vec<String>,
     /// `netName`, as given.
     pub net_name: Option<String>,
+    /// `blocking` 0: init returns `ncclInProgress` and runs in the background
+    /// (`ncclCommGetAsyncError` says when it is done); every other call completes before
+    /// it returns, which NCCL's contract allows.
+    pub nonblocking: bool,
 }
 
 /// Reads `config` (NULL: every default).
@@ -158,18 +162,20 @@ pub fn parse(
         )))
     };
     let mut notes = Vec::new();
-    match c.blocking {
-        UNDEF_INT | 1 => {}
-        // PyTorch 2.6 / 2.7.0 ask for non-blocking communicators whenever a device_id is
-        // given. A non-blocking communicator may complete a call before returning (NCCL's
-        // contract: ncclSuccess means done), so weft takes it and runs every call to the end.
-        0 => notes.push(
-            "blocking 0: every call completes before it returns (ncclSuccess, never \
-             ncclInProgress)"
-                .to_string(),
-        ),
+    let nonblocking = match c.blocking {
+        UNDEF_INT | 1 => false,
+        // A non-blocking communicator may complete a call before returning (NCCL's
+        // contract: ncclSuccess means done); weft's init alone runs in the background.
+        0 => {
+            notes.push(
+                "blocking 0: init returns ncclInProgress and runs in the background; every \
+                 other call completes before it returns (ncclSuccess)"
+                    .to_string(),
+            );
+            true
+        }
         v => return refuse("blocking", v, "must be 0 or 1"),
-    }
+    };
     if set(c.collnet_enable) && c.collnet_enable != 0 {
         return refuse("collnetEnable", c.collnet_enable, "weft has no CollNet");
     }
@@ -274,6 +280,7 @@ pub fn parse(
         notes,
         set_lines,
         net_name,
+        nonblocking,
     })
 }
 
@@ -364,9 +371,11 @@ mod tests {
         );
         c.blocking = 1;
         assert!(parse(&c, None, None).is_ok());
-        // Non-blocking is taken: every call completes synchronously.
+        assert!(!parse(&c, None, None).unwrap().nonblocking);
+        // Non-blocking is taken: init in the background, every other call synchronous.
         c.blocking = 0;
         let s = parse(&c, None, None).unwrap();
+        assert!(s.nonblocking);
         assert!(
             s.notes.iter().any(|n| n.contains("blocking 0")),
             "{:?}",

@@ -15,7 +15,7 @@ use nccl::entry::info::*;
 use nccl::entry::lifecycle::*;
 use nccl::entry::memory::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use nccl::entry::{NcclComm, NcclUniqueId};
-use nccl::result::{NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
+use nccl::result::{NCCL_IN_PROGRESS, NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SUCCESS};
 use weft_cuda::{Context, Device, DeviceBuffer, Stream};
 
 const INT32: c_int = 2;
@@ -933,6 +933,61 @@ fn revoke_ends_a_call_no_peer_joined_and_shrink_goes_on() {
     }
     eprintln!("revoked rank 0's stuck all-reduce in {took:?}");
     shrink_on(&ranks, 0);
+    destroy(ranks);
+}
+
+/// Non-blocking communicators (`ncclConfig_t.blocking` 0, issue 26): one thread inits
+/// every rank without a group, each `ncclCommInitRankConfig` returning `ncclInProgress` at
+/// once (the ranks wait for each other in the background), then polls
+/// `ncclCommGetAsyncError` until each says `ncclSuccess`, as NCCL's examples do; the
+/// communicators then run every call.
+#[test]
+fn non_blocking_inits_return_in_progress_and_complete() {
+    let Some(devices) = rank_devices() else {
+        return;
+    };
+    let n = devices.len();
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let mut comms = vec![std::ptr::null_mut(); n];
+    for (r, &d) in devices.iter().enumerate() {
+        Context::primary(Device::get(d).unwrap())
+            .unwrap()
+            .bind()
+            .unwrap();
+        let mut config = nccl::config::NcclConfig {
+            blocking: 0,
+            ..Default::default()
+        };
+        // SAFETY: valid pointers; the config made as NCCL_CONFIG_INITIALIZER.
+        let rc = unsafe {
+            ncclCommInitRankConfig(&mut comms[r], n as c_int, id, r as c_int, &mut config)
+        };
+        assert_eq!(rc, NCCL_IN_PROGRESS, "rank {r}: ncclCommInitRankConfig");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for (r, &comm) in comms.iter().enumerate() {
+        loop {
+            let mut state = NCCL_IN_PROGRESS;
+            // SAFETY: a valid out-pointer.
+            ok(
+                unsafe { ncclCommGetAsyncError(comm, &mut state) },
+                "ncclCommGetAsyncError",
+            );
+            if state == NCCL_SUCCESS {
+                break;
+            }
+            assert_eq!(state, NCCL_IN_PROGRESS, "rank {r}'s init failed");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rank {r}'s init still in progress after 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let ranks = ranks_from(comms, &devices);
+    every_call_on(&ranks);
     destroy(ranks);
 }
 

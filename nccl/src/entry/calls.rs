@@ -12,7 +12,7 @@ use super::{CudaStream, NcclComm, index};
 use crate::boundary::run;
 use crate::comm;
 use crate::issue::{self, Call};
-use crate::result::{ApiError, NcclResult};
+use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
 use crate::types::{NUM_OPS, bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
@@ -24,6 +24,20 @@ pub(super) fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> 
         }
         r
     })
+}
+
+/// As [`call`], for a body that may succeed with another code than `ncclSuccess` (a
+/// non-blocking init's `ncclInProgress`).
+pub(super) fn call_code(
+    entry: &str,
+    body: impl FnOnce() -> Result<NcclResult, ApiError>,
+) -> NcclResult {
+    let mut code = NCCL_SUCCESS;
+    let result = call(entry, || {
+        code = body()?;
+        Ok(())
+    });
+    if result == NCCL_SUCCESS { code } else { result }
 }
 
 fn need_buffer(p: *const c_void, name: &str, count: usize) -> Result<u64, ApiError> {

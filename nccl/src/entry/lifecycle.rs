@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 
 use weft_runtime::bootstrap::{BootstrapOptions, UniqueId};
 
-use super::calls::call;
+use super::calls::call_code;
 use super::{NcclComm, NcclUniqueId, index, non_null};
 use crate::boundary::run;
 use crate::comm::{self, Comm, CommState};
 use crate::config::{self, NcclConfig};
 use crate::debug;
 use crate::issue;
-use crate::result::{ApiError, NcclResult};
+use crate::result::{ApiError, NCCL_IN_PROGRESS, NCCL_SUCCESS, NcclResult};
 
 /// `NCCL_SPLIT_NOCOLOR`.
 const SPLIT_NOCOLOR: c_int = -1;
@@ -42,7 +42,9 @@ fn check_ranks(nranks: c_int, rank: c_int) -> Result<(usize, usize), ApiError> {
     Ok((nranks as usize, rank as usize))
 }
 
-/// The body of `ncclCommInitRankConfig`.
+/// The body of `ncclCommInitRankConfig`: `ncclSuccess`, or `ncclInProgress` where the
+/// config asked for a non-blocking communicator (its init runs in the background;
+/// `ncclCommGetAsyncError` says when it is done, or why it failed).
 ///
 /// # Safety
 ///
@@ -53,19 +55,27 @@ unsafe fn init_rank(
     id: &NcclUniqueId,
     rank: c_int,
     config: *const NcclConfig,
-) -> Result<(), ApiError> {
+) -> Result<NcclResult, ApiError> {
     non_null(out, "comm")?;
     let (nranks, rank) = check_ranks(nranks, rank)?;
     // SAFETY: the caller's promise.
     let settings = unsafe { config::read(config) }?;
     let id = parse_id(id)?;
     let device = comm::current_device()?;
+    let nonblocking = settings.nonblocking;
     let comm = Arc::new(Comm::new(rank, nranks, device, settings));
     let handle = comm::register(comm.clone());
+    let mut code = NCCL_SUCCESS;
     if issue::in_group() {
         // NCCL too initialises at the group's end: one thread can then create the
         // communicators of several GPUs (nccl-tests does), whose inits wait for each other.
         issue::submit(vec![issue::Call::Init { comm, id }])?;
+    } else if nonblocking {
+        if let Err(e) = comm.init_in_background(id) {
+            let _ = comm::unregister(handle);
+            return Err(e);
+        }
+        code = NCCL_IN_PROGRESS;
     } else {
         comm.init(&id);
         if let CommState::Failed(e) = &*comm.state() {
@@ -75,7 +85,7 @@ unsafe fn init_rank(
     }
     // SAFETY: checked non-null; writable by the caller's promise.
     unsafe { out.write(handle as NcclComm) };
-    Ok(())
+    Ok(code)
 }
 
 /// # Safety
@@ -91,7 +101,7 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     config: *mut NcclConfig,
 ) -> NcclResult {
     // SAFETY: the caller's promise, passed on.
-    call("ncclCommInitRankConfig", || unsafe {
+    call_code("ncclCommInitRankConfig", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, config)
     })
 }
@@ -106,8 +116,8 @@ pub unsafe extern "C" fn ncclCommInitRank(
     comm_id: NcclUniqueId,
     rank: c_int,
 ) -> NcclResult {
-    // SAFETY: the caller's promise; a null config means defaults.
-    call("ncclCommInitRank", || unsafe {
+    // SAFETY: the caller's promise; a null config means defaults (blocking).
+    call_code("ncclCommInitRank", || unsafe {
         init_rank(comm, nranks, &comm_id, rank, std::ptr::null())
     })
 }
@@ -127,7 +137,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     comm_ids: *mut NcclUniqueId,
     config: *mut NcclConfig,
 ) -> NcclResult {
-    call("ncclCommInitRankScalable", || {
+    call_code("ncclCommInitRankScalable", || {
         non_null(comm_ids, "commIds")?;
         if n_id < 1 {
             return Err(ApiError::invalid_argument(format!(
