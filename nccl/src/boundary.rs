@@ -131,6 +131,17 @@ pub fn run(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResu
     weft_ffi::status_call::<Libnccl>(entry, body)
 }
 
+/// As [`run`], for a body that may succeed with another code than `ncclSuccess` (a
+/// non-blocking communicator's `ncclInProgress`).
+pub fn run_code(entry: &str, body: impl FnOnce() -> Result<NcclResult, ApiError>) -> NcclResult {
+    let mut code = NCCL_SUCCESS;
+    let result = run(entry, || {
+        code = body()?;
+        Ok(())
+    });
+    if result == NCCL_SUCCESS { code } else { result }
+}
+
 /// For entry points that return a value rather than a code (`ncclGetErrorString`):
 /// `fallback` if `body` panics, the panic recorded as [`run`] records it.
 pub fn run_value<T>(entry: &str, fallback: T, body: impl FnOnce() -> T) -> T {

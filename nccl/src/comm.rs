@@ -84,10 +84,13 @@ pub struct Comm {
     user_ops: Mutex<UserRedOps>,
     /// Calls issued on it, for `NCCL_DEBUG_SUBSYS=COLL` lines (NCCL's `opCount`).
     pub op_count: AtomicU64,
-    /// A non-blocking init runs ([`Comm::init_in_background`]): its thread holds `state`.
-    initializing: AtomicBool,
-    /// `ncclCommAbort` came while it ran: the init's thread aborts what it made.
+    /// A non-blocking communicator's init or finalize runs on a thread of its own
+    /// ([`Comm::in_background`]), which holds `state`.
+    in_background: AtomicBool,
+    /// `ncclCommAbort` came while it ran: that thread aborts what it made.
     abort_requested: AtomicBool,
+    /// What a background finalize failed with, for `ncclCommGetAsyncError`.
+    background_failed: Mutex<Option<ApiError>>,
 }
 
 impl Comm {
@@ -105,8 +108,9 @@ impl Comm {
             async_reported: Mutex::new(None),
             user_ops: Mutex::new(UserRedOps::default()),
             op_count: AtomicU64::new(0),
-            initializing: AtomicBool::new(false),
+            in_background: AtomicBool::new(false),
             abort_requested: AtomicBool::new(false),
+            background_failed: Mutex::new(None),
         }
     }
 
@@ -193,10 +197,10 @@ impl Comm {
         if let Some(flag) = self.abort.get() {
             flag.raise();
         }
-        // SeqCst with the init's thread's clearing of `initializing` then reading of this:
+        // SeqCst with the init's thread's clearing of `in_background` then reading of this:
         // either that thread sees the request, or this sees the init over.
         self.abort_requested.store(true, Ordering::SeqCst);
-        if self.initializing.load(Ordering::SeqCst) {
+        if self.in_background.load(Ordering::SeqCst) {
             return;
         }
         if let CommState::Ready(gpu) = &mut *self.state() {
@@ -216,7 +220,7 @@ impl Comm {
         let mut state = match lock_within(&self.state, Duration::ZERO) {
             Some(s) => s,
             // A non-blocking init's thread holds it.
-            None if self.initializing.load(Ordering::SeqCst) => return Ok(NCCL_IN_PROGRESS),
+            None if self.in_background.load(Ordering::SeqCst) => return Ok(NCCL_IN_PROGRESS),
             // Healthy, and a blocking call in progress: nothing to report, and no waiting
             // for that call (which may take as long as its peers do).
             None if !self.abort.get().is_some_and(AbortHandle::is_raised) => {
@@ -254,6 +258,13 @@ impl Comm {
             .state_taken_at
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(Location::caller());
+        if let Some(e) = &*self
+            .background_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            return Err(e.clone());
+        }
         match &mut *state {
             CommState::Pending => Ok(NCCL_IN_PROGRESS),
             CommState::Failed(e) => Err(e.clone()),
@@ -291,43 +302,66 @@ impl Comm {
     /// `ncclCommGetAsyncError` answers `ncclInProgress` and `ncclCommAbort` returns at once.
     /// Returns once that thread holds the state.
     pub fn init_in_background(self: &Arc<Self>, id: UniqueId) -> Result<(), ApiError> {
-        self.init_in_background_with(move |comm| comm.initialised(&id))
+        self.in_background("init", move |comm, state| {
+            *state = comm.initialised(&id);
+            Ok(())
+        })
     }
 
-    /// [`Comm::init_in_background`] with `init` making the state (tests stand in for the
-    /// GPU's init).
-    fn init_in_background_with(
+    /// A non-blocking communicator's finalize: as [`Comm::init_in_background`], its
+    /// failure kept for `ncclCommGetAsyncError`.
+    pub fn finalize_in_background(self: &Arc<Self>) -> Result<(), ApiError> {
+        self.in_background("finalize", |comm, state| match state {
+            CommState::Ready(gpu) => gpu.finalize().map_err(ApiError::from),
+            CommState::Failed(e) => Err(e.clone()),
+            CommState::Pending => Err(ApiError::invalid_usage(format!(
+                "rank {}: finalize of a communicator whose group has not ended",
+                comm.rank
+            ))),
+        })
+    }
+
+    /// Runs `op` (`what`: "init", "finalize") on a thread of its own that holds the state
+    /// for the whole of it (see [`Comm::init_in_background`]); returns once it holds it.
+    fn in_background(
         self: &Arc<Self>,
-        init: impl FnOnce(&Comm) -> CommState + Send + 'static,
+        what: &'static str,
+        op: impl FnOnce(&Comm, &mut CommState) -> Result<(), ApiError> + Send + 'static,
     ) -> Result<(), ApiError> {
         let comm = Arc::clone(self);
         let (held, wait_held) = std::sync::mpsc::channel();
-        self.initializing.store(true, Ordering::SeqCst);
+        self.in_background.store(true, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
-            .name(format!("weft-init-{}", self.rank))
+            .name(format!("weft-{what}-{}", self.rank))
             .spawn(move || {
                 let mut state = comm.state();
                 let _ = held.send(());
-                *state = init(&comm);
+                if let Err(e) = op(&comm, &mut state) {
+                    debug::warn(comm.device, &e.message);
+                    *comm
+                        .background_failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(e);
+                }
                 drop(state);
-                comm.initializing.store(false, Ordering::SeqCst);
-                // An abort that came while it ran found `initializing` set and left the
+                comm.in_background.store(false, Ordering::SeqCst);
+                // An abort that came while it ran found `in_background` set and left the
                 // rest to this thread.
                 if comm.abort_requested.load(Ordering::SeqCst) {
-                    comm.abort("ncclCommAbort during the non-blocking init");
+                    comm.abort(&format!("ncclCommAbort during the non-blocking {what}"));
                 }
             });
         if let Err(e) = spawned {
-            self.initializing.store(false, Ordering::SeqCst);
+            self.in_background.store(false, Ordering::SeqCst);
             return Err(ApiError::new(
                 crate::result::NCCL_SYSTEM_ERROR,
                 format!(
-                    "rank {}: starting the non-blocking init's thread: {e}",
+                    "rank {}: starting the non-blocking {what}'s thread: {e}",
                     self.rank
                 ),
             ));
         }
-        // The thread holds the state before this returns: nothing overtakes the init.
+        // The thread holds the state before this returns: nothing overtakes it.
         let _ = wait_held.recv();
         Ok(())
     }
@@ -569,10 +603,11 @@ mod tests {
         };
         let c = Arc::new(Comm::new(0, 2, 0, settings));
         let (open, gate) = std::sync::mpsc::channel::<()>();
-        c.init_in_background_with(move |_| {
+        c.in_background("init", move |_, state| {
             // The init's peers are slow: it ends when the test says.
             let _ = gate.recv_timeout(Duration::from_secs(30));
-            CommState::Failed(ApiError::invalid_argument("rank 1 never joined"))
+            *state = CommState::Failed(ApiError::invalid_argument("rank 1 never joined"));
+            Ok(())
         })
         .unwrap();
         assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS);
@@ -604,6 +639,23 @@ mod tests {
             }
         };
         assert_eq!(outcome.unwrap_err().message, "rank 1 never joined");
+    }
+
+    #[test]
+    fn a_background_finalize_reports_its_failure() {
+        let c = Arc::new(Comm::new(1, 2, 0, CommSettings::default()));
+        *c.state() = CommState::Failed(ApiError::invalid_argument("it never initialised"));
+        c.finalize_in_background().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let outcome = loop {
+            match c.async_error() {
+                Ok(NCCL_IN_PROGRESS) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => break other,
+            }
+        };
+        assert_eq!(outcome.unwrap_err().message, "it never initialised");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::{CudaStream, NcclComm, index};
 use crate::boundary::run;
 use crate::comm;
 use crate::issue::{self, Call};
-use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
+use crate::result::{ApiError, NcclResult};
 use crate::types::{NUM_OPS, bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
@@ -32,12 +32,13 @@ pub(super) fn call_code(
     entry: &str,
     body: impl FnOnce() -> Result<NcclResult, ApiError>,
 ) -> NcclResult {
-    let mut code = NCCL_SUCCESS;
-    let result = call(entry, || {
-        code = body()?;
-        Ok(())
-    });
-    if result == NCCL_SUCCESS { code } else { result }
+    crate::boundary::run_code(entry, || {
+        let r = body();
+        if let Err(e) = &r {
+            issue::record_failure(&e.clone().context(entry));
+        }
+        r
+    })
 }
 
 fn need_buffer(p: *const c_void, name: &str, count: usize) -> Result<u64, ApiError> {

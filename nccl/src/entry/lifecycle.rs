@@ -9,7 +9,7 @@ use weft_runtime::bootstrap::{BootstrapOptions, UniqueId};
 
 use super::calls::call_code;
 use super::{NcclComm, NcclUniqueId, index, non_null};
-use crate::boundary::run;
+use crate::boundary::{run, run_code};
 use crate::comm::{self, Comm, CommState};
 use crate::config::{self, NcclConfig};
 use crate::debug;
@@ -215,12 +215,14 @@ pub unsafe extern "C" fn ncclCommInitAll(
     })
 }
 
-/// Waits for this rank's work, then for every rank (collective).
+/// Waits for this rank's work, then for every rank (collective). On a non-blocking
+/// communicator it returns `ncclInProgress` and finalizes in the background
+/// (`ncclCommGetAsyncError` says when it is done, or why it failed).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
-    run("ncclCommFinalize", || {
+    run_code("ncclCommFinalize", || {
         if comm.is_null() {
-            return Ok(());
+            return Ok(NCCL_SUCCESS);
         }
         let c = comm::lookup(comm as usize)?;
         if c.revoked.load(Ordering::SeqCst) {
@@ -238,7 +240,12 @@ pub extern "C" fn ncclCommFinalize(comm: NcclComm) -> NcclResult {
                 comm as usize, c.rank
             )));
         }
-        c.with_gpu(|gpu| Ok(gpu.finalize()?))
+        if c.settings.nonblocking {
+            c.finalize_in_background()?;
+            return Ok(NCCL_IN_PROGRESS);
+        }
+        c.with_gpu(|gpu| Ok(gpu.finalize()?))?;
+        Ok(NCCL_SUCCESS)
     })
 }
 
@@ -283,7 +290,7 @@ pub unsafe extern "C" fn ncclCommSplit(
     newcomm: *mut NcclComm,
     config: *mut NcclConfig,
 ) -> NcclResult {
-    run("ncclCommSplit", || {
+    run_code("ncclCommSplit", || {
         non_null(newcomm, "newcomm")?;
         let parent = comm::lookup(comm as usize)?;
         if color < SPLIT_NOCOLOR {
@@ -332,7 +339,7 @@ pub unsafe extern "C" fn ncclCommSplit(
         let Some(id) = id else {
             // SAFETY: checked non-null.
             unsafe { newcomm.write(std::ptr::null_mut()) };
-            return Ok(());
+            return Ok(NCCL_SUCCESS);
         };
         // SAFETY: checked non-null.
         unsafe { init_child(&parent, &id, rank, nranks, settings, newcomm) }
@@ -340,7 +347,9 @@ pub unsafe extern "C" fn ncclCommSplit(
 }
 
 /// Initialises the communicator a split or a shrink agreed on (collective with the other
-/// ranks of `id`) on `parent`'s GPU, and writes its handle into `newcomm`.
+/// ranks of `id`) on `parent`'s GPU, and writes its handle into `newcomm`: `ncclSuccess`,
+/// or, for a non-blocking child (its config's, or the parent's where it gave none),
+/// `ncclInProgress` with the init running in the background (as `ncclCommInitRankConfig`).
 ///
 /// # Safety
 ///
@@ -352,16 +361,23 @@ unsafe fn init_child(
     nranks: usize,
     settings: config::CommSettings,
     newcomm: *mut NcclComm,
-) -> Result<(), ApiError> {
+) -> Result<NcclResult, ApiError> {
+    let nonblocking = settings.nonblocking;
     let child = Arc::new(Comm::new(rank, nranks, parent.device, settings));
-    child.init(id);
-    if let CommState::Failed(e) = &*child.state() {
-        return Err(e.clone());
-    }
+    let code = if nonblocking {
+        child.init_in_background(*id)?;
+        NCCL_IN_PROGRESS
+    } else {
+        child.init(id);
+        if let CommState::Failed(e) = &*child.state() {
+            return Err(e.clone());
+        }
+        NCCL_SUCCESS
+    };
     let handle = comm::register(child);
     // SAFETY: the caller's promise.
     unsafe { newcomm.write(handle as NcclComm) };
-    Ok(())
+    Ok(code)
 }
 
 /// From every parent rank's (color, key) (8 little-endian bytes each): this rank's rank
@@ -558,7 +574,7 @@ pub unsafe extern "C" fn ncclCommShrink(
     config: *mut NcclConfig,
     shrink_flags: c_int,
 ) -> NcclResult {
-    run("ncclCommShrink", || {
+    run_code("ncclCommShrink", || {
         non_null(newcomm, "newcomm")?;
         let parent = comm::lookup(comm as usize)?;
         if issue::in_group() {
