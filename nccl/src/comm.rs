@@ -595,6 +595,20 @@ mod tests {
         });
     }
 
+    /// `ncclCommGetAsyncError`'s answer once it is no longer `ncclInProgress` (at most
+    /// 10 s of polling).
+    fn settled(c: &Comm) -> Result<NcclResult, ApiError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match c.async_error() {
+                Ok(NCCL_IN_PROGRESS) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => return other,
+            }
+        }
+    }
+
     #[test]
     fn a_non_blocking_init_is_in_progress_until_it_ends_and_abort_never_waits_for_it() {
         let settings = CommSettings {
@@ -629,15 +643,7 @@ mod tests {
             let text = call.join().unwrap();
             assert!(text.ends_with("rank 1 never joined"), "{text}");
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let outcome = loop {
-            match c.async_error() {
-                Ok(NCCL_IN_PROGRESS) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                other => break other,
-            }
-        };
+        let outcome = settled(&c);
         assert_eq!(outcome.unwrap_err().message, "rank 1 never joined");
     }
 
@@ -646,15 +652,7 @@ mod tests {
         let c = Arc::new(Comm::new(1, 2, 0, CommSettings::default()));
         *c.state() = CommState::Failed(ApiError::invalid_argument("it never initialised"));
         c.finalize_in_background().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let outcome = loop {
-            match c.async_error() {
-                Ok(NCCL_IN_PROGRESS) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                other => break other,
-            }
-        };
+        let outcome = settled(&c);
         assert_eq!(outcome.unwrap_err().message, "it never initialised");
     }
 

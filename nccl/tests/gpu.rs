@@ -936,6 +936,22 @@ fn revoke_ends_a_call_no_peer_joined_and_shrink_goes_on() {
     destroy(ranks);
 }
 
+/// A fresh `ncclGetUniqueId`.
+fn unique_id() -> NcclUniqueId {
+    let mut id = NcclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid out-pointer.
+    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    id
+}
+
+/// `cudaSetDevice`'s effect: GPU `d`'s primary context current on this thread.
+fn set_device(d: usize) {
+    Context::primary(Device::get(d).unwrap())
+        .unwrap()
+        .bind()
+        .unwrap();
+}
+
 /// Non-blocking communicators (`ncclConfig_t.blocking` 0, issue 26): one thread inits
 /// every rank without a group, each `ncclCommInitRankConfig` returning `ncclInProgress` at
 /// once (the ranks wait for each other in the background), then polls
@@ -947,15 +963,10 @@ fn non_blocking_inits_return_in_progress_and_complete() {
         return;
     };
     let n = devices.len();
-    let mut id = NcclUniqueId { internal: [0; 128] };
-    // SAFETY: a valid out-pointer.
-    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let id = unique_id();
     let mut comms = vec![std::ptr::null_mut(); n];
     for (r, &d) in devices.iter().enumerate() {
-        Context::primary(Device::get(d).unwrap())
-            .unwrap()
-            .bind()
-            .unwrap();
+        set_device(d);
         let mut config = nccl::config::NcclConfig {
             blocking: 0,
             ..Default::default()
@@ -997,17 +1008,11 @@ fn every_call_through_comm_init_rank_in_a_group() {
         return;
     };
     let n = devices.len();
-    let mut id = NcclUniqueId { internal: [0; 128] };
-    // SAFETY: a valid out-pointer.
-    ok(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId");
+    let id = unique_id();
     let mut comms = vec![std::ptr::null_mut(); n];
     ok(ncclGroupStart(), "ncclGroupStart");
     for (r, &d) in devices.iter().enumerate() {
-        // cudaSetDevice's effect: the device's primary context current on this thread.
-        Context::primary(Device::get(d).unwrap())
-            .unwrap()
-            .bind()
-            .unwrap();
+        set_device(d);
         // SAFETY: a valid out-pointer.
         ok(
             unsafe { ncclCommInitRank(&mut comms[r], n as c_int, id, r as c_int) },
