@@ -51,6 +51,25 @@ fn conn(rank: u32, peer: u32, channel: u32, dir: Direction) -> ConnId {
     }
 }
 
+/// Connects `send` on `a` (rank 0) to `recv` on `b` (rank 1), channel 0: the receiver
+/// listens and hands its handle over (the bootstrap's part, in a communicator).
+fn connect<N: weft_runtime::net::Net + 'static>(
+    a: &StagedNet<N>,
+    b: &StagedNet<N>,
+    send: &Arc<Staging>,
+    recv: &Arc<Staging>,
+) {
+    let handle = b
+        .recv(conn(1, 0, 0, Direction::Recv), recv.clone())
+        .unwrap();
+    a.send(
+        conn(0, 1, 0, Direction::Send),
+        handle.as_bytes(),
+        send.clone(),
+    )
+    .unwrap();
+}
+
 /// How long a played kernel waits for its peer before the test fails.
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -204,15 +223,7 @@ fn moved_steps_reach_the_kernel_whole_and_in_order() {
         delay: Duration::from_micros(300),
     });
     let recv = Arc::new(recv.with_mover(copier.clone()));
-    let handle = b
-        .recv(conn(1, 0, 0, Direction::Recv), recv.clone())
-        .unwrap();
-    a.send(
-        conn(0, 1, 0, Direction::Send),
-        handle.as_bytes(),
-        send.clone(),
-    )
-    .unwrap();
+    connect(&a, &b, &send, &recv);
     let seed = 0xc0de;
     thread::scope(|scope| {
         scope.spawn(|| play_sender(&send, seed, count, LIMIT).unwrap());
@@ -258,15 +269,7 @@ fn a_vanished_receiver_is_named_on_the_sending_side() {
     let sender_failure = FirstFailure::default();
     let send = Arc::new(Staging::on_heap(STEPS, step_bytes, sender_failure.hook(|| {})).unwrap());
     let recv = Arc::new(Staging::on_heap(STEPS, step_bytes, Arc::new(|_: &str| {})).unwrap());
-    let handle = b
-        .recv(conn(1, 0, 0, Direction::Recv), recv.clone())
-        .unwrap();
-    a.send(
-        conn(0, 1, 0, Direction::Send),
-        handle.as_bytes(),
-        send.clone(),
-    )
-    .unwrap();
+    connect(&a, &b, &send, &recv);
     // A few steps go through, then the receiving rank's proxy goes away with its process's
     // communicator while the sender keeps posting.
     thread::scope(|scope| {
