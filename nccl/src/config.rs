@@ -79,9 +79,9 @@ pub struct CommSettings {
     pub set_lines: Vec<String>,
     /// `netName`, as given.
     pub net_name: Option<String>,
-    /// `blocking` 0: init returns `ncclInProgress` and runs in the background
-    /// (`ncclCommGetAsyncError` says when it is done); every other call completes before
-    /// it returns, which NCCL's contract allows.
+    /// `blocking` 0: init (a split's or shrink's child's too) and finalize return
+    /// `ncclInProgress` and run in the background (`ncclCommGetAsyncError` says when they
+    /// are done); every other call completes before it returns, which NCCL allows.
     pub nonblocking: bool,
 }
 
@@ -165,11 +165,11 @@ pub fn parse(
     let nonblocking = match c.blocking {
         UNDEF_INT | 1 => false,
         // A non-blocking communicator may complete a call before returning (NCCL's
-        // contract: ncclSuccess means done); weft's init alone runs in the background.
+        // contract: ncclSuccess means done); weft's init and finalize run in the background.
         0 => {
             notes.push(
-                "blocking 0: init returns ncclInProgress and runs in the background; every \
-                 other call completes before it returns (ncclSuccess)"
+                "blocking 0: init and finalize return ncclInProgress and run in the \
+                 background; every other call completes before it returns (ncclSuccess)"
                     .to_string(),
             );
             true

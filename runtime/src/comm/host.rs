@@ -251,12 +251,16 @@ impl HostComm {
 const CASCADE_GRACE: Duration = Duration::from_millis(200);
 
 /// Whether `err` only says that a neighbour gave up (closed or aborted its end of a
-/// connection), not what went wrong first.
+/// connection), or that a NET connection to it failed (its proxy saw the peer's end close,
+/// most often because the peer's process is dying), not what went wrong first. A killed
+/// peer's sockets close a moment before its process shows as gone: CI saw a NET failure
+/// name no rank when the search below ran once (2026-11-28).
 fn cascades(err: &ExecError) -> bool {
     matches!(
         err,
         ExecError::Conn(
             ConnError::PeerClosed { .. }
+                | ConnError::Failed { .. }
                 | ConnError::Aborted {
                     by: AbortSource::Peer,
                     ..

@@ -347,11 +347,13 @@ impl Kernels {
     /// The one-/two-shot or NVLS kernels of `dtype`, compiled and loaded on first use.
     pub fn peer(&self, source: PeerSource, dtype: DataType) -> Result<Arc<PeerKernels>, GpuError> {
         self.check_supported(dtype)?;
-        let mut loaded = self.peer.lock().unwrap_or_else(PoisonError::into_inner);
-        let table = &mut loaded[source as usize];
-        if let Some(Some(k)) = table.get(dtype as usize) {
+        if let Some(Some(k)) = self.peer.lock().unwrap_or_else(PoisonError::into_inner)
+            [source as usize]
+            .get(dtype as usize)
+        {
             return Ok(k.clone());
         }
+        // Compiled and loaded without the table's lock (see `get`).
         let (name, text) = source.source();
         check_peer_threads(source, self.tuning.threads)?;
         let (module, threads) = self.compile(name, text, dtype)?;
@@ -366,10 +368,16 @@ impl Kernels {
             .collect::<Result<Vec<Function>, _>>()?;
         self.check_threads(&by_op, threads)?;
         let kernels = Arc::new(PeerKernels { by_op, threads });
-        if let Some(slot) = table.get_mut(dtype as usize) {
-            *slot = Some(kernels.clone());
+        let mut loaded = self.peer.lock().unwrap_or_else(PoisonError::into_inner);
+        match loaded[source as usize].get_mut(dtype as usize) {
+            // Another thread loaded it meanwhile: the first one in stays.
+            Some(Some(first)) => Ok(first.clone()),
+            Some(slot) => {
+                *slot = Some(kernels.clone());
+                Ok(kernels)
+            }
+            None => Ok(kernels),
         }
-        Ok(kernels)
     }
 
     /// Refuses `dtype` where this GPU cannot run its kernels (fp8 reductions before compute
@@ -537,10 +545,17 @@ impl Kernels {
     /// The kernels of `dtype`, compiled and loaded on first use.
     pub fn get(&self, dtype: DataType) -> Result<Arc<TypeKernels>, GpuError> {
         self.check_supported(dtype)?;
-        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(Some(k)) = loaded.get(dtype as usize) {
+        if let Some(Some(k)) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(dtype as usize)
+        {
             return Ok(k.clone());
         }
+        // Compiled and loaded without the table's lock: every communicator of the context
+        // shares it (`shared`), and a load waits for the device to be idle, which must not
+        // hold up another communicator's launch of a type already loaded.
         let (module, threads) = self.compile(
             weft_kernels::COLLECTIVES_NAME,
             weft_kernels::COLLECTIVES,
@@ -570,10 +585,16 @@ impl Kernels {
             p2p,
             threads,
         });
-        if let Some(slot) = loaded.get_mut(dtype as usize) {
-            *slot = Some(kernels.clone());
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        match loaded.get_mut(dtype as usize) {
+            // Another thread loaded it meanwhile: the first one in stays.
+            Some(Some(first)) => Ok(first.clone()),
+            Some(slot) => {
+                *slot = Some(kernels.clone());
+                Ok(kernels)
+            }
+            None => Ok(kernels),
         }
-        Ok(kernels)
     }
 }
 
