@@ -89,7 +89,7 @@ pub struct Comm {
     in_background: AtomicBool,
     /// `ncclCommAbort` came while it ran: that thread aborts what it made.
     abort_requested: AtomicBool,
-    /// What a background finalize failed with, for `ncclCommGetAsyncError`.
+    /// What a background init or finalize failed with, for `ncclCommGetAsyncError`.
     background_failed: Mutex<Option<ApiError>>,
 }
 
