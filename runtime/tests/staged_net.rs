@@ -261,6 +261,70 @@ fn moved_steps_reach_the_kernel_whole_and_in_order() {
     assert!(b.wait_idle(Duration::from_secs(10)));
 }
 
+/// The sending side's communicator goes as soon as its last steps are on the network (its
+/// sends done), before the receiving kernel has read them: every one of those steps still
+/// reaches the kernel, with the kernel reading host slots and with a mover still copying
+/// when the close shows.
+#[test]
+fn steps_sent_before_the_sender_closes_all_reach_the_kernel() {
+    for delay in [None, Some(Duration::from_millis(50))] {
+        let (a, b) = (staged_net(), staged_net());
+        let step_bytes = 4 << 10;
+        let count = STEPS as u64 - 2;
+        let failures = FirstFailure::default();
+        let send = Arc::new(Staging::on_heap(STEPS, step_bytes, failures.hook(|| {})).unwrap());
+        let recv = Staging::on_heap(STEPS, step_bytes, failures.hook(|| {})).unwrap();
+        let copier = delay.map(|delay| {
+            Arc::new(DelayedCopier {
+                host: (0..STEPS).map(|s| recv.slot_ptr(s) as usize).collect(),
+                device: (0..STEPS).map(|_| Mutex::new(Vec::new())).collect(),
+                done_at: (0..STEPS).map(|_| Mutex::new(None)).collect(),
+                delay,
+            })
+        });
+        let recv = Arc::new(match &copier {
+            Some(c) => recv.with_mover(c.clone()),
+            None => recv,
+        });
+        connect(&a, &b, &send, &recv);
+        let seed = 0xc105e;
+        play_sender(&send, seed, count, LIMIT).unwrap();
+        let deadline = Instant::now() + LIMIT;
+        while send.head().load(Ordering::Acquire) < count {
+            assert!(Instant::now() < deadline, "the sends never completed");
+            thread::sleep(Duration::from_millis(1));
+        }
+        send.close();
+        assert!(a.wait_idle(Duration::from_secs(10)));
+        drop(a);
+        match &copier {
+            None => play_receiver(&recv, seed, count, LIMIT).unwrap(),
+            Some(copier) => {
+                for i in 0..count {
+                    while recv.tail().load(Ordering::Acquire) <= i {
+                        assert!(
+                            Instant::now() < deadline,
+                            "step {i} never came ({:?})",
+                            failures.get()
+                        );
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    let slot = i as usize % STEPS;
+                    let want = random::message(seed, i, step_bytes);
+                    assert_eq!(*copier.device[slot].lock().unwrap(), want, "step {i}");
+                }
+            }
+        }
+        assert_eq!(
+            failures.get(),
+            None,
+            "the sender's close taken for a failure"
+        );
+        recv.close();
+        assert!(b.wait_idle(Duration::from_secs(10)));
+    }
+}
+
 #[test]
 fn a_vanished_receiver_is_named_on_the_sending_side() {
     let a = staged_net();

@@ -578,6 +578,9 @@ enum RecvState<N: Net> {
         inflight: VecDeque<StepInFlight<N::Request>>,
         /// Steps whose receives were posted (or are about to be).
         lent: u64,
+        /// The sender closed its end: nothing more comes (and its failed requests must not
+        /// be tested again); what arrived before is still published.
+        sender_closed: bool,
     },
     Closed,
 }
@@ -653,6 +656,7 @@ impl<N: Net> StagedRecvLink<N> {
                                 mr,
                                 inflight: VecDeque::new(),
                                 lent: 0,
+                                sender_closed: false,
                             },
                         ) {
                             close_listen(net, conn, listen);
@@ -667,6 +671,7 @@ impl<N: Net> StagedRecvLink<N> {
                 mr,
                 inflight,
                 lent,
+                sender_closed,
             } => {
                 // No kernel will read again: what is still to come does not matter.
                 if staging.is_closed() {
@@ -677,7 +682,7 @@ impl<N: Net> StagedRecvLink<N> {
                 // Lend every slot the kernel has freed.
                 // Acquire: pairs with the kernel's release of the head (it is done reading).
                 let head = staging.head().load(Ordering::Acquire);
-                while *lent < head + staging.steps() as u64 {
+                while !*sender_closed && *lent < head + staging.steps() as u64 {
                     inflight.push_back(StepInFlight {
                         step: *lent,
                         header: Piece::Unposted,
@@ -690,7 +695,7 @@ impl<N: Net> StagedRecvLink<N> {
                 let grouped = self.grouped;
                 // In step order, the header before the bytes: without groups the backend
                 // matches receives in the order they were posted.
-                'post: for step in inflight.iter_mut() {
+                'post: for step in inflight.iter_mut().filter(|_| !*sender_closed) {
                     let slot = (step.step % staging.steps() as u64) as usize;
                     loop {
                         let header = RecvBuffer {
@@ -739,8 +744,8 @@ impl<N: Net> StagedRecvLink<N> {
                 // Completed steps, in step order: checked against their headers, their
                 // tags stored, their moves started (where a mover moves them to the kernel).
                 let mover = staging.mover.clone();
-                let mut sender_closed = false;
-                for front in inflight.iter_mut().filter(|s| !s.arrived) {
+                let tested = if *sender_closed { 0 } else { inflight.len() };
+                for front in inflight.iter_mut().take(tested).filter(|s| !s.arrived) {
                     let data = match test_step(net, front) {
                         Ok(data) => data,
                         // The sender closed its end: the normal end of a communicator whose
@@ -749,7 +754,7 @@ impl<N: Net> StagedRecvLink<N> {
                         // deadline, naming the peer.
                         Err(e) if e.kind() == NetErrorKind::PeerClosed => {
                             log::debug!("{conn}: the sender closed its end: {e}");
-                            sender_closed = true;
+                            *sender_closed = true;
                             break;
                         }
                         Err(e) => return Err(describe(conn, "receive", &e)),
@@ -790,11 +795,8 @@ impl<N: Net> StagedRecvLink<N> {
                     front.arrived = true;
                     busy = true;
                 }
-                if sender_closed {
-                    self.shut(net);
-                    return Ok(Progress::Finished);
-                }
-                // Published in order, each once its move finished.
+                // Published in order, each once its move finished (those that arrived before
+                // the sender closed too: the kernel still reads them).
                 while let Some(front) = inflight.front().filter(|s| s.arrived) {
                     let slot = (front.step % staging.steps() as u64) as usize;
                     if let Some(mover) = &mover {
@@ -809,6 +811,12 @@ impl<N: Net> StagedRecvLink<N> {
                     staging.tail().store(front.step + 1, Ordering::Release);
                     inflight.pop_front();
                     busy = true;
+                }
+                // Once everything that arrived is published: a move still running is
+                // published at the next call, which sees the close again.
+                if *sender_closed && !inflight.iter().any(|s| s.arrived) {
+                    self.shut(net);
+                    return Ok(Progress::Finished);
                 }
                 if remote_closed && !busy {
                     self.shut(net);
