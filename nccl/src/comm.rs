@@ -137,11 +137,16 @@ impl Comm {
         let at = Location::caller();
         // A panic while holding it was caught at the boundary; the state itself is whole.
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.note_held_at(at);
+        state
+    }
+
+    /// Records that the state is now held from `at` (what a poll that finds it held names).
+    fn note_held_at(&self, at: &'static Location<'static>) {
         *self
             .state_taken_at
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(at);
-        state
     }
 
     /// Refuses work on a finalized or revoked communicator (NCCL's ncclInvalidUsage).
@@ -266,10 +271,7 @@ impl Comm {
             },
         };
         // This poll holds it now: a later poll that finds it held names this place.
-        *self
-            .state_taken_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Location::caller());
+        self.note_held_at(Location::caller());
         if let Some(e) = self.background_failure() {
             return Err(e);
         }

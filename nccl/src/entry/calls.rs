@@ -12,18 +12,12 @@ use super::{CudaStream, NcclComm, index};
 use crate::boundary::run;
 use crate::comm;
 use crate::issue::{self, Call};
-use crate::result::{ApiError, NcclResult};
+use crate::result::{ApiError, NCCL_SUCCESS, NcclResult};
 use crate::types::{NUM_OPS, bytes, data_type, red_op};
 
 /// Runs a call's body; a failure inside a group is remembered for its end.
 pub(super) fn call(entry: &str, body: impl FnOnce() -> Result<(), ApiError>) -> NcclResult {
-    run(entry, || {
-        let r = body();
-        if let Err(e) = &r {
-            issue::record_failure(&e.clone().context(entry));
-        }
-        r
-    })
+    call_code(entry, || body().map(|()| NCCL_SUCCESS))
 }
 
 /// As [`call`], for a body that may succeed with another code than `ncclSuccess` (a

@@ -357,27 +357,20 @@ impl Kernels {
         let (name, text) = source.source();
         check_peer_threads(source, self.tuning.threads)?;
         let (module, threads) = self.compile(name, text, dtype)?;
-        let by_op = RedOp::ALL
-            .iter()
-            .map(|op| {
-                module.function(match source {
-                    PeerSource::Direct => weft_kernels::direct_entry(*op),
-                    PeerSource::Nvls => weft_kernels::nvls_entry(*op),
-                })
-            })
-            .collect::<Result<Vec<Function>, _>>()?;
+        let by_op = by_op(
+            &module,
+            match source {
+                PeerSource::Direct => weft_kernels::direct_entry,
+                PeerSource::Nvls => weft_kernels::nvls_entry,
+            },
+        )?;
         self.check_threads(&by_op, threads)?;
         let kernels = Arc::new(PeerKernels { by_op, threads });
         let mut loaded = self.peer.lock().unwrap_or_else(PoisonError::into_inner);
-        match loaded[source as usize].get_mut(dtype as usize) {
-            // Another thread loaded it meanwhile: the first one in stays.
-            Some(Some(first)) => Ok(first.clone()),
-            Some(slot) => {
-                *slot = Some(kernels.clone());
-                Ok(kernels)
-            }
-            None => Ok(kernels),
-        }
+        Ok(first_in(
+            loaded[source as usize].get_mut(dtype as usize),
+            kernels,
+        ))
     }
 
     /// Refuses `dtype` where this GPU cannot run its kernels (fp8 reductions before compute
@@ -561,18 +554,9 @@ impl Kernels {
             weft_kernels::COLLECTIVES,
             dtype,
         )?;
-        let ring = RedOp::ALL
-            .iter()
-            .map(|op| module.function(weft_kernels::ring_entry(*op)))
-            .collect::<Result<Vec<Function>, _>>()?;
-        let ring_ll = RedOp::ALL
-            .iter()
-            .map(|op| module.function(weft_kernels::ring_ll_entry(*op)))
-            .collect::<Result<Vec<Function>, _>>()?;
-        let gathered = RedOp::ALL
-            .iter()
-            .map(|op| module.function(weft_kernels::gathered_entry(*op)))
-            .collect::<Result<Vec<Function>, _>>()?;
+        let ring = by_op(&module, weft_kernels::ring_entry)?;
+        let ring_ll = by_op(&module, weft_kernels::ring_ll_entry)?;
+        let gathered = by_op(&module, weft_kernels::gathered_entry)?;
         let p2p = module.function(weft_kernels::P2P_ENTRY)?;
         self.check_threads(&ring, threads)?;
         self.check_threads(&ring_ll, threads)?;
@@ -586,15 +570,31 @@ impl Kernels {
             threads,
         });
         let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        match loaded.get_mut(dtype as usize) {
-            // Another thread loaded it meanwhile: the first one in stays.
-            Some(Some(first)) => Ok(first.clone()),
-            Some(slot) => {
-                *slot = Some(kernels.clone());
-                Ok(kernels)
-            }
-            None => Ok(kernels),
+        Ok(first_in(loaded.get_mut(dtype as usize), kernels))
+    }
+}
+
+/// A module's entry point for every operator, by `RedOp as usize` (`entry` names each).
+fn by_op(
+    module: &Arc<Module>,
+    entry: fn(RedOp) -> &'static str,
+) -> Result<Vec<Function>, GpuError> {
+    Ok(RedOp::ALL
+        .iter()
+        .map(|op| module.function(entry(*op)))
+        .collect::<Result<Vec<Function>, _>>()?)
+}
+
+/// What a table `slot` holds once `loaded` goes in: a module loaded by another thread
+/// meanwhile stays (the first one in), else `loaded`.
+fn first_in<T>(slot: Option<&mut Option<Arc<T>>>, loaded: Arc<T>) -> Arc<T> {
+    match slot {
+        Some(Some(first)) => first.clone(),
+        Some(slot) => {
+            *slot = Some(loaded.clone());
+            loaded
         }
+        None => loaded,
     }
 }
 

@@ -501,20 +501,20 @@ impl GpuComm {
                 .board
                 .launched(op, group.calls, count, dtype, true);
         }
-        let mut launched = Ok(0);
-        for range in launch_ranges(&group.planned) {
-            let calls = &group.planned[range];
-            let launch = match calls.first() {
-                // SAFETY: the caller's promise for every call, passed on.
-                Some(Planned::Gathered(call)) => unsafe { self.launch_gathered(call, stream) },
-                // SAFETY: as above.
-                _ => unsafe { self.launcher.launch(calls, self.nchannels(), stream) },
-            };
-            launched = launched.and_then(|n| launch.map(|m| n + m));
-            if launched.is_err() {
-                break;
+        let launch_all = || -> Result<usize, GpuError> {
+            let mut launches = 0;
+            for range in launch_ranges(&group.planned) {
+                let calls = &group.planned[range];
+                launches += match calls.first() {
+                    // SAFETY: the caller's promise for every call, passed on.
+                    Some(Planned::Gathered(call)) => unsafe { self.launch_gathered(call, stream) },
+                    // SAFETY: as above.
+                    _ => unsafe { self.launcher.launch(calls, self.nchannels(), stream) },
+                }?;
             }
-        }
+            Ok(launches)
+        };
+        let launched = launch_all();
         // Marked even after a failure: an earlier launch of the group may be queued.
         let marked = self.order.after_launch(stream, captured);
         self.wake_net();

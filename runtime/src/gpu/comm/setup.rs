@@ -304,16 +304,16 @@ impl GpuComm {
 }
 
 /// The gathered all-reduce's buffer (`Planned::Gathered`), a slot of
-/// `GATHERED_FORCED_MAX_BYTES` per rank: ranks on several hosts, at most
-/// `GATHERED_MAX_RANKS`, `WEFT_ALGO=oneshot` (every rank agreed on all three).
+/// `GATHERED_FORCED_MAX_BYTES` per rank: ranks on several hosts with `WEFT_ALGO=oneshot`
+/// (every rank agreed on both; init refused such a communicator of more than
+/// `GATHERED_MAX_RANKS` before this).
 fn gathered_buffer(
     ctx: &std::sync::Arc<Context>,
     multi_host: bool,
     nranks: usize,
     algo: Option<GpuAlgo>,
 ) -> Result<Option<DeviceBuffer>, GpuError> {
-    let wanted = multi_host && nranks <= GATHERED_MAX_RANKS && algo == Some(GpuAlgo::OneShot);
-    if !wanted {
+    if !(multi_host && algo == Some(GpuAlgo::OneShot)) {
         return Ok(None);
     }
     Ok(Some(DeviceBuffer::alloc(
