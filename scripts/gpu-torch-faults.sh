@@ -14,7 +14,7 @@
 #   WEFT_LIB (.gpu/nccl/lib/libnccl.so.2), RUN_TIMEOUT (120 s per case), OUT (logs).
 #   On one GPU: GPUS=2 WEFT_TEST_SHARE_GPU=1 (weft only; the ranks share it).
 #   FAULTS_STACKS=S: S seconds into each case but the killed one, every rank's thread
-#   stacks (gdb, where the machine has it) into OUT.
+#   stacks (gdb, else cuda-gdb: the GPU machines have only the latter) into OUT.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset WEFT_NVLS
 # PyTorch's defaults otherwise, as users run it: its watchdog thread polls each pending work's
@@ -80,14 +80,15 @@ for side in ${SIDES:-weft}; do
             for p in "${pids[@]}"; do wait "$p"; rc=$?; ((rc == 124)) || rc=0; rcs+=("$rc"); done
             cat "$log"-node*.log > "$log.log"
         else
-            # FAULTS_STACKS=S (diagnosis): S seconds in, every rank's threads' stacks (gdb;
-            # the python processes only, not torchrun or timeout).
+            # FAULTS_STACKS=S (diagnosis): S seconds in, every rank's threads' stacks (gdb or
+            # cuda-gdb; the python processes only, not torchrun or timeout).
             stacks=
-            if [[ -n "${FAULTS_STACKS:-}" ]] && command -v gdb > /dev/null; then
+            debugger=$(command -v gdb || command -v cuda-gdb)
+            if [[ -n "${FAULTS_STACKS:-}" && -n "$debugger" ]]; then
                 (
                     sleep "$FAULTS_STACKS"
                     for p in $(pgrep -f "^[^ ]*python[^ ]* .*torch_faults.py $c"); do
-                        timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 15" \
+                        timeout 60 "$debugger" -p "$p" -batch -ex "thread apply all bt 15" \
                             > "$log-stacks-$p.txt" 2>&1
                     done
                 ) &

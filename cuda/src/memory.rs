@@ -70,63 +70,46 @@ impl DeviceBuffer {
         Ok(())
     }
 
-    /// Waits for the legacy default stream, where the synchronous copies and fills run: a
-    /// copy from pageable host memory and a fill return before the device has finished
-    /// them, and the non-blocking streams kernels run on do not wait for that stream.
-    fn settle(&self, call: &'static str) -> Result<()> {
-        let d = driver()?;
-        // SAFETY: the null stream is the context's legacy default stream; the context is
-        // current (bound by the caller).
-        let r = unsafe { (d.cuStreamSynchronize)(std::ptr::null_mut()) };
-        check(r, call, self.ordinal())
-    }
-
-    /// Copies `src` to the start of the buffer; on return the device holds it.
+    /// Copies `src` to the start of the buffer; on return the device holds it. The copy
+    /// runs on the context's own stream (`Context::copy_and_wait`): it waits for no
+    /// kernel, and no kernel waits for it.
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
         self.fits(src.len(), "a copy")?;
         if src.is_empty() {
             return Ok(());
         }
-        self.ctx.bind()?;
         let d = driver()?;
-        check(
-            // SAFETY: the buffer holds at least src.len() bytes (checked); src is readable.
-            unsafe { (d.cuMemcpyHtoD)(self.ptr, src.as_ptr().cast(), src.len()) },
-            "cuMemcpyHtoD",
-            self.ordinal(),
-        )?;
-        self.settle("cuMemcpyHtoD")
+        self.ctx.copy_and_wait("cuMemcpyHtoDAsync", |stream| {
+            // SAFETY: the buffer holds at least src.len() bytes (checked); src is readable
+            // until the copy has ended (`copy_and_wait` waits for it).
+            unsafe { (d.cuMemcpyHtoDAsync)(self.ptr, src.as_ptr().cast(), src.len(), stream) }
+        })
     }
 
-    /// Copies the start of the buffer into `dst` (synchronous: the copy to pageable memory
-    /// has ended when it returns). It does not wait for kernels on other streams:
-    /// synchronize the stream that wrote the buffer first.
+    /// Copies the start of the buffer into `dst`; on return `dst` holds it. It does not
+    /// wait for kernels on other streams: synchronize the stream that wrote the buffer
+    /// first.
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.fits(dst.len(), "a copy")?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.ctx.bind()?;
         let d = driver()?;
-        check(
-            // SAFETY: the buffer holds at least dst.len() bytes (checked); dst is writable.
-            unsafe { (d.cuMemcpyDtoH)(dst.as_mut_ptr().cast(), self.ptr, dst.len()) },
-            "cuMemcpyDtoH",
-            self.ordinal(),
-        )
+        self.ctx.copy_and_wait("cuMemcpyDtoHAsync", |stream| {
+            // SAFETY: the buffer holds at least dst.len() bytes (checked); dst is writable
+            // until the copy has ended (`copy_and_wait` waits for it).
+            unsafe { (d.cuMemcpyDtoHAsync)(dst.as_mut_ptr().cast(), self.ptr, dst.len(), stream) }
+        })
     }
 
-    /// Sets every byte to `byte`; on return the device holds it.
+    /// Sets every byte to `byte`; on return the device holds it (on the context's own
+    /// stream, as `copy_from_host`).
     pub fn fill(&self, byte: u8) -> Result<()> {
-        self.ctx.bind()?;
         let d = driver()?;
-        check(
+        self.ctx.copy_and_wait("cuMemsetD8Async", |stream| {
             // SAFETY: the buffer holds `len` bytes.
-            unsafe { (d.cuMemsetD8)(self.ptr, byte, self.len) },
-            "cuMemsetD8",
-            self.ordinal(),
-        )?;
-        self.settle("cuMemsetD8")
+            unsafe { (d.cuMemsetD8Async)(self.ptr, byte, self.len, stream) }
+        })
     }
 
     /// A handle another process opens with [`IpcMapping::open`].

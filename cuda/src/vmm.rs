@@ -182,19 +182,14 @@ impl ShareableBuffer {
     /// Sets every byte to `byte`; on return the device holds it (NVLS counters must read
     /// 0 on every rank before any peer's first post reaches them).
     pub fn fill(&self, byte: u8) -> Result<()> {
-        self.ctx.bind()?;
         let d = driver()?;
-        let ordinal = Some(self.ctx.device().ordinal());
-        check(
-            // SAFETY: the mapping holds `len` bytes, readable and writable by this device.
-            unsafe { (d.cuMemsetD8)(self.ptr, byte, self.len) },
-            "cuMemsetD8 (VMM buffer)",
-            ordinal,
-        )?;
-        // SAFETY: the null stream is the context's legacy default stream; the context is
-        // current (bound above).
-        let r = unsafe { (d.cuStreamSynchronize)(std::ptr::null_mut()) };
-        check(r, "cuMemsetD8 (VMM buffer)", ordinal)
+        // On the context's own stream, never behind the legacy default stream
+        // (`Context::copy_and_wait`).
+        self.ctx
+            .copy_and_wait("cuMemsetD8Async (VMM buffer)", |stream| {
+                // SAFETY: the mapping holds `len` bytes, readable and writable by this device.
+                unsafe { (d.cuMemsetD8Async)(self.ptr, byte, self.len, stream) }
+            })
     }
 
     /// A file descriptor for the allocation, to pass to another process.

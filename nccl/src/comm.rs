@@ -67,7 +67,7 @@ pub struct Comm {
     /// `ncclCommRevoke` was called: collectives and point-to-point calls are refused;
     /// split, shrink, abort and destroy remain.
     pub revoked: AtomicBool,
-    /// Held across blocking host calls (finalize's synchronize and barrier, a split's
+    /// Held across blocking host calls (finalize's wait for the device, a split's
     /// exchanges): what must not wait for it lives outside, in `abort`.
     state: Mutex<CommState>,
     /// Where `state` was last taken (the call's file and line in this crate): named by a
@@ -620,7 +620,7 @@ mod tests {
         let c = Comm::new(0, 2, 0, CommSettings::default());
         // Created inside a group, not initialised yet: in progress, not invalid usage.
         assert_eq!(c.async_error().unwrap(), NCCL_IN_PROGRESS);
-        // Another call holds the state (as finalize does across its barrier): the poll
+        // Another call holds the state (as finalize does while it waits): the poll
         // answers at once instead of waiting for it.
         let held = c.state();
         assert_eq!(c.async_error().unwrap(), NCCL_SUCCESS);

@@ -1699,6 +1699,114 @@ fn a_launch_never_waits_for_a_receive_in_flight() {
     );
 }
 
+/// A communicator initialises while the program's legacy default stream waits on a
+/// collective still in flight: PyTorch's barrier leaves its default stream waiting on the
+/// all-reduce's end, and a rank that meanwhile initialises another communicator (a
+/// non-blocking split in PyTorch's `test_shrink_group_multiple_comms`) must not queue its
+/// copies behind that wait: the all-reduce waits for a rank that is itself in that init.
+/// On four H200 (2026-11-28) rank 1's init waited there until the all-reduce's deadline.
+#[test]
+fn an_init_never_waits_behind_the_default_stream() {
+    if multi_ranks().is_none() {
+        return;
+    }
+    let results = run_ranks_with(
+        2,
+        Duration::from_secs(20),
+        Settings::default(),
+        move |rank, mut comm| {
+            let ctx = comm.context().clone();
+            let stream = Stream::new(&ctx).unwrap();
+            let buf = DeviceBuffer::alloc(&ctx, 1024).unwrap();
+            buf.copy_from_host(&[1u8; 1024]).unwrap();
+            comm.barrier().unwrap();
+            // SAFETY: the legacy default stream of `ctx` (null) lives as long as `ctx`.
+            let legacy = unsafe { Stream::from_raw(&ctx, std::ptr::null_mut()) };
+            let collective = |comm: &mut GpuComm| {
+                // SAFETY: `buf` outlives the synchronize below.
+                unsafe {
+                    comm.collective(
+                        Collective::AllReduce,
+                        buf.ptr(),
+                        buf.ptr(),
+                        256,
+                        DataType::Int32,
+                        RedOp::Sum,
+                        &stream,
+                    )
+                }
+                .unwrap()
+            };
+            if rank == 1 {
+                // The all-reduce waits for rank 0, which joins only after the init below;
+                // the default stream waits for its end, as PyTorch's barrier leaves it.
+                collective(&mut comm);
+                let end = weft_cuda::Event::new(&ctx, false).unwrap();
+                end.record(&stream).unwrap();
+                legacy.wait_event(&end).unwrap();
+            }
+            // Should the init wait after all, the all-reduce is aborted after 15 s (its kernel
+            // then ends, and the default stream's wait with it): the test fails, not hangs.
+            let rescue = comm.abort_handle();
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watch = {
+                let done = done.clone();
+                std::thread::spawn(move || {
+                    let until = Instant::now() + Duration::from_secs(15);
+                    while !done.load(std::sync::atomic::Ordering::Acquire) {
+                        if Instant::now() >= until {
+                            rescue.raise();
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                })
+            };
+            let bopts = BootstrapOptions::loopback(Duration::from_secs(20));
+            let t = Instant::now();
+            let id = weft_runtime::comm::shrink::agree_on_id(
+                rank,
+                &[0, 1],
+                &bopts,
+                |root, ranks, data| comm.broadcast_among(root, ranks, data),
+                GpuError::InvalidArgument,
+            )
+            .unwrap();
+            // The first communicator's settings (as `run_ranks_with`'s): the kernels it
+            // loaded are shared, so this init loads no module (a load waits for the device
+            // to be idle, which `a_launch_never_waits_for_a_receive_in_flight` is about).
+            let mut opts = CommOptions::loopback(Duration::from_secs(20));
+            opts.settings = weft_runtime::config::Settings::from_env_or_defaults();
+            let device = rank % gpus().unwrap_or(1).max(1);
+            let second = GpuComm::init(&id, rank, 2, device, &opts)
+                .unwrap_or_else(|e| panic!("rank {rank}: the second init: {e}"));
+            let took = t.elapsed();
+            done.store(true, std::sync::atomic::Ordering::Release);
+            watch.join().unwrap();
+            if rank == 0 {
+                collective(&mut comm);
+            }
+            comm.synchronize(&stream).unwrap();
+            legacy.synchronize().unwrap();
+            let mut out = vec![0u8; 1024];
+            buf.copy_to_host(&mut out).unwrap();
+            let want = 0x0202_0202i32.to_ne_bytes();
+            assert!(
+                out.chunks_exact(4).all(|w| w == want),
+                "rank {rank}: the all-reduce's result is wrong"
+            );
+            drop(second);
+            took
+        },
+    );
+    for (rank, took) in results.iter().enumerate() {
+        assert!(
+            *took < Duration::from_secs(5),
+            "rank {rank}: the second init took {took:?} while the default stream waited"
+        );
+    }
+}
+
 fn a_skipped_call_is_named(settings: Settings) {
     let gate = Arc::new(Barrier::new(2));
     let results = run_ranks_with(

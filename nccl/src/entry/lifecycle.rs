@@ -215,7 +215,8 @@ pub unsafe extern "C" fn ncclCommInitAll(
     })
 }
 
-/// Waits for this rank's work, then for every rank (collective). On a non-blocking
+/// Waits for this rank's own work, for no peer, as NCCL's (the memory peers may still touch
+/// is freed at destroy, once they let go: `GpuComm`'s teardown). On a non-blocking
 /// communicator it returns `ncclInProgress` and finalizes in the background
 /// (`ncclCommGetAsyncError` says when it is done, or why it failed).
 #[unsafe(no_mangle)]

@@ -38,12 +38,14 @@ mod net;
 mod nic;
 mod order;
 mod p2p;
+mod parting;
 mod peers;
 mod plan;
 mod region;
 mod setup;
 mod windows;
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use weft_core::abi::{DataType, Protocol};
@@ -55,7 +57,7 @@ use super::error::GpuError;
 use super::protocol::GpuProtocols;
 use super::redop::GpuRedOp;
 pub use super::redop::avg_scale_bits;
-use crate::bootstrap::{Bootstrap, BootstrapError};
+use crate::bootstrap::Bootstrap;
 use crate::status::StatusView;
 pub use channels::DEFAULT_CHANNELS;
 pub use faults::AbortHandle;
@@ -75,16 +77,18 @@ pub struct GpuComm {
     rank: usize,
     nranks: usize,
     ctx: Arc<Context>,
-    // Dropped in this order: the kernels and the control block, the fault page, the
-    // windows (every buffer holds its own reference to the context, so the order does not
-    // matter for the context), the bootstrap, then the peer region.
+    // Teardown hands the windows, the bootstrap and the peer region to a thread that frees
+    // them once the peers let go (`parting`); the rest is dropped at once (every buffer
+    // holds its own reference to the context, so the order does not matter for it).
     /// The kernels and the control block every launch passes them.
     launcher: Launcher,
     /// The abort flag, the kernels' fault records, the first failure.
     faults: Faults,
-    /// This rank's window, its peers', and the connections' layout in them.
-    windows: Windows,
-    bootstrap: Bootstrap,
+    /// This rank's window, its peers', and the connections' layout in them (taken by
+    /// teardown only).
+    windows: ManuallyDrop<Windows>,
+    /// Taken by teardown only.
+    bootstrap: ManuallyDrop<Bootstrap>,
     /// What calls become: protocols, algorithm, the peer region.
     planner: Planner,
     /// Launches run in call order whatever streams they come on.
@@ -689,25 +693,13 @@ impl GpuComm {
         }
     }
 
-    /// Ends the communicator in step with the others: waits for this rank's work, then for
-    /// every rank, so that no window is freed while a peer's kernel still writes into it.
-    /// A peer whose process has exited (its bootstrap connection closed) is not waited for:
-    /// its kernels ended with its context, so it writes nothing any more, and NCCL's own
-    /// finalize waits for no peer at all (PyTorch destroys the process group on the ranks
-    /// that remain after its watchdog took one down, and expects that to succeed).
+    /// Ends the communicator's work: waits for this rank's own launches, and for no peer,
+    /// as NCCL's finalize does (PyTorch destroys a subgroup on one rank while another rank
+    /// runs on, and destroys the process group on the ranks that remain after its watchdog
+    /// took one down). What peers may still write into is freed at teardown once they let
+    /// go of it (`parting`).
     pub fn finalize(&mut self) -> Result<(), GpuError> {
-        self.wait_for_own_work()?;
-        match self.bootstrap.barrier() {
-            Err(BootstrapError::PeerLost { peer, what, .. }) => {
-                log::warn!(
-                    "weft: rank {}: finalize: {peer} is gone ({what}: connection closed); \
-                     finalizing without it",
-                    self.rank
-                );
-                Ok(())
-            }
-            r => Ok(r?),
-        }
+        self.wait_for_own_work()
     }
 }
 
@@ -746,6 +738,12 @@ impl Drop for GpuComm {
             // `e` names the rank.
             log::warn!("weft: synchronizing before teardown failed: {e}");
         }
+        // SAFETY: taken once, here in drop; the field is not used after.
+        let windows = unsafe { ManuallyDrop::take(&mut self.windows) };
+        // SAFETY: as above.
+        let bootstrap = unsafe { ManuallyDrop::take(&mut self.bootstrap) };
+        let region = self.planner.region.take();
+        parting::free_once_peers_part(bootstrap, self.rank, (windows, region));
     }
 }
 

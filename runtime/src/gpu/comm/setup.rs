@@ -11,6 +11,8 @@
 //! 6. the fault page, the kernels, the control block; a barrier, so that every window is
 //!    zeroed and mapped before any rank's first kernel writes into one.
 
+use std::mem::ManuallyDrop;
+
 use weft_core::abi::STEPS;
 use weft_core::algo::GpuAlgo;
 use weft_cuda::{Context, Device, DeviceBuffer};
@@ -256,8 +258,8 @@ impl GpuComm {
             connections,
             ctx,
             faults,
-            windows,
-            bootstrap,
+            windows: ManuallyDrop::new(windows),
+            bootstrap: ManuallyDrop::new(bootstrap),
             planner: Planner {
                 rank,
                 nranks,

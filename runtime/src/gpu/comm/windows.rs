@@ -120,9 +120,13 @@ impl Window {
         );
         match record.first() {
             Some(&WINDOW_DEVICE) if peer.pid == my_pid => {
+                // This rank's kernels reach the peer's memory; the peer's init enables the
+                // other way from its own context. Never from the peer's context here: that
+                // binds a GPU whose work may still run (the peer's rank may be in a
+                // collective of another communicator), and a call on it could wait for
+                // that work.
                 let other = Context::primary(Device::get(peer.device as usize)?)?;
                 ctx.enable_peer_access(&other)?;
-                other.enable_peer_access(ctx)?;
                 Ok(PeerWindow::SameProcess(word))
             }
             Some(&WINDOW_DEVICE) => {

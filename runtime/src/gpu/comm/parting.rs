@@ -1,0 +1,143 @@
+//! Teardown without waiting for peers: what peers write into is freed once they let go.
+//!
+//! A peer may still touch this rank's windows and peer region after this rank's own calls
+//! have ended: the credits and flags of a connection's last steps, and in read mode the
+//! peer reads the last steps out of this rank's window. With CUDA IPC, freeing memory that
+//! another process still maps is undefined. NCCL's finalize and destroy wait for no peer
+//! (its cuMem allocations stay alive while a peer maps them); weft's windows are
+//! `cuMemAlloc`ed and IPC-shared, so teardown hands them to a thread of their own, which
+//! frees them once every rank has torn its side down (a bootstrap barrier: each rank tears
+//! down after its own work ended, so no peer touches them any more) or has gone (its
+//! connection closed), and at the latest at the bootstrap's deadline (a peer that never
+//! tears down: PyTorch destroys a subgroup on one rank while another rank runs on, and
+//! long before the deadline that rank's last writes have landed).
+//!
+//! The caller never waits for a peer: `ncclCommFinalize` and `ncclCommDestroy` return once
+//! this rank's own work has ended, as NCCL's do.
+
+use crate::bootstrap::{Bootstrap, BootstrapError};
+
+/// Drops `held` (the windows, the peer region) once every rank of `bootstrap` has called
+/// this too, or is gone, or at the bootstrap's deadline; on a thread of its own, so the
+/// caller returns at once. `rank` names this rank in the log.
+pub(super) fn free_once_peers_part<T: Send + 'static>(
+    mut bootstrap: Bootstrap,
+    rank: usize,
+    held: T,
+) {
+    let part = move || {
+        match bootstrap.barrier() {
+            Ok(()) => {}
+            Err(BootstrapError::PeerLost { peer, .. }) => log::debug!(
+                "weft: rank {rank}: teardown: {peer} is gone; freeing this rank's windows"
+            ),
+            Err(e) => log::debug!(
+                "weft: rank {rank}: teardown: not every rank tore its side down ({e}); \
+                 freeing this rank's windows now"
+            ),
+        }
+        drop(held);
+        drop(bootstrap);
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("weft-parting".to_string())
+        .spawn(part)
+    {
+        // The closure went with the error, and what it held with it: freed now.
+        log::warn!("weft: rank {rank}: teardown thread: {e}; freed this rank's windows at once");
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::bootstrap::{BootstrapOptions, BootstrapRoot};
+
+    /// Sets its flag when dropped: stands for a rank's windows.
+    struct Held(Arc<AtomicBool>);
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    fn ranks(n: usize, timeout: Duration) -> Vec<Bootstrap> {
+        let opts = BootstrapOptions::loopback(timeout);
+        let (id, _root) = BootstrapRoot::start(&opts).unwrap();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|r| {
+                    let (id, opts) = (&id, &opts);
+                    s.spawn(move || Bootstrap::init(id, r, n, opts).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn freed_within(flag: &AtomicBool, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if flag.load(Ordering::Acquire) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        flag.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn held_memory_goes_once_every_rank_parted_and_nobody_waits() {
+        let mut ranks = ranks(3, Duration::from_secs(20));
+        let flags: Vec<_> = (0..3).map(|_| Arc::new(AtomicBool::new(false))).collect();
+        let third = ranks.pop().unwrap();
+        for (r, b) in ranks.into_iter().enumerate() {
+            let t = Instant::now();
+            free_once_peers_part(b, r, Held(flags[r].clone()));
+            assert!(t.elapsed() < Duration::from_secs(1), "rank {r} waited");
+        }
+        // Rank 2 has not torn down: the others keep what it may still write into.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(flags.iter().all(|f| !f.load(Ordering::Acquire)));
+        free_once_peers_part(third, 2, Held(flags[2].clone()));
+        for (r, f) in flags.iter().enumerate() {
+            assert!(
+                freed_within(f, Duration::from_secs(5)),
+                "rank {r} kept its memory"
+            );
+        }
+    }
+
+    #[test]
+    fn a_peer_that_is_gone_lets_the_memory_go_at_once() {
+        let mut ranks = ranks(2, Duration::from_secs(20));
+        let gone = ranks.pop().unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        free_once_peers_part(ranks.pop().unwrap(), 0, Held(flag.clone()));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!flag.load(Ordering::Acquire));
+        // Its process exited: its connections closed.
+        drop(gone);
+        assert!(freed_within(&flag, Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_peer_that_never_parts_holds_the_memory_until_the_deadline() {
+        let mut ranks = ranks(2, Duration::from_secs(1));
+        let _stays = ranks.pop().unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        let t = Instant::now();
+        free_once_peers_part(ranks.pop().unwrap(), 0, Held(flag.clone()));
+        assert!(freed_within(&flag, Duration::from_secs(10)));
+        assert!(
+            t.elapsed() >= Duration::from_millis(900),
+            "freed after {:?}, before the deadline",
+            t.elapsed()
+        );
+    }
+}
