@@ -1619,6 +1619,38 @@ fn a_call_that_gave_up_does_not_complete_until_reported() {
     );
 }
 
+/// Raises a communicator's abort flag `after` unless disarmed first: a test whose call might
+/// wait after all (the bug it is about) then fails instead of hanging.
+struct Rescue {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    watch: std::thread::JoinHandle<()>,
+}
+
+impl Rescue {
+    fn arm(handle: weft_runtime::gpu::AbortHandle, after: Duration) -> Rescue {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let until = Instant::now() + after;
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    if Instant::now() >= until {
+                        handle.raise();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        Rescue { done, watch }
+    }
+
+    fn disarm(self) {
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+        self.watch.join().unwrap();
+    }
+}
+
 /// A launch never waits for another kernel of the communicator: rank 0 receives from rank
 /// 1, which never sends, then all-reduces a type it has not used yet on another stream.
 /// Loading a module waits for the device to be idle, so before the kernels were loaded at
@@ -1651,21 +1683,7 @@ fn a_launch_never_waits_for_a_receive_in_flight() {
                 unsafe { comm.group(&recv, &recv_stream) }.unwrap();
                 // Should the launch below block after all (a module loaded there), the
                 // receive is aborted after 5 s so that the test fails instead of hanging.
-                let rescue = comm.abort_handle();
-                let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let watch = {
-                    let done = done.clone();
-                    std::thread::spawn(move || {
-                        let until = Instant::now() + Duration::from_secs(5);
-                        while !done.load(std::sync::atomic::Ordering::Acquire) {
-                            if Instant::now() >= until {
-                                rescue.raise();
-                                return;
-                            }
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                    })
-                };
+                let rescue = Rescue::arm(comm.abort_handle(), Duration::from_secs(5));
                 std::thread::sleep(Duration::from_millis(200));
                 let t = Instant::now();
                 // SAFETY: as above; a type no call of this communicator used before.
@@ -1682,8 +1700,7 @@ fn a_launch_never_waits_for_a_receive_in_flight() {
                 }
                 .unwrap();
                 took = Some(t.elapsed());
-                done.store(true, std::sync::atomic::Ordering::Release);
-                watch.join().unwrap();
+                rescue.disarm();
                 comm.abort("the test is done");
                 let _ = comm.synchronize(&recv_stream);
                 let _ = comm.synchronize(&stream);
@@ -1747,21 +1764,7 @@ fn an_init_never_waits_behind_the_default_stream() {
             }
             // Should the init wait after all, the all-reduce is aborted after 15 s (its kernel
             // then ends, and the default stream's wait with it): the test fails, not hangs.
-            let rescue = comm.abort_handle();
-            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let watch = {
-                let done = done.clone();
-                std::thread::spawn(move || {
-                    let until = Instant::now() + Duration::from_secs(15);
-                    while !done.load(std::sync::atomic::Ordering::Acquire) {
-                        if Instant::now() >= until {
-                            rescue.raise();
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                })
-            };
+            let rescue = Rescue::arm(comm.abort_handle(), Duration::from_secs(15));
             let bopts = BootstrapOptions::loopback(Duration::from_secs(20));
             let t = Instant::now();
             let id = weft_runtime::comm::shrink::agree_on_id(
@@ -1781,8 +1784,7 @@ fn an_init_never_waits_behind_the_default_stream() {
             let second = GpuComm::init(&id, rank, 2, device, &opts)
                 .unwrap_or_else(|e| panic!("rank {rank}: the second init: {e}"));
             let took = t.elapsed();
-            done.store(true, std::sync::atomic::Ordering::Release);
-            watch.join().unwrap();
+            rescue.disarm();
             if rank == 0 {
                 collective(&mut comm);
             }
