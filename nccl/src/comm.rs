@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use weft_config::{Group, Settings};
 use weft_core::abi::DataType;
-use weft_runtime::bootstrap::UniqueId;
+use weft_runtime::bootstrap::{Cancel, UniqueId};
 use weft_runtime::comm::CommOptions;
 use weft_runtime::gpu::{AbortHandle, GpuComm};
 
@@ -89,6 +89,10 @@ pub struct Comm {
     in_background: AtomicBool,
     /// `ncclCommAbort` came while it ran: that thread aborts what it made.
     abort_requested: AtomicBool,
+    /// Ends the init's bootstrap waits when `ncclCommAbort` comes while the init runs in
+    /// the background (as NCCL's abort flag ends its init's waits); the NET connections'
+    /// waits still run to their deadline.
+    init_cancel: Cancel,
     /// What a background init or finalize failed with, for `ncclCommGetAsyncError`.
     background_failed: Mutex<Option<ApiError>>,
 }
@@ -110,6 +114,7 @@ impl Comm {
             op_count: AtomicU64::new(0),
             in_background: AtomicBool::new(false),
             abort_requested: AtomicBool::new(false),
+            init_cancel: Cancel::new(),
             background_failed: Mutex::new(None),
         }
     }
@@ -206,6 +211,10 @@ impl Comm {
         // either that thread sees the request, or this sees the init over.
         self.abort_requested.store(true, Ordering::SeqCst);
         if self.in_background.load(Ordering::SeqCst) {
+            // An init waiting for its peers ends now, not at its deadline; the thread then
+            // aborts what it made.
+            self.init_cancel
+                .cancel(&format!("rank {}: {why}", self.rank));
             return;
         }
         if let CommState::Ready(gpu) = &mut *self.state() {
@@ -294,7 +303,15 @@ impl Comm {
 
     /// What init makes of this communicator: ready, or failed with the reason.
     fn initialised(&self, id: &UniqueId) -> CommState {
-        match init_gpu(id, self.rank, self.nranks, self.device, &self.settings) {
+        let init = init_gpu(
+            id,
+            self.rank,
+            self.nranks,
+            self.device,
+            &self.settings,
+            Some(&self.init_cancel),
+        );
+        match init {
             Ok(gpu) => {
                 let _ = self.abort.set(gpu.abort_handle());
                 CommState::Ready(Box::new(gpu))
@@ -438,13 +455,15 @@ fn changed_once(device: usize, env: &Settings) {
     });
 }
 
-/// `GpuComm::init` with options from the environment, logging what NCCL logs at INFO.
+/// `GpuComm::init` with options from the environment, logging what NCCL logs at INFO;
+/// cancelling `cancel` ends its bootstrap's waits (`ncclCommAbort` of a non-blocking init).
 pub fn init_gpu(
     id: &UniqueId,
     rank: usize,
     nranks: usize,
     device: usize,
     settings: &CommSettings,
+    cancel: Option<&Cancel>,
 ) -> Result<GpuComm, ApiError> {
     debug::version_once(device);
     for line in &settings.set_lines {
@@ -470,6 +489,7 @@ pub fn init_gpu(
     changed_once(device, &env);
     let mut opts = CommOptions::from_settings(&env);
     opts.channel_bounds = settings.channel_bounds;
+    opts.bootstrap.cancel = cancel.cloned();
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
     // NCCL names the network it loaded. weft opens one only for ranks on other hosts; on
     // one host it says so after the name it would take (netName, else NCCL_NET, else
@@ -707,6 +727,42 @@ mod tests {
         });
         let outcome = settled(&c);
         assert_eq!(outcome.unwrap_err().message, "rank 1 never joined");
+    }
+
+    /// `ncclCommAbort` ends a background init that waits for a rank that never comes at
+    /// once, not at the bootstrap's deadline (NCCL's abort flag ends its init's waits).
+    #[test]
+    fn abort_ends_a_background_init_waiting_for_its_peers() {
+        use weft_runtime::bootstrap::{Bootstrap, BootstrapOptions, BootstrapRoot};
+        let settings = CommSettings {
+            nonblocking: true,
+            ..CommSettings::default()
+        };
+        let c = Arc::new(Comm::new(0, 2, 0, settings));
+        let mut opts = BootstrapOptions::loopback(Duration::from_secs(30));
+        let (id, _root) = BootstrapRoot::start(&opts).unwrap();
+        // As `init_gpu` does: the init's bootstrap takes the communicator's token.
+        opts.cancel = Some(c.init_cancel.clone());
+        c.in_background("init", move |_, state| {
+            // Rank 1 never comes: the wait ends by the abort, or at 30 s.
+            *state = match Bootstrap::init(&id, 0, 2, &opts) {
+                Ok(_) => CommState::Failed(ApiError::invalid_argument("rank 1 came")),
+                Err(e) => CommState::Failed(ApiError::invalid_argument(e.to_string())),
+            };
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        c.abort("test");
+        let outcome = settled(&c);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the init ended {:?} after the abort",
+            t.elapsed()
+        );
+        let text = outcome.unwrap_err().message;
+        assert!(text.contains("rank 0: test"), "{text}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use weft_core::wire::bootstrap::{FrameKind, HELLO_LEN, HeaderRepr, HelloRepr, Purpose};
 use weft_runtime::bootstrap::{
-    AbortReason, Bootstrap, BootstrapError, BootstrapOptions, BootstrapRoot, UniqueId,
+    AbortReason, Bootstrap, BootstrapError, BootstrapOptions, BootstrapRoot, Cancel, UniqueId,
 };
 
 /// A small seeded generator: reproducible random data without a dependency.
@@ -461,6 +461,64 @@ fn abort_handle_wakes_a_blocked_recv() {
         matches!(err, BootstrapError::Aborted { .. }) && err.to_string().contains("shutting down"),
         "{err:?}"
     );
+}
+
+/// A cancelled token ends an init that waits for a rank that never comes (libnccl's
+/// abort of a non-blocking init), long before the deadline, and the waits of the
+/// bootstrap it made later; a token cancelled first fails the init at once.
+#[test]
+fn cancel_ends_an_init_waiting_for_an_absent_rank_and_later_waits() {
+    let cancel = Cancel::new();
+    let mut o = opts(20_000);
+    o.cancel = Some(cancel.clone());
+    let (id, _root) = BootstrapRoot::start(&o).unwrap();
+    let waiting = {
+        let o = o.clone();
+        thread::spawn(move || Bootstrap::init(&id, 0, 2, &o))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    cancel.cancel("ncclCommAbort");
+    let err = waiting.join().unwrap().map(drop).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, BootstrapError::Aborted { .. }) && err.to_string().contains("ncclCommAbort"),
+        "{err:?}"
+    );
+    // Cancelled already: a new init with it fails at once.
+    let start = Instant::now();
+    let (id2, _root2) = BootstrapRoot::start(&o).unwrap();
+    let err = Bootstrap::init(&id2, 0, 2, &o).map(drop).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(err, BootstrapError::Aborted { .. }), "{err:?}");
+
+    // After init: a receive waiting on a silent peer ends when the token is cancelled.
+    let cancel = Cancel::new();
+    let mut o = opts(20_000);
+    o.cancel = Some(cancel.clone());
+    let (_, results) = run_ranks(2, &[0, 1], &o, move |rank, b| {
+        let mut b = b.unwrap();
+        if rank == 0 {
+            let start = Instant::now();
+            let err = b.recv(1, 5).unwrap_err();
+            Some((err, start.elapsed()))
+        } else {
+            thread::sleep(Duration::from_millis(300));
+            cancel.cancel("giving up");
+            None
+        }
+    });
+    let (err, took) = results[0].as_ref().unwrap();
+    assert!(*took < Duration::from_secs(5), "{took:?}");
+    assert!(matches!(err, BootstrapError::Aborted { .. }), "{err:?}");
 }
 
 #[test]

@@ -22,6 +22,7 @@
 //! Ranks listen on the address from which they reach the root, so the root's interface
 //! (`WEFT_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`, see [`interface`]) decides the network.
 
+mod cancel;
 mod error;
 pub(crate) mod frame;
 pub mod identity;
@@ -30,6 +31,7 @@ pub mod interface;
 mod root;
 mod unique_id;
 
+pub use cancel::Cancel;
 pub use error::{BootstrapError, Peer};
 pub use root::BootstrapRoot;
 pub use unique_id::UniqueId;
@@ -78,6 +80,9 @@ pub struct BootstrapOptions {
     pub root_ip: Option<IpAddr>,
     /// The root's port; 0 picks a free one. `WEFT_BOOTSTRAP_PORT`.
     pub root_port: u16,
+    /// Cancels this rank's bootstrap from another thread, its init included (see
+    /// [`Cancel`]). None by default.
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for BootstrapOptions {
@@ -91,6 +96,7 @@ impl Default for BootstrapOptions {
             interface: None,
             root_ip: None,
             root_port: settings.port,
+            cancel: None,
         }
     }
 }
@@ -200,6 +206,9 @@ impl Bootstrap {
             inbox: Mutex::new(Inbox::default()),
             arrived: Condvar::new(),
         });
+        if let Some(cancel) = &opts.cancel {
+            cancel.watch(&shared);
+        }
         let root_addr = id.root_addr();
         let root_peer = Peer::Root(root_addr);
 
