@@ -96,7 +96,7 @@ impl Context {
     /// Enqueues work on the context's copy stream with `enqueue` and waits for it to end;
     /// `call` names the enqueued call in errors. The work waits for nothing else: neither
     /// the legacy default stream nor the program's kernels (see `copies`). One copy at a
-    /// time per context.
+    /// time per `Context` value (each `Context::primary` makes one, with its own stream).
     pub(crate) fn copy_and_wait(
         &self,
         call: &'static str,

@@ -521,6 +521,34 @@ fn cancel_ends_an_init_waiting_for_an_absent_rank_and_later_waits() {
     assert!(matches!(err, BootstrapError::Aborted { .. }), "{err:?}");
 }
 
+/// A teardown's barrier (`part`) meets only other teardowns: a peer still waiting in a
+/// barrier fails at once naming the rank that left, instead of taking its teardown for
+/// its partner (which let an init complete on the ranks whose peer had failed it).
+#[test]
+fn part_meets_parts_only_and_fails_a_peer_still_in_a_barrier() {
+    let (_, results) = run_ranks(3, &[0, 1, 2], &opts(10_000), |_, b| {
+        let mut b = b.unwrap();
+        b.part().map_err(|e| e.to_string())
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+    let (_, results) = run_ranks(2, &[0, 1], &opts(10_000), |rank, b| {
+        let mut b = b.unwrap();
+        let start = Instant::now();
+        let outcome = if rank == 0 { b.part() } else { b.barrier() };
+        (outcome, start.elapsed())
+    });
+    let (barrier, took) = &results[1];
+    let err = barrier.as_ref().unwrap_err();
+    assert_eq!(err.culprit(), Some(0), "{err}");
+    assert!(
+        err.to_string().contains("tore its communicator down"),
+        "{err}"
+    );
+    assert!(*took < Duration::from_secs(5), "{took:?}");
+    assert!(results[0].0.is_err(), "the teardown met a barrier");
+}
+
 #[test]
 fn duplicate_rank_and_disagreeing_sizes_are_reported() {
     let (_, results) = run_ranks(3, &[0, 1, 1], &opts(5_000), |_, b| b.map(drop).unwrap_err());

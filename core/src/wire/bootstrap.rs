@@ -302,6 +302,9 @@ pub enum FrameKind {
     Data = 4,
     /// The sender gives up; the body says why and who is at fault.
     Abort = 5,
+    /// A ring step of the sender's teardown: only ranks tearing down take part (a rank
+    /// still in another exchange that receives one learns that its peer left).
+    Parting = 6,
 }
 
 impl FrameKind {
@@ -312,6 +315,7 @@ impl FrameKind {
             3 => FrameKind::RingInfo,
             4 => FrameKind::Data,
             5 => FrameKind::Abort,
+            6 => FrameKind::Parting,
             _ => {
                 return Err(ParseError::BadField {
                     field: "frame kind",

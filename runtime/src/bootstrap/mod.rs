@@ -414,6 +414,25 @@ impl Bootstrap {
     /// `nranks - 1` steps, each forwarding one block to the next rank. Collective: every
     /// rank must call it, in the same order as the other ring operations.
     pub fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        self.ring_gather(mine, FrameKind::Data, "all_gather")
+    }
+
+    /// Returns once every rank has called it, or fails: a teardown's barrier (the last
+    /// operation on this bootstrap), which no other operation of a peer takes for its own:
+    /// a peer still waiting in a barrier or an exchange fails, naming this rank, instead of
+    /// taking this for its partner.
+    pub fn part(&mut self) -> Result<(), BootstrapError> {
+        self.ring_gather(&[], FrameKind::Parting, "teardown")
+            .map(drop)
+    }
+
+    /// The ring all-gather, its steps sent as `kind` frames.
+    fn ring_gather(
+        &mut self,
+        mine: &[u8],
+        kind: FrameKind,
+        what: &'static str,
+    ) -> Result<Vec<Vec<u8>>, BootstrapError> {
         check_len(mine)?;
         self.check_usable()?;
         let n = self.nranks;
@@ -425,7 +444,7 @@ impl Bootstrap {
             let send_idx = (self.rank + n - step) % n;
             let recv_idx = (self.rank + n - step - 1) % n;
             let outgoing = std::mem::take(blocks.get_mut(send_idx).unwrap_or(&mut Vec::new()));
-            let result = self.ring_exchange(&outgoing, step == 0, "all_gather");
+            let result = self.ring_exchange(&outgoing, step == 0, kind, what);
             if let Some(slot) = blocks.get_mut(send_idx) {
                 *slot = outgoing;
             }
@@ -581,6 +600,7 @@ impl Bootstrap {
         &mut self,
         outgoing: &[u8],
         first_step: bool,
+        kind: FrameKind,
         what: &'static str,
     ) -> Result<Vec<u8>, BootstrapError> {
         let seq = self.ring_seq;
@@ -598,8 +618,7 @@ impl Bootstrap {
         // previous rank's (the fairness the timeout grace below relies on).
         let deadline = Instant::now() + timeout;
         let (sent, received) = thread::scope(|s| {
-            let sender = s
-                .spawn(move || write_frame(ring_next, FrameKind::Data, me, seq, outgoing, timeout));
+            let sender = s.spawn(move || write_frame(ring_next, kind, me, seq, outgoing, timeout));
             let received = read_frame(ring_prev, Some(deadline), &shared.stop, MAX_BODY_LEN);
             let sent = sender
                 .join()
@@ -632,8 +651,17 @@ impl Bootstrap {
         let (header, body) =
             received.map_err(|e| read_error(shared, prev_peer, what, timeout, e))?;
         match header.kind {
-            FrameKind::Data if header.rank as usize == prev && header.tag == seq => {}
+            k if k == kind && header.rank as usize == prev && header.tag == seq => {}
             FrameKind::Abort => return Err(abort_error(Some(prev_peer), &body)),
+            FrameKind::Parting => {
+                return Err(BootstrapError::PeerLost {
+                    peer: prev_peer,
+                    what,
+                    source: Some(std::io::Error::other(
+                        "it tore its communicator down (destroyed or aborted) instead",
+                    )),
+                });
+            }
             _ => {
                 return Err(BootstrapError::Protocol {
                     peer: prev_peer,

@@ -29,6 +29,7 @@
 //! - `launch`: enqueueing planned calls, consecutive ones of one kernel together.
 //! - `p2p`: send/receive groups.
 //! - `faults`: the abort flag, the kernels' deadline, and a kernel's fault as an error.
+//! - `parting`: teardown, freeing what peers may still touch once they let go.
 
 mod channels;
 mod control;
@@ -77,13 +78,17 @@ pub struct GpuComm {
     rank: usize,
     nranks: usize,
     ctx: Arc<Context>,
-    // Teardown hands the windows, the bootstrap and the peer region to a thread that frees
-    // them once the peers let go (`parting`); the rest is dropped at once (every buffer
-    // holds its own reference to the context, so the order does not matter for it).
-    /// The kernels and the control block every launch passes them.
-    launcher: Launcher,
-    /// The abort flag, the kernels' fault records, the first failure.
-    faults: Faults,
+    // Teardown hands the device and pinned memory (the windows, the peer region, the
+    // control block, the fault page, the gathering buffer) and the bootstrap to a thread
+    // that frees them once the peers let go (`parting`): peers may still touch the
+    // windows, and a free waits for the whole GPU, which another communicator's kernel may
+    // keep busy. Every buffer holds its own reference to the context.
+    /// The kernels and the control block every launch passes them (taken by teardown
+    /// only).
+    launcher: ManuallyDrop<Launcher>,
+    /// The abort flag, the kernels' fault records, the first failure (taken by teardown
+    /// only).
+    faults: ManuallyDrop<Faults>,
     /// This rank's window, its peers', and the connections' layout in them (taken by
     /// teardown only).
     windows: ManuallyDrop<Windows>,
@@ -742,8 +747,18 @@ impl Drop for GpuComm {
         let windows = unsafe { ManuallyDrop::take(&mut self.windows) };
         // SAFETY: as above.
         let bootstrap = unsafe { ManuallyDrop::take(&mut self.bootstrap) };
-        let region = self.planner.region.take();
-        parting::free_once_peers_part(bootstrap, self.rank, (windows, region));
+        // SAFETY: as above.
+        let launcher = unsafe { ManuallyDrop::take(&mut self.launcher) };
+        // SAFETY: as above.
+        let faults = unsafe { ManuallyDrop::take(&mut self.faults) };
+        let memory = (
+            windows,
+            self.planner.region.take(),
+            launcher,
+            faults,
+            self.planner.gathered.take(),
+        );
+        parting::free_once_peers_part(bootstrap, self.rank, memory);
     }
 }
 

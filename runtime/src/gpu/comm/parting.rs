@@ -8,17 +8,26 @@
 //! `cuMemAlloc`ed and IPC-shared, so teardown hands them to a thread of their own, which
 //! frees them once every rank has torn its side down (a bootstrap barrier: each rank tears
 //! down after its own work ended, so no peer touches them any more) or has gone (its
-//! connection closed), and at the latest at the bootstrap's deadline (a peer that never
+//! connection closed), and otherwise about a bootstrap timeout later (a peer that never
 //! tears down: PyTorch destroys a subgroup on one rank while another rank runs on, and
-//! long before the deadline that rank's last writes have landed).
+//! long before then that rank's last writes have landed). The teardown's barrier is a
+//! bootstrap operation of its own (`Bootstrap::part`): a peer still waiting in another
+//! exchange (an init's last barrier) fails, naming this rank, rather than completing.
+//! The rest of the communicator's memory goes the same way: a free waits for the whole
+//! GPU, which another communicator's kernel may keep busy.
+//!
+//! Not covered: a process that exits right after its teardown frees everything with it,
+//! thread or not; a peer still reading this rank's window at that moment (read mode's last
+//! steps, microseconds after this rank's last call) would fault. NCCL's cuMem allocations
+//! outlive the exporting process; weft's `cuMemAlloc` ones do not.
 //!
 //! The caller never waits for a peer: `ncclCommFinalize` and `ncclCommDestroy` return once
 //! this rank's own work has ended, as NCCL's do.
 
 use crate::bootstrap::{Bootstrap, BootstrapError};
 
-/// Drops `held` (the windows, the peer region) once every rank of `bootstrap` has called
-/// this too, or is gone, or at the bootstrap's deadline; on a thread of its own, so the
+/// Drops `held` (the communicator's memory) once every rank of `bootstrap` has called this
+/// too, or is gone, or a bootstrap timeout or so later; on a thread of its own, so the
 /// caller returns at once. `rank` names this rank in the log.
 pub(super) fn free_once_peers_part<T: Send + 'static>(
     mut bootstrap: Bootstrap,
@@ -26,12 +35,14 @@ pub(super) fn free_once_peers_part<T: Send + 'static>(
     held: T,
 ) {
     let part = move || {
-        match bootstrap.barrier() {
+        match bootstrap.part() {
             Ok(()) => {}
             Err(BootstrapError::PeerLost { peer, .. }) => log::debug!(
                 "weft: rank {rank}: teardown: {peer} is gone; freeing this rank's windows"
             ),
-            Err(e) => log::debug!(
+            // A peer still uses the communicator (or never tears down): its last writes
+            // have long landed, but say so.
+            Err(e) => log::info!(
                 "weft: rank {rank}: teardown: not every rank tore its side down ({e}); \
                  freeing this rank's windows now"
             ),
@@ -43,7 +54,7 @@ pub(super) fn free_once_peers_part<T: Send + 'static>(
         .name("weft-parting".to_string())
         .spawn(part)
     {
-        // The closure went with the error, and what it held with it: freed now.
+        // `spawn` dropped the closure, and with it what it held: freed now.
         log::warn!("weft: rank {rank}: teardown thread: {e}; freed this rank's windows at once");
     }
 }

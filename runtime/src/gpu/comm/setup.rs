@@ -251,13 +251,13 @@ impl GpuComm {
         let comm = GpuComm {
             rank,
             nranks,
-            launcher: Launcher::new(kernels, control),
+            launcher: ManuallyDrop::new(Launcher::new(kernels, control)),
             order,
             status,
             held_up_by: None,
             connections,
             ctx,
-            faults,
+            faults: ManuallyDrop::new(faults),
             windows: ManuallyDrop::new(windows),
             bootstrap: ManuallyDrop::new(bootstrap),
             planner: Planner {
