@@ -12,6 +12,7 @@
 //! - [`config`], [`types`], [`result`]: `ncclConfig_t`, data types and operators,
 //!   result codes: the pure mappings, unit-tested here.
 //! - [`debug`]: `NCCL_DEBUG` lines in NCCL's format.
+//! - [`unload`]: an exit waits briefly for GPU communicators' teardowns in flight.
 
 pub mod boundary;
 pub mod comm;
@@ -23,6 +24,7 @@ pub mod issue;
 pub mod redop;
 pub mod result;
 pub mod types;
+pub mod unload;
 
 /// The NCCL version weft's API matches (`NCCL_VERSION_CODE` of its `nccl.h`).
 pub const NCCL_MAJOR: i32 = 2;

@@ -16,15 +16,62 @@
 //! The rest of the communicator's memory goes the same way: a free waits for the whole
 //! GPU, which another communicator's kernel may keep busy.
 //!
-//! Not covered: a process that exits right after its teardown frees everything with it,
-//! thread or not; a peer still reading this rank's window at that moment (read mode's last
-//! steps, microseconds after this rank's last call) would fault. NCCL's cuMem allocations
-//! outlive the exporting process; weft's `cuMemAlloc` ones do not.
+//! A process that exits frees everything with it, thread or not, and a peer still reading
+//! this rank's window at that moment (read mode's last steps, microseconds after this
+//! rank's last call) would fault: NCCL's cuMem allocations outlive the exporting process,
+//! weft's `cuMemAlloc` ones do not. So a program's exit waits a little for the teardowns
+//! in flight ([`wait_for_teardowns`], which libnccl runs as the library is unloaded): when
+//! every rank tears down, as jobs end, they complete within milliseconds.
 //!
 //! The caller never waits for a peer: `ncclCommFinalize` and `ncclCommDestroy` return once
 //! this rank's own work has ended, as NCCL's do.
 
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use crate::bootstrap::{Bootstrap, BootstrapError};
+
+/// Teardowns whose thread has not freed its memory yet, and the condition their end
+/// signals.
+static IN_FLIGHT: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// Waits up to `limit` for every teardown in flight to free its memory; returns how many
+/// still have not.
+pub fn wait_for_teardowns(limit: Duration) -> usize {
+    let (count, ended) = &IN_FLIGHT;
+    let until = Instant::now() + limit;
+    let mut left = count.lock().unwrap_or_else(PoisonError::into_inner);
+    while *left > 0 {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        left = ended
+            .wait_timeout(left, until - now)
+            .map(|(guard, _)| guard)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+    *left
+}
+
+/// Counts one teardown in flight for as long as it lives.
+struct InFlight;
+
+impl InFlight {
+    fn start() -> InFlight {
+        *IN_FLIGHT.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let (count, ended) = &IN_FLIGHT;
+        let mut left = count.lock().unwrap_or_else(PoisonError::into_inner);
+        *left = left.saturating_sub(1);
+        ended.notify_all();
+    }
+}
 
 /// Drops `held` (the communicator's memory) once every rank of `bootstrap` has called this
 /// too, or is gone, or a bootstrap timeout or so later; on a thread of its own, so the
@@ -34,6 +81,7 @@ pub(super) fn free_once_peers_part<T: Send + 'static>(
     rank: usize,
     held: T,
 ) {
+    let counted = InFlight::start();
     let part = move || {
         match bootstrap.part() {
             Ok(()) => {}
@@ -49,6 +97,7 @@ pub(super) fn free_once_peers_part<T: Send + 'static>(
         }
         drop(held);
         drop(bootstrap);
+        drop(counted);
     };
     if let Err(e) = std::thread::Builder::new()
         .name("weft-parting".to_string())
@@ -121,6 +170,22 @@ mod test {
                 freed_within(f, Duration::from_secs(5)),
                 "rank {r} kept its memory"
             );
+        }
+    }
+
+    #[test]
+    fn an_exit_can_wait_for_the_teardowns_in_flight() {
+        let mut ranks = ranks(2, Duration::from_secs(20));
+        let flags: Vec<_> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+        let second = ranks.pop().unwrap();
+        free_once_peers_part(ranks.pop().unwrap(), 0, Held(flags[0].clone()));
+        // Other tests' teardowns may be in flight too: only "not all done" is certain.
+        assert!(wait_for_teardowns(Duration::from_millis(100)) >= 1);
+        free_once_peers_part(second, 1, Held(flags[1].clone()));
+        let t = Instant::now();
+        while !flags.iter().all(|f| f.load(Ordering::Acquire)) {
+            assert!(t.elapsed() < Duration::from_secs(5), "never freed");
+            wait_for_teardowns(Duration::from_millis(50));
         }
     }
 
