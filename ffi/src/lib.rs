@@ -19,10 +19,12 @@
 //! - [`last_error`]: the text C reads after a failure: [`ThreadLastError`] (per thread,
 //!   valid until that thread's next call, libweft's) and [`ProcessLastError`] (one buffer
 //!   that is never freed, NCCL's).
+//! - [`pinning`]: keeping a library mapped while its helper threads may run.
 
 pub mod arg;
 pub mod boundary;
 pub mod last_error;
+pub mod pinning;
 
 pub use arg::ArgError;
 pub use boundary::{Panic, Surface, catch, status_call, value_call};

@@ -211,8 +211,9 @@ impl Comm {
         // either that thread sees the request, or this sees the init over.
         self.abort_requested.store(true, Ordering::SeqCst);
         if self.in_background.load(Ordering::SeqCst) {
-            // An init waiting for its peers ends now, not at its deadline; the thread then
-            // aborts what it made.
+            // An init waiting for its peers ends now, not at its deadline (a finalize in the
+            // background is not touched: the token let go of its bootstrap when the init
+            // ended); the thread then aborts what it made.
             self.init_cancel
                 .cancel(&format!("rank {}: {why}", self.rank));
             return;
@@ -311,6 +312,8 @@ impl Comm {
             &self.settings,
             Some(&self.init_cancel),
         );
+        // From here an abort must not cut the bootstrap: the communicator's teardown uses it.
+        self.init_cancel.release();
         match init {
             Ok(gpu) => {
                 let _ = self.abort.set(gpu.abort_handle());
@@ -465,6 +468,7 @@ pub fn init_gpu(
     settings: &CommSettings,
     cancel: Option<&Cancel>,
 ) -> Result<GpuComm, ApiError> {
+    crate::unload::arm();
     debug::version_once(device);
     for line in &settings.set_lines {
         debug::info(device, line);

@@ -12,7 +12,8 @@
 //! - [`config`], [`types`], [`result`]: `ncclConfig_t`, data types and operators,
 //!   result codes: the pure mappings, unit-tested here.
 //! - [`debug`]: `NCCL_DEBUG` lines in NCCL's format.
-//! - [`unload`]: an exit waits briefly for GPU communicators' teardowns in flight.
+//! - [`unload`]: an exit waits briefly for GPU communicators' teardowns in flight, and the
+//!   library stays mapped while they may run.
 
 pub mod boundary;
 pub mod comm;

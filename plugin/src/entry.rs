@@ -49,25 +49,8 @@ fn net(entry: &str) -> Result<&'static dyn PluginNet, NetError> {
 fn keep_loaded() {
     static PINNED: Once = Once::new();
     PINNED.call_once(|| {
-        let symbol = (&raw const ncclNetPlugin_v11).cast::<c_void>();
-        // SAFETY: Dl_info is plain data; all-zero is a valid value for an out-parameter.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr reads the address and writes `info`, both valid.
-        let found = unsafe { libc::dladdr(symbol, &mut info) };
-        if found == 0 || info.dli_fname.is_null() {
-            log::info!("NET/weft : cannot find this library's path; it may be unloaded early");
-            return;
-        }
-        // SAFETY: dli_fname is the loader's NUL-terminated path of an object that is loaded;
-        // RTLD_NOLOAD only adds a reference to it, RTLD_NODELETE keeps it mapped for good.
-        let handle = unsafe {
-            libc::dlopen(
-                info.dli_fname,
-                libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
-            )
-        };
-        if handle.is_null() {
-            log::info!("NET/weft : could not pin this library (dlopen RTLD_NODELETE failed)");
+        if let Err(why) = weft_ffi::pinning::keep_loaded((&raw const ncclNetPlugin_v11) as usize) {
+            log::info!("NET/weft : could not pin this library ({why}); it may be unloaded early");
         }
     });
 }

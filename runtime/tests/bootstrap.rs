@@ -521,6 +521,27 @@ fn cancel_ends_an_init_waiting_for_an_absent_rank_and_later_waits() {
     assert!(matches!(err, BootstrapError::Aborted { .. }), "{err:?}");
 }
 
+/// A released token leaves the bootstraps it guarded alone: libnccl releases its init's
+/// token once the init ends, so an abort during a later background finalize does not cut
+/// the bootstrap the communicator's teardown still needs.
+#[test]
+fn a_released_cancel_leaves_a_finished_init_alone() {
+    let cancel = Cancel::new();
+    let mut o = opts(10_000);
+    o.cancel = Some(cancel.clone());
+    let (_, results) = run_ranks(2, &[0, 1], &o, move |rank, b| {
+        let mut b = b.unwrap();
+        if rank == 0 {
+            cancel.release();
+            cancel.cancel("too late");
+        }
+        b.barrier()
+            .and_then(|()| b.barrier())
+            .map_err(|e| e.to_string())
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
 /// A teardown's barrier (`part`) meets only other teardowns: a peer still waiting in a
 /// barrier fails at once naming the rank that left, instead of taking its teardown for
 /// its partner (which let an init complete on the ranks whose peer had failed it).

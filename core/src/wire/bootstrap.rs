@@ -12,6 +12,7 @@
 //! | `RingInfo`    | [`RingInfoRepr`]: next rank and its address | root -> rank                 |
 //! | `Data`        | opaque bytes, matched by (rank, tag) | rank -> rank                  |
 //! | `Abort`       | [`AbortRepr`]: culprit, reason, text | anyone -> anyone              |
+//! | `Parting`     | empty: a ring step of a teardown's barrier | rank -> next rank        |
 //!
 //! All integers are big-endian. Views (`*View::new_checked`) validate once; after that no
 //! accessor can fail. `Repr::emit` writes into a caller buffer and reports `Truncated` if
@@ -24,7 +25,10 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::{ParseError, prefix};
 
-/// Version of every format in this file; bumped together when any of them changes.
+/// Version of every format in this file; bumped together when any of them changes. Still 1
+/// after `Parting` was added (2026-11-28): a frame kind is added, nothing else changes, and
+/// a build without it rejects the frame (a protocol error naming the peer); every rank of a
+/// job runs one build.
 pub const VERSION: u16 = 1;
 
 /// "WFTI": weft unique id.
@@ -1225,7 +1229,7 @@ mod test {
         }
 
         #[test]
-        fn header_round_trip(kind in 1u16..=5, rank: u32, tag: u32, length in 0..=MAX_BODY_LEN) {
+        fn header_round_trip(kind in 1u16..=6, rank: u32, tag: u32, length in 0..=MAX_BODY_LEN) {
             let h = HeaderRepr { kind: FrameKind::from_u16(kind).unwrap(), rank, tag, length };
             let bytes = h.to_bytes().unwrap();
             prop_assert_eq!(HeaderRepr::parse(&HeaderView::new_checked(&bytes).unwrap()), h);

@@ -32,8 +32,11 @@ impl Cancel {
         Cancel::default()
     }
 
-    /// Aborts every bootstrap started with this token, and any started later, with `why`
-    /// (the peers learn it, as from an abort).
+    /// Aborts every bootstrap started with this token (and not released), and any started
+    /// later, with `why`: their waits end with [`BootstrapError::Aborted`] carrying it; their
+    /// connections close, so peers fail naming this rank.
+    ///
+    /// [`BootstrapError::Aborted`]: super::BootstrapError::Aborted
     pub fn cancel(&self, why: &str) {
         let targets: Vec<Arc<Shared>> = {
             let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -51,6 +54,17 @@ impl Cancel {
             .unwrap_or_else(PoisonError::into_inner)
             .cancelled
             .is_some()
+    }
+
+    /// Lets go of the bootstraps started so far: a later cancel leaves them alone. For a
+    /// token that guards an init only: the bootstrap an init made lives on in its
+    /// communicator, whose teardown still needs it.
+    pub fn release(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .targets
+            .clear();
     }
 
     /// Registers a starting bootstrap: aborted now if the token already was cancelled.

@@ -167,7 +167,9 @@ pub(crate) fn write_hello(
 }
 
 /// Connects to `addr`, retrying refused or unreachable attempts until `deadline`, so that
-/// ranks may start in any order. Returns the last error when the deadline passes.
+/// ranks may start in any order. Returns the last error when the deadline passes, or at
+/// once when `stop` goes up (looked at between attempts of at most a second, and while
+/// waiting between them).
 pub(crate) fn connect_retry(
     addr: SocketAddr,
     deadline: Instant,
@@ -175,7 +177,11 @@ pub(crate) fn connect_retry(
 ) -> Result<TcpStream, (Duration, io::Error)> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(10);
+    let stopped = || io::Error::new(io::ErrorKind::Interrupted, "stopped while connecting");
     loop {
+        if stop.load(Ordering::Acquire) {
+            return Err((start.elapsed(), stopped()));
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         let attempt = if left.is_zero() {
             Err(io::Error::new(
@@ -183,7 +189,7 @@ pub(crate) fn connect_retry(
                 "deadline passed before connecting",
             ))
         } else {
-            TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5)))
+            TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
         };
         match attempt {
             Ok(stream) => {
@@ -196,7 +202,13 @@ pub(crate) fn connect_retry(
                     return Err((start.elapsed(), e));
                 }
                 log::trace!("bootstrap: connect to {addr} failed ({e}); retrying");
-                thread::sleep(backoff.min(left));
+                let until = Instant::now() + backoff.min(left);
+                while Instant::now() < until {
+                    if stop.load(Ordering::Acquire) {
+                        return Err((start.elapsed(), stopped()));
+                    }
+                    thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+                }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
         }

@@ -208,16 +208,17 @@ impl Bootstrap {
         });
         if let Some(cancel) = &opts.cancel {
             cancel.watch(&shared);
+            if shared.stop.load(Ordering::Acquire) {
+                return Err(stopped_error(&shared));
+            }
         }
         let root_addr = id.root_addr();
         let root_peer = Peer::Root(root_addr);
 
         // 1. Reach the root; listen on the address we reached it from (it routes).
         let mut root = connect_retry(root_addr, Instant::now() + opts.timeout, &shared.stop)
-            .map_err(|(waited, source)| BootstrapError::Unreachable {
-                peer: root_peer,
-                waited,
-                source,
+            .map_err(|(waited, source)| {
+                unreachable_unless_stopped(&shared, root_peer, waited, source)
             })?;
         let local_ip = root
             .local_addr()
@@ -334,10 +335,8 @@ impl Bootstrap {
         let prev = (rank + nranks - 1) % nranks;
         let next_peer = Peer::Rank(next, Some(next_addr));
         let mut ring_next = connect_retry(next_addr, Instant::now() + opts.timeout, &shared.stop)
-            .map_err(|(waited, source)| BootstrapError::Unreachable {
-            peer: next_peer,
-            waited,
-            source,
+            .map_err(|(waited, source)| {
+            unreachable_unless_stopped(&shared, next_peer, waited, source)
         })?;
         let hello = HelloRepr {
             purpose: Purpose::Ring,
@@ -643,6 +642,9 @@ impl Bootstrap {
                     Ok((h, body)) if h.kind == FrameKind::Abort => {
                         return Err(abort_error(Some(prev_peer), &body));
                     }
+                    Ok((h, _)) if h.kind == FrameKind::Parting && kind != FrameKind::Parting => {
+                        return Err(left_instead(prev_peer, what));
+                    }
                     _ => Err(ReadFail::Timeout),
                 }
             }
@@ -653,13 +655,16 @@ impl Bootstrap {
         match header.kind {
             k if k == kind && header.rank as usize == prev && header.tag == seq => {}
             FrameKind::Abort => return Err(abort_error(Some(prev_peer), &body)),
-            FrameKind::Parting => {
-                return Err(BootstrapError::PeerLost {
+            FrameKind::Parting if kind != FrameKind::Parting => {
+                return Err(left_instead(prev_peer, what));
+            }
+            FrameKind::Data if kind == FrameKind::Parting => {
+                return Err(BootstrapError::Protocol {
                     peer: prev_peer,
-                    what,
-                    source: Some(std::io::Error::other(
-                        "it tore its communicator down (destroyed or aborted) instead",
-                    )),
+                    detail: format!(
+                        "{what}: rank {prev} is still in an exchange of its own: it has not \
+                         torn its communicator down"
+                    ),
                 });
             }
             _ => {
@@ -706,10 +711,8 @@ impl Bootstrap {
         if !self.data_out.contains_key(&peer) {
             let mut stream =
                 connect_retry(addr, Instant::now() + self.opts.timeout, &self.shared.stop)
-                    .map_err(|(waited, source)| BootstrapError::Unreachable {
-                        peer: target,
-                        waited,
-                        source,
+                    .map_err(|(waited, source)| {
+                        unreachable_unless_stopped(&self.shared, target, waited, source)
                     })?;
             let hello = HelloRepr {
                 secret: self.shared.secret,
@@ -860,6 +863,34 @@ fn stopped_error(shared: &Shared) -> BootstrapError {
             reason: AbortReason::User,
             text: "aborted locally".into(),
         },
+    }
+}
+
+/// `peer`'s teardown (a `Parting` ring step) met this rank's `what`.
+fn left_instead(peer: Peer, what: &'static str) -> BootstrapError {
+    BootstrapError::PeerLost {
+        peer,
+        what,
+        source: Some(std::io::Error::other(
+            "it tore its communicator down (destroyed or aborted) instead",
+        )),
+    }
+}
+
+/// A failed connection to `peer`: its error, or the abort's where the stop flag went up.
+fn unreachable_unless_stopped(
+    shared: &Shared,
+    peer: Peer,
+    waited: Duration,
+    source: std::io::Error,
+) -> BootstrapError {
+    if shared.stop.load(Ordering::Acquire) {
+        return stopped_error(shared);
+    }
+    BootstrapError::Unreachable {
+        peer,
+        waited,
+        source,
     }
 }
 

@@ -20,12 +20,15 @@
 //! this rank's window at that moment (read mode's last steps, microseconds after this
 //! rank's last call) would fault: NCCL's cuMem allocations outlive the exporting process,
 //! weft's `cuMemAlloc` ones do not. So a program's exit waits a little for the teardowns
-//! in flight ([`wait_for_teardowns`], which libnccl runs as the library is unloaded): when
-//! every rank tears down, as jobs end, they complete within milliseconds.
+//! in flight ([`wait_for_teardowns_at_exit`], which libnccl registers with `atexit`): when
+//! every rank tears down, as jobs end, they complete within milliseconds. Those still
+//! waiting after that leave their memory to the exit rather than call a driver that is
+//! shutting down.
 //!
 //! The caller never waits for a peer: `ncclCommFinalize` and `ncclCommDestroy` return once
 //! this rank's own work has ended, as NCCL's do.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -35,9 +38,21 @@ use crate::bootstrap::{Bootstrap, BootstrapError};
 /// signals.
 static IN_FLIGHT: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 
+/// The process that counted teardowns (0: none yet): a forked child inherits the count
+/// but neither the threads nor, perhaps, a free lock, and must not wait.
+static COUNTED_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Set once the exit has waited: teardown threads still running leave their memory to the
+/// process's end.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
 /// Waits up to `limit` for every teardown in flight to free its memory; returns how many
 /// still have not.
 pub fn wait_for_teardowns(limit: Duration) -> usize {
+    let counted_in = COUNTED_IN.load(Ordering::Acquire);
+    if counted_in == 0 || counted_in != std::process::id() {
+        return 0;
+    }
     let (count, ended) = &IN_FLIGHT;
     let until = Instant::now() + limit;
     let mut left = count.lock().unwrap_or_else(PoisonError::into_inner);
@@ -54,12 +69,22 @@ pub fn wait_for_teardowns(limit: Duration) -> usize {
     *left
 }
 
+/// [`wait_for_teardowns`] at the process's exit: afterwards, the teardowns still in flight
+/// do not free their memory (the exit does, and the CUDA driver may be shutting down).
+pub fn wait_for_teardowns_at_exit(limit: Duration) -> usize {
+    let left = wait_for_teardowns(limit);
+    EXITING.store(true, Ordering::Release);
+    left
+}
+
 /// Counts one teardown in flight for as long as it lives.
 struct InFlight;
 
 impl InFlight {
     fn start() -> InFlight {
-        *IN_FLIGHT.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        let mut count = IN_FLIGHT.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *count += 1;
+        COUNTED_IN.store(std::process::id(), Ordering::Release);
         InFlight
     }
 }
@@ -95,7 +120,12 @@ pub(super) fn free_once_peers_part<T: Send + 'static>(
                  freeing this rank's windows now"
             ),
         }
-        drop(held);
+        if EXITING.load(Ordering::Acquire) {
+            // The process is ending: its end frees everything.
+            std::mem::forget(held);
+        } else {
+            drop(held);
+        }
         drop(bootstrap);
         drop(counted);
     };
