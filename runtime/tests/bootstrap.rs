@@ -521,6 +521,30 @@ fn cancel_ends_an_init_waiting_for_an_absent_rank_and_later_waits() {
     assert!(matches!(err, BootstrapError::Aborted { .. }), "{err:?}");
 }
 
+/// A named exchange's failure names it: a rank that stops answering half-way through an
+/// init is found at its step.
+#[test]
+fn a_named_all_gather_names_its_step_when_a_peer_is_silent() {
+    let (_, results) = run_ranks(2, &[0, 1], &opts(1_000), |rank, b| {
+        let mut b = b.unwrap();
+        if rank == 0 {
+            Some(
+                b.all_gather_for(b"mine", "init's all_gather of the windows")
+                    .unwrap_err()
+                    .to_string(),
+            )
+        } else {
+            thread::sleep(Duration::from_millis(2_500));
+            None
+        }
+    });
+    let text = results[0].as_ref().unwrap();
+    assert!(
+        text.contains("init's all_gather of the windows") && text.contains("rank 1"),
+        "{text}"
+    );
+}
+
 /// A released token leaves the bootstraps it guarded alone: libnccl releases its init's
 /// token once the init ends, so an abort during a later background finalize does not cut
 /// the bootstrap the communicator's teardown still needs.

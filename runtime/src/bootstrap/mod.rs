@@ -416,6 +416,17 @@ impl Bootstrap {
         self.ring_gather(mine, FrameKind::Data, "all_gather")
     }
 
+    /// [`Self::all_gather`], its errors naming `what` the exchange is for ("init's
+    /// all_gather of the windows"): a rank that stops answering half-way through an init is
+    /// then found at its step, not just "in an all_gather".
+    pub fn all_gather_for(
+        &mut self,
+        mine: &[u8],
+        what: &'static str,
+    ) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        self.ring_gather(mine, FrameKind::Data, what)
+    }
+
     /// Returns once every rank has called it, or fails: a teardown's barrier (the last
     /// operation on this bootstrap), which no other operation of a peer takes for its own:
     /// a peer still waiting in a barrier or an exchange fails, naming this rank, instead of

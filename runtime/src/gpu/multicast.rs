@@ -324,7 +324,10 @@ impl MulticastRegion {
                     inbox = Some(rendezvous.inbox(rank).map_err(fd_error)?);
                 }
                 MulticastStep::AgreeOnPlan => {
-                    let plans = bootstrap.all_gather(&plan.encode())?;
+                    let plans = bootstrap.all_gather_for(
+                        &plan.encode(),
+                        "init's all_gather of the NVLS multicast plans",
+                    )?;
                     if let Some((q, why)) =
                         super::peer::first_disagreement(&plans, |p| plan.mismatch(p))
                     {

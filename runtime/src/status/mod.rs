@@ -79,7 +79,7 @@ pub fn join(
     };
     let mut blob = id.to_be_bytes().to_vec();
     blob.extend_from_slice(addr.as_bytes());
-    let all = bootstrap.all_gather(&blob)?;
+    let all = bootstrap.all_gather_for(&blob, "init's all_gather of the status servers")?;
     let comm = all
         .first()
         .and_then(|b| b.get(..8))

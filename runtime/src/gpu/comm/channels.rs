@@ -53,7 +53,10 @@ pub(super) fn channel_rings(
     // alike everywhere (rank 0 planned the rings, but each rank has its own settings).
     let set_here = channel_count_set(explicit, &opts.settings.topology);
     let set_anywhere = bootstrap
-        .all_gather(&[u8::from(set_here)])?
+        .all_gather_for(
+            &[u8::from(set_here)],
+            "init's all_gather of the channel settings",
+        )?
         .iter()
         .any(|b| b.first() != Some(&0));
     let rings = if searched && !set_anywhere {
@@ -214,7 +217,11 @@ fn agree_on_bounds(
         out
     };
     let mine = encode(bounds);
-    for (r, theirs) in bootstrap.all_gather(&mine)?.iter().enumerate() {
+    for (r, theirs) in bootstrap
+        .all_gather_for(&mine, "init's all_gather of the channel bounds")?
+        .iter()
+        .enumerate()
+    {
         if theirs.as_slice() != mine.as_slice() {
             let show = |b: &[u8]| match (b.get(..4), b.get(4..8)) {
                 (Some([0, 0, 0, 0]), Some([0, 0, 0, 0])) => "none".to_string(),
@@ -245,7 +252,10 @@ fn rank_zeros_count(
     rings: Vec<Vec<u32>>,
     peers: &[GpuPeer],
 ) -> Result<Vec<Vec<u32>>, GpuError> {
-    let counts = bootstrap.all_gather(&(rings.len() as u32).to_be_bytes())?;
+    let counts = bootstrap.all_gather_for(
+        &(rings.len() as u32).to_be_bytes(),
+        "init's all_gather of the ring counts",
+    )?;
     let first = counts
         .first()
         .and_then(|c| c.as_slice().try_into().ok())

@@ -198,7 +198,7 @@ impl NetEnds {
         let mut blob = vec![name_bytes.len() as u8];
         blob.extend_from_slice(name_bytes);
         blob.extend_from_slice(&handles);
-        let shared = bootstrap.all_gather(&blob)?;
+        let shared = bootstrap.all_gather_for(&blob, "init's all_gather of the NET listeners")?;
         let mut ends = setup?;
         let theirs_by_rank = listeners(&shared, name_bytes)?;
         for &edge in &outgoing {

@@ -159,7 +159,8 @@ pub(super) fn agree_on_plan(
     }
     // Each rank planned from its own settings and GPU: a rank with a larger plan
     // would write past a smaller peer's region. Refuse any difference.
-    let plans = bootstrap.all_gather(&plan.encode())?;
+    let plans =
+        bootstrap.all_gather_for(&plan.encode(), "init's all_gather of the peer region plans")?;
     if let Some((q, why)) = crate::gpu::peer::first_disagreement(&plans, |p| plan.mismatch(p)) {
         return Err(GpuError::InvalidArgument(format!(
             "{}: rank {q}'s peer region differs from rank {rank}'s in {why}: set it \
@@ -181,7 +182,8 @@ impl PeerRegion {
         plan: RegionPlan,
     ) -> Result<PeerRegion, GpuError> {
         let window = Window::device(ctx, plan.bytes as usize)?;
-        let records = bootstrap.all_gather(&window.record()?)?;
+        let records =
+            bootstrap.all_gather_for(&window.record()?, "init's all_gather of the peer regions")?;
         let my_pid = std::process::id();
         let mut mapped = Vec::with_capacity(peers.len());
         let mut ptrs = Vec::with_capacity(peers.len());

@@ -281,7 +281,7 @@ impl GpuComm {
         self.launcher
             .kernels()
             .preload_bundled(peer, PRELOAD_BUDGET)?;
-        self.bootstrap.barrier()?;
+        self.bootstrap.all_gather_for(&[], "init's last barrier")?;
         // Every peer has mapped the SHM segment by now: its name can go.
         self.windows.unlink_own();
         let protocols = self.planner.protocols;
@@ -332,7 +332,7 @@ const PRELOAD_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 /// of a connection until the timeout.
 fn agree_on_protocols(bootstrap: &mut Bootstrap, protocols: &GpuProtocols) -> Result<(), GpuError> {
     let mine = protocols.encode();
-    let theirs = bootstrap.all_gather(&mine)?;
+    let theirs = bootstrap.all_gather_for(&mine, "init's all_gather of the protocols")?;
     if let Some((q, other)) = theirs.iter().enumerate().find(|(_, o)| **o != mine) {
         return Err(GpuError::InvalidArgument(format!(
             "rank {q} runs with {}, this rank with {}: set NCCL_PROTO, NCCL_LL_BUFFSIZE and \
@@ -347,7 +347,7 @@ fn agree_on_protocols(bootstrap: &mut Bootstrap, protocols: &GpuProtocols) -> Re
 /// Every rank's GPU record, by rank.
 fn gather_peers(bootstrap: &mut Bootstrap, me: &GpuPeer) -> Result<Vec<GpuPeer>, GpuError> {
     bootstrap
-        .all_gather(&me.encode())?
+        .all_gather_for(&me.encode(), "init's all_gather of the GPUs")?
         .iter()
         .enumerate()
         .map(|(r, b)| GpuPeer::decode(r, b))
@@ -357,7 +357,7 @@ fn gather_peers(bootstrap: &mut Bootstrap, me: &GpuPeer) -> Result<Vec<GpuPeer>,
 /// Whether every rank answers yes (a vote every rank takes alike).
 pub(super) fn every_rank(bootstrap: &mut Bootstrap, mine: bool) -> Result<bool, GpuError> {
     Ok(bootstrap
-        .all_gather(&[u8::from(mine)])?
+        .all_gather_for(&[u8::from(mine)], "init's all_gather of a vote")?
         .iter()
         .all(|a| a.first() == Some(&1)))
 }
@@ -389,7 +389,7 @@ fn agree_on_algo(
     algo: Option<GpuAlgo>,
 ) -> Result<(), GpuError> {
     let code = |a: Option<GpuAlgo>| a.map_or(0u8, |a| 1 + a as u8);
-    let algos = bootstrap.all_gather(&[code(algo)])?;
+    let algos = bootstrap.all_gather_for(&[code(algo)], "init's all_gather of WEFT_ALGO")?;
     if let Some(q) = algos.iter().position(|a| a.first() != Some(&code(algo))) {
         return Err(GpuError::InvalidArgument(format!(
             "rank {q} and rank {rank} disagree on WEFT_ALGO (this rank: {}): set the same \

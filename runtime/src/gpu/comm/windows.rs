@@ -212,7 +212,8 @@ impl Windows {
         } else {
             Window::device(ctx, bytes)?
         };
-        let shared = bootstrap.all_gather(&own.record()?)?;
+        let shared =
+            bootstrap.all_gather_for(&own.record()?, "init's all_gather of the windows")?;
 
         let talks_to = |q: u32| {
             (0..layout.nchannels()).any(|c| layout.connected(c, r, q) || layout.connected(c, q, r))
@@ -243,7 +244,10 @@ impl Windows {
         // WEFT_P2P_DIRECT=0): both ends of a connection must agree on where data lands.
         let direct_here = settings.p2p_direct_writes();
         let direct = bootstrap
-            .all_gather(&[u8::from(direct_here)])?
+            .all_gather_for(
+                &[u8::from(direct_here)],
+                "init's all_gather of the direct-write votes",
+            )?
             .iter()
             .all(|a| a.first() == Some(&1));
         Ok(Windows {
