@@ -84,7 +84,7 @@ impl HostComm {
             &peers,
             &rings,
         )?;
-        bootstrap.barrier()?;
+        bootstrap.all_gather_for(&[], "init's last barrier")?;
         let mut executor = Executor::new(rank as u32, nranks, channels, step_bytes, abort.clone());
         executor.set_tuning(tuning);
         Ok(HostComm {
@@ -159,7 +159,7 @@ fn this_rank(rank: usize, opts: &CommOptions, ll_lines: usize) -> Peer {
 /// Every rank's [`Peer`], by rank, checked ([`peers::check`]: two ranks on one device of
 /// one host, settings that differ).
 fn gather_peers(bootstrap: &mut Bootstrap, rank: usize, me: &Peer) -> Result<Vec<Peer>, CommError> {
-    let gathered = bootstrap.all_gather(&me.encode()?)?;
+    let gathered = bootstrap.all_gather_for(&me.encode()?, "init's all_gather of the ranks")?;
     let peers = gathered
         .iter()
         .enumerate()
