@@ -310,7 +310,7 @@ impl Comm {
             self.nranks,
             self.device,
             &self.settings,
-            Some(&self.init_cancel),
+            &self.init_cancel,
         );
         // From here an abort must not cut the bootstrap: the communicator's teardown uses it.
         self.init_cancel.release();
@@ -466,7 +466,7 @@ pub fn init_gpu(
     nranks: usize,
     device: usize,
     settings: &CommSettings,
-    cancel: Option<&Cancel>,
+    cancel: &Cancel,
 ) -> Result<GpuComm, ApiError> {
     crate::unload::arm();
     debug::version_once(device);
@@ -493,7 +493,7 @@ pub fn init_gpu(
     changed_once(device, &env);
     let mut opts = CommOptions::from_settings(&env);
     opts.channel_bounds = settings.channel_bounds;
-    opts.bootstrap.cancel = cancel.cloned();
+    opts.bootstrap.cancel = Some(cancel.clone());
     let gpu = GpuComm::init(id, rank, nranks, device, &opts)?;
     // NCCL names the network it loaded. weft opens one only for ranks on other hosts; on
     // one host it says so after the name it would take (netName, else NCCL_NET, else

@@ -1,7 +1,7 @@
 //! What the library arranges for the process's exit, and against an early unload.
 //!
 //! A GPU communicator's teardown frees its memory on a thread of its own once its peers
-//! let go (`weft_runtime::gpu::wait_for_teardowns`); an exit right after a destroy would
+//! let go (`weft_runtime::gpu::wait_for_teardowns_at_exit`); an exit right after a destroy would
 //! free it with the process, under a peer that may still read it for a few microseconds.
 //! So the exit waits, briefly, for those threads (`atexit`, which runs before the CUDA
 //! driver's own teardown): when every rank tears down, as jobs end, they are done within

@@ -134,6 +134,15 @@ impl Settings {
     }
 }
 
+/// Loopback options with `timeout`, the rest from the environment, as a program reads it
+/// once at its start: the GPU scripts run these tests under NCCL_P2P_DISABLE=1 (SHM
+/// windows), WEFT_KERNEL_THREADS and the like.
+fn test_options(timeout: Duration) -> CommOptions {
+    let mut opts = CommOptions::loopback(timeout);
+    opts.settings = weft_runtime::config::Settings::from_env_or_defaults();
+    opts
+}
+
 /// [`run_ranks`] with protocol and algorithm settings.
 fn run_ranks_with<T: Send + 'static>(
     nranks: usize,
@@ -154,11 +163,7 @@ fn run_ranks_with<T: Send + 'static>(
         .map(|rank| {
             let (id, body) = (id.clone(), body.clone());
             std::thread::spawn(move || {
-                let mut opts = CommOptions::loopback(timeout);
-                // The rest from the environment, as a program reads it once at its start:
-                // the GPU scripts run these tests under NCCL_P2P_DISABLE=1 (SHM windows),
-                // WEFT_KERNEL_THREADS and the like.
-                opts.settings = weft_runtime::config::Settings::from_env_or_defaults();
+                let mut opts = test_options(timeout);
                 if let Some(bytes) = settings.direct_window {
                     opts.settings.gpu.direct_window = bytes;
                 }
@@ -1778,8 +1783,7 @@ fn an_init_never_waits_behind_the_default_stream() {
             // The first communicator's settings (as `run_ranks_with`'s): the kernels it
             // loaded are shared, so this init loads no module (a load waits for the device
             // to be idle, which `a_launch_never_waits_for_a_receive_in_flight` is about).
-            let mut opts = CommOptions::loopback(Duration::from_secs(20));
-            opts.settings = weft_runtime::config::Settings::from_env_or_defaults();
+            let opts = test_options(Duration::from_secs(20));
             let device = rank % gpus().unwrap_or(1).max(1);
             let second = GpuComm::init(&id, rank, 2, device, &opts)
                 .unwrap_or_else(|e| panic!("rank {rank}: the second init: {e}"));

@@ -48,14 +48,6 @@ impl Cancel {
         }
     }
 
-    pub fn is_cancelled(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .cancelled
-            .is_some()
-    }
-
     /// Lets go of the bootstraps started so far: a later cancel leaves them alone. For a
     /// token that guards an init only: the bootstrap an init made lives on in its
     /// communicator, whose teardown still needs it.

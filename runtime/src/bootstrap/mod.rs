@@ -413,7 +413,7 @@ impl Bootstrap {
     /// `nranks - 1` steps, each forwarding one block to the next rank. Collective: every
     /// rank must call it, in the same order as the other ring operations.
     pub fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
-        self.ring_gather(mine, FrameKind::Data, "all_gather")
+        self.all_gather_for(mine, "all_gather")
     }
 
     /// [`Self::all_gather`], its errors naming `what` the exchange is for ("init's

@@ -33,7 +33,7 @@ pub mod redop;
 
 pub use comm::{
     AbortHandle, DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, GpuComm, GpuP2p,
-    PlannedGroup, validate_p2p_group, wait_for_teardowns, wait_for_teardowns_at_exit,
+    PlannedGroup, validate_p2p_group, wait_for_teardowns_at_exit,
 };
 pub use error::GpuError;
 pub use redop::{GpuRedOp, PreMulScalar};

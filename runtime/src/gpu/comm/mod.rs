@@ -67,7 +67,7 @@ use launch::{Launcher, check_stream};
 use order::StreamOrder;
 use p2p::P2pPlan;
 pub use p2p::{GpuP2p, P2P_CHANNELS, p2p_channels_for, validate_p2p_group};
-pub use parting::{wait_for_teardowns, wait_for_teardowns_at_exit};
+pub use parting::wait_for_teardowns_at_exit;
 pub use plan::{DEFAULT_MIN_SLICES, DIRECT_ALL_REDUCE_MIN_BYTES, GpuCollective, PlannedGroup};
 use plan::{GatheredCall, Planned, Planner, launch_ranges};
 pub use setup::{DEFAULT_STEP_BYTES, MAX_STEP_BYTES};

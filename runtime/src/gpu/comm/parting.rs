@@ -48,7 +48,7 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// Waits up to `limit` for every teardown in flight to free its memory; returns how many
 /// still have not.
-pub fn wait_for_teardowns(limit: Duration) -> usize {
+fn wait_for_teardowns(limit: Duration) -> usize {
     let counted_in = COUNTED_IN.load(Ordering::Acquire);
     if counted_in == 0 || counted_in != std::process::id() {
         return 0;
@@ -69,8 +69,9 @@ pub fn wait_for_teardowns(limit: Duration) -> usize {
     *left
 }
 
-/// [`wait_for_teardowns`] at the process's exit: afterwards, the teardowns still in flight
-/// do not free their memory (the exit does, and the CUDA driver may be shutting down).
+/// Waits up to `limit` for the teardowns in flight, at the process's exit; returns how many
+/// still have not freed their memory. Those do not afterwards: the exit does, and the CUDA
+/// driver may be shutting down.
 pub fn wait_for_teardowns_at_exit(limit: Duration) -> usize {
     let left = wait_for_teardowns(limit);
     EXITING.store(true, Ordering::Release);
